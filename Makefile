@@ -1,0 +1,34 @@
+# Every target installs what it needs itself, so a fresh clone needs only `make demo` / `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test demo lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/pytest -n 2 --dist loadfile
+
+demo: $(STAMP)
+	@mkdir -p build
+	$(BIN)/qtool quantize fixtures/models/cnn.tflite --data fixtures/data/cnn_calib.npz -o build/cnn_int8.tflite --report build/cnn_int8.report.json --force
+	$(BIN)/qtool check build/cnn_int8.tflite
+	$(BIN)/qtool inspect build/cnn_int8.tflite
+
+lint: $(STAMP)
+	$(BIN)/ruff check qtool tests fixtures bench
+	$(BIN)/ruff format --check qtool tests fixtures bench
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,47 @@
+"""The ``qtool`` command line: a thin layer over the library.
+
+Each command lives in its own module and only parses options, calls the library and renders.
+Errors a user can cause arrive as QtoolError and become one line on stderr with exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from qtool import __version__
+from qtool.errors import QtoolError
+
+
+class QtoolGroup(click.Group):
+    """Turns library errors into ``qtool: error: ...`` and an exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context):  # type: ignore[override]
+        try:
+            return super().invoke(ctx)
+        except QtoolError as exc:
+            click.echo(f"qtool: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except KeyboardInterrupt:
+            click.echo("qtool: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=QtoolGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="qtool")
+def main() -> None:
+    """Quantize float TFLite models to the int8 spec, and audit quantized models."""
+
+
+def _register() -> None:
+    from qtool.cli import inspect
+
+    main.add_command(inspect.inspect_command)
+
+
+_register()

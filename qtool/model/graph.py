@@ -1,0 +1,283 @@
+"""The mutable in-memory graph of a TFLite model, and the helpers every other layer uses.
+
+Every table keeps the fields qtool has no typed attribute for in `extra`, exactly as decoded, so
+that a load -> save round trip never drops a field (debug metadata indices, variant tensors, ...).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from qtool.errors import ModelError
+from qtool.model.reflect import table_layout
+from qtool.model.types import BuiltinOperator, TensorType, numpy_dtype, op_type_name
+
+
+@dataclass
+class QuantParams:
+    scale: np.ndarray  # float32, one per tensor or per slice of quantized_dimension
+    zero_point: np.ndarray  # int64, same length as scale
+    quantized_dimension: int = 0
+    min: np.ndarray | None = None
+    max: np.ndarray | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # custom quantization details
+
+    @classmethod
+    def of(
+        cls,
+        scale: Any,
+        zero_point: Any = 0,
+        quantized_dimension: int = 0,
+    ) -> QuantParams:
+        scale = np.atleast_1d(np.asarray(scale, dtype=np.float32))
+        zero_point = np.atleast_1d(np.asarray(zero_point, dtype=np.int64))
+        if zero_point.size == 1 and scale.size > 1:
+            zero_point = np.repeat(zero_point, scale.size)
+        return cls(scale=scale, zero_point=zero_point, quantized_dimension=quantized_dimension)
+
+    @property
+    def is_quantized(self) -> bool:
+        """Whether scale/zero_point are set (min/max alone only record a float range)."""
+        return self.scale is not None and len(self.scale) > 0
+
+    @property
+    def per_axis(self) -> bool:
+        return self.is_quantized and len(self.scale) > 1
+
+    def same_params(self, other: QuantParams | None) -> bool:
+        if other is None or not (self.is_quantized and other.is_quantized):
+            return False
+        return (
+            np.array_equal(self.scale, other.scale)
+            and np.array_equal(self.zero_point, other.zero_point)
+        )
+
+
+@dataclass
+class Tensor:
+    name: str
+    shape: list[int]
+    dtype: int  # TensorType
+    buffer: int = 0
+    quantization: QuantParams | None = None
+    is_variable: bool = False
+    shape_signature: list[int] | None = None
+    sparsity: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def quantized(self) -> bool:
+        return self.quantization is not None and self.quantization.is_quantized
+
+    @property
+    def num_elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+
+
+@dataclass
+class Operator:
+    opcode_index: int
+    inputs: list[int]
+    outputs: list[int]
+    options_type: str | None = None  # BuiltinOptions union member, e.g. "Conv2DOptions"
+    options: dict[str, Any] = field(default_factory=dict)
+    options_2_type: str | None = None  # BuiltinOptions2 union member (StableHLO ops)
+    options_2: dict[str, Any] = field(default_factory=dict)
+    custom_options: bytes | None = None
+    intermediates: list[int] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def option(self, name: str) -> Any:
+        """An option by its snake_case name; absent options take the schema's default."""
+        if name in self.options:
+            return self.options[name]
+        if self.options_type is not None:
+            for spec in table_layout(self.options_type)[0]:
+                if spec.name == name:
+                    return spec.default
+        raise KeyError(f"operator has no option {name!r} (options type {self.options_type})")
+
+
+@dataclass
+class OperatorCode:
+    builtin_code: int
+    custom_code: str | None = None
+    version: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        if self.builtin_code == BuiltinOperator.CUSTOM:
+            return self.custom_code or "CUSTOM"
+        return op_type_name(self.builtin_code)
+
+
+@dataclass
+class Buffer:
+    data: np.ndarray | None = None  # uint8 view; None or empty for activations
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return 0 if self.data is None else int(self.data.size)
+
+
+@dataclass
+class Subgraph:
+    tensors: list[Tensor]
+    inputs: list[int]
+    outputs: list[int]
+    operators: list[Operator]
+    name: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def producers(self) -> dict[int, int]:
+        """Tensor index -> index of the operator that writes it."""
+        return {t: i for i, op in enumerate(self.operators) for t in op.outputs if t >= 0}
+
+    def consumers(self) -> dict[int, list[int]]:
+        """Tensor index -> indices of the operators that read it (in operator order)."""
+        out: dict[int, list[int]] = {}
+        for i, op in enumerate(self.operators):
+            for t in dict.fromkeys(op.inputs):
+                if t >= 0:
+                    out.setdefault(t, []).append(i)
+        return out
+
+    def topological_order(self) -> list[int]:
+        """Operator indices in an order where every operator follows the producers of its inputs.
+
+        TFLite stores operators in execution order already; this keeps that order where it is
+        valid and raises on a cycle or on a tensor read before anything can produce it.
+        """
+        producer = self.producers()
+        state = [0] * len(self.operators)  # 0 unvisited, 1 on stack, 2 done
+        order: list[int] = []
+        for root in range(len(self.operators)):
+            stack = [(root, iter(self.operators[root].inputs))]
+            if state[root]:
+                continue
+            state[root] = 1
+            while stack:
+                node, pending = stack[-1]
+                for t in pending:
+                    dep = producer.get(t)
+                    if dep is None or state[dep] == 2:
+                        continue
+                    if state[dep] == 1:
+                        raise ModelError(f"subgraph has a cycle through operator {dep}")
+                    state[dep] = 1
+                    stack.append((dep, iter(self.operators[dep].inputs)))
+                    break
+                else:
+                    state[node] = 2
+                    order.append(node)
+                    stack.pop()
+        return order
+
+    def add_tensor(self, tensor: Tensor) -> int:
+        self.tensors.append(tensor)
+        return len(self.tensors) - 1
+
+    def tensor_index(self, name: str) -> int:
+        for i, tensor in enumerate(self.tensors):
+            if tensor.name == name:
+                return i
+        raise KeyError(f"no tensor named {name!r}")
+
+
+@dataclass
+class Model:
+    version: int
+    operator_codes: list[OperatorCode]
+    subgraphs: list[Subgraph]
+    buffers: list[Buffer]
+    description: str | None = None
+    metadata: list[dict[str, Any]] = field(default_factory=list)  # {"name", "buffer"}
+    signature_defs: list[dict[str, Any]] = field(default_factory=list)
+    metadata_buffer: list[int] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+    source_path: str | None = field(default=None, compare=False)
+
+    # ----------------------------------------------------------------- operator codes
+
+    def op_type(self, op: Operator) -> str:
+        """BuiltinOperator name of an operator ("CONV_2D"), or its custom code."""
+        return self.operator_codes[op.opcode_index].name
+
+    def opcode_for(self, name: str, version: int = 1) -> int:
+        """Index of the operator code for builtin `name`, added if the model lacks it.
+
+        An existing code is reused with its version raised when needed, since one model may not
+        list the same builtin twice.
+        """
+        code = getattr(BuiltinOperator, name)
+        for i, existing in enumerate(self.operator_codes):
+            if existing.builtin_code == code and code != BuiltinOperator.CUSTOM:
+                existing.version = max(existing.version, version)
+                return i
+        self.operator_codes.append(OperatorCode(builtin_code=code, version=version))
+        return len(self.operator_codes) - 1
+
+    # ----------------------------------------------------------------- buffers and tensors
+
+    def add_buffer(self, data: np.ndarray | bytes | None = None) -> int:
+        if data is not None and not isinstance(data, np.ndarray):
+            data = np.frombuffer(bytes(data), dtype=np.uint8)
+        elif data is not None:
+            data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        self.buffers.append(Buffer(data=data))
+        return len(self.buffers) - 1
+
+    def is_constant(self, tensor: Tensor) -> bool:
+        return 0 <= tensor.buffer < len(self.buffers) and self.buffers[tensor.buffer].nbytes > 0
+
+    def tensor_data(self, tensor: Tensor) -> np.ndarray | None:
+        """The constant value of a tensor as a read-only numpy view of its shape and dtype.
+
+        Returns None for activations. Sparse tensors return their stored (compressed) values;
+        INT4 tensors return the packed bytes.
+        """
+        if not self.is_constant(tensor):
+            return None
+        raw = self.buffers[tensor.buffer].data
+        if tensor.dtype == TensorType.STRING:
+            return raw
+        dtype = numpy_dtype(tensor.dtype)
+        if tensor.sparsity is not None or tensor.dtype == TensorType.INT4:
+            return raw.view(dtype)
+        values = raw.view(dtype)
+        return values.reshape(tensor.shape) if tensor.shape else values.reshape(())
+
+    def set_tensor_data(self, subgraph: Subgraph, index: int, values: np.ndarray) -> None:
+        """Give tensor `index` new constant contents in a buffer of its own.
+
+        A fresh buffer is used because buffers may be shared by several tensors (TFLite
+        deduplicates equal constants) and the others must keep their values.
+        """
+        tensor = subgraph.tensors[index]
+        values = np.ascontiguousarray(values)
+        tensor.buffer = self.add_buffer(values)
+        tensor.shape = list(values.shape)
+        if tensor.shape_signature is not None:
+            tensor.shape_signature = list(values.shape)
+
+    def iter_ops(self) -> Iterator[tuple[int, int, Subgraph, Operator]]:
+        for s, subgraph in enumerate(self.subgraphs):
+            for i, op in enumerate(subgraph.operators):
+                yield s, i, subgraph, op
+
+    def op_matches(self, op: Operator, subgraph: Subgraph, pattern: str) -> bool:
+        """Whether an operator matches a user pattern: its type, or a glob over its tensor names."""
+        if self.op_type(op).upper() == pattern.upper():
+            return True
+        names = [subgraph.tensors[t].name for t in op.outputs + op.inputs if t >= 0]
+        return any(fnmatch.fnmatchcase(name, pattern) for name in names)
+
+    def weights_nbytes(self) -> int:
+        return sum(buffer.nbytes for buffer in self.buffers)

@@ -1,0 +1,453 @@
+"""Reading and writing .tflite files: decode, validate, encode, atomic write.
+
+Reading memory-maps the file, so weight buffers are numpy views of the mapping and cost nothing
+until touched. Buffers stored after the flatbuffer (offset/size, the >2 GiB layout) are read the
+same way. Writing inlines buffers unless they would push the flatbuffer past its 2 GiB limit, in
+which case they are appended after it with offsets, as the TFLite converter does.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import flatbuffers
+import numpy as np
+
+from qtool.errors import ModelError
+from qtool.model.graph import (
+    Buffer,
+    Model,
+    Operator,
+    OperatorCode,
+    QuantParams,
+    Subgraph,
+    Tensor,
+)
+from qtool.model.reflect import (
+    DecodeError,
+    Prebuilt,
+    create_numpy_vector,
+    decode_table,
+    encode_table,
+    union_codes,
+    union_members,
+)
+from qtool.model.types import BuiltinOperator, TensorType, dtype_name, numpy_dtype
+
+FILE_IDENTIFIER = b"TFL3"
+SCHEMA_VERSION = 3
+BUFFER_ALIGNMENT = 16
+# The flatbuffers builder cannot exceed 2 GiB; leave headroom for the graph itself.
+INLINE_BUFFER_LIMIT = 2**31 - 2**26
+
+
+# =========================================================================== reading
+
+
+def load_model(path: str | os.PathLike) -> Model:
+    """Read a .tflite file into a Model; any problem raises ModelError naming it."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelError(f"{path}: no such file")
+    if path.is_dir():
+        raise ModelError(f"{path}: is a directory, not a .tflite file")
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size == 0:
+                raise ModelError(f"{path}: empty file")
+            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    model = parse_model(data, name=str(path))
+    model.source_path = str(path.resolve())
+    return model
+
+
+def parse_model(data: bytes | bytearray | memoryview | mmap.mmap, name: str = "model") -> Model:
+    """Decode and validate TFLite flatbuffer bytes (zero-copy: buffers view `data`)."""
+    if len(data) < 8:
+        raise ModelError(f"{name}: truncated file ({len(data)} bytes), not a TFLite model")
+    identifier = bytes(data[4:8])
+    if identifier != FILE_IDENTIFIER:
+        raise ModelError(
+            f"{name}: not a TFLite model (file identifier {identifier!r}, expected {FILE_IDENTIFIER!r})"
+        )
+    try:
+        root = flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
+        raw = decode_table("Model", flatbuffers.table.Table(data, root))
+        model = _model_from_dict(raw, data)
+    except ModelError:
+        raise
+    except (DecodeError, Exception) as exc:  # any malformed flatbuffer surfaces as one error
+        raise ModelError(f"{name}: corrupt TFLite flatbuffer ({_describe(exc)})") from None
+    validate_model(model, name)
+    return model
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, struct.error | IndexError):
+        return "an offset or length points past the end of the data: truncated or not TFLite"
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _split(raw: dict[str, Any], known: tuple[str, ...]) -> tuple[dict, dict]:
+    return {k: raw[k] for k in known}, {k: v for k, v in raw.items() if k not in known}
+
+
+def _ints(values: Any) -> list[int]:
+    return [] if values is None else [int(v) for v in values]
+
+
+def _model_from_dict(raw: dict[str, Any], data: Any) -> Model:
+    known, extra = _split(
+        raw,
+        ("version", "operator_codes", "subgraphs", "buffers", "description", "metadata",
+         "signature_defs", "metadata_buffer"),
+    )
+    return Model(
+        version=known["version"],
+        operator_codes=[_opcode_from_dict(c) for c in known["operator_codes"] or []],
+        subgraphs=[_subgraph_from_dict(s) for s in known["subgraphs"] or []],
+        buffers=[_buffer_from_dict(b, data) for b in known["buffers"] or []],
+        description=known["description"],
+        metadata=[dict(m) for m in known["metadata"] or []],
+        signature_defs=known["signature_defs"] or [],
+        metadata_buffer=_ints(known["metadata_buffer"]),
+        extra=extra,
+    )
+
+
+def _opcode_from_dict(raw: dict[str, Any]) -> OperatorCode:
+    # Old files only set the deprecated int8 field; newer ones set both (the int8 one saturates at
+    # PLACEHOLDER_FOR_GREATER_OP_CODES for codes above 127).
+    code = max(raw["builtin_code"], raw["deprecated_builtin_code"])
+    known, extra = _split(raw, ("builtin_code", "custom_code", "version"))
+    extra.pop("deprecated_builtin_code")
+    return OperatorCode(builtin_code=code, custom_code=known["custom_code"],
+                        version=known["version"], extra=extra)
+
+
+def _buffer_from_dict(raw: dict[str, Any], data: Any) -> Buffer:
+    offset, size = raw["offset"], raw["size"]
+    extra = {k: v for k, v in raw.items() if k not in ("data", "offset", "size")}
+    if offset > 1:
+        if offset + size > len(data):
+            raise ModelError(
+                f"buffer stored at offset {offset} (+{size} bytes) lies past the end of the file"
+            )
+        return Buffer(data=np.frombuffer(data, dtype=np.uint8, count=size, offset=offset),
+                      extra=extra)
+    return Buffer(data=raw["data"], extra=extra)
+
+
+def _subgraph_from_dict(raw: dict[str, Any]) -> Subgraph:
+    known, extra = _split(raw, ("tensors", "inputs", "outputs", "operators", "name"))
+    return Subgraph(
+        tensors=[_tensor_from_dict(t) for t in known["tensors"] or []],
+        inputs=_ints(known["inputs"]),
+        outputs=_ints(known["outputs"]),
+        operators=[_operator_from_dict(o) for o in known["operators"] or []],
+        name=known["name"],
+        extra=extra,
+    )
+
+
+def _tensor_from_dict(raw: dict[str, Any]) -> Tensor:
+    known, extra = _split(
+        raw,
+        ("shape", "type", "buffer", "name", "quantization", "is_variable", "sparsity",
+         "shape_signature"),
+    )
+    return Tensor(
+        name=known["name"] if known["name"] is not None else "",
+        shape=_ints(known["shape"]),
+        dtype=known["type"],
+        buffer=known["buffer"],
+        quantization=_quant_from_dict(known["quantization"]),
+        is_variable=bool(known["is_variable"]),
+        shape_signature=None if known["shape_signature"] is None else _ints(known["shape_signature"]),
+        sparsity=known["sparsity"],
+        extra=extra,
+    )
+
+
+def _quant_from_dict(raw: dict[str, Any] | None) -> QuantParams | None:
+    if raw is None:
+        return None
+    known, extra = _split(raw, ("scale", "zero_point", "quantized_dimension", "min", "max"))
+
+    def array(values: Any, dtype: type) -> np.ndarray:
+        return np.zeros(0, dtype) if values is None else np.array(values, dtype=dtype)
+
+    return QuantParams(
+        scale=array(known["scale"], np.float32),
+        zero_point=array(known["zero_point"], np.int64),
+        quantized_dimension=known["quantized_dimension"],
+        min=None if known["min"] is None else array(known["min"], np.float32),
+        max=None if known["max"] is None else array(known["max"], np.float32),
+        extra=extra,
+    )
+
+
+def _operator_from_dict(raw: dict[str, Any]) -> Operator:
+    known, extra = _split(
+        raw,
+        ("opcode_index", "inputs", "outputs", "builtin_options_type", "builtin_options",
+         "builtin_options_2_type", "builtin_options_2", "custom_options", "intermediates"),
+    )
+    custom = known["custom_options"]
+    return Operator(
+        opcode_index=known["opcode_index"],
+        inputs=_ints(known["inputs"]),
+        outputs=_ints(known["outputs"]),
+        options_type=union_members("BuiltinOptions").get(known["builtin_options_type"]),
+        options=known["builtin_options"] or {},
+        options_2_type=union_members("BuiltinOptions2").get(known["builtin_options_2_type"]),
+        options_2=known["builtin_options_2"] or {},
+        custom_options=None if custom is None else bytes(custom),
+        intermediates=_ints(known["intermediates"]),
+        extra=extra,
+    )
+
+
+# =========================================================================== validation
+
+
+def validate_model(model: Model, name: str = "model") -> None:
+    """Reject structural inconsistencies that would make later stages index out of range."""
+
+    def fail(message: str) -> None:
+        raise ModelError(f"{name}: {message}")
+
+    if model.version != SCHEMA_VERSION:
+        fail(f"unsupported schema version {model.version} (qtool reads version {SCHEMA_VERSION})")
+    if not model.subgraphs:
+        fail("model has no subgraph")
+    n_buffers, n_codes = len(model.buffers), len(model.operator_codes)
+    for s, subgraph in enumerate(model.subgraphs):
+        n_tensors = len(subgraph.tensors)
+        for t, tensor in enumerate(subgraph.tensors):
+            where = f"subgraph {s} tensor {t} ({tensor.name!r})"
+            if not 0 <= tensor.buffer < max(n_buffers, 1):
+                fail(f"{where} refers to buffer {tensor.buffer}, but the model has {n_buffers}")
+            if any(d < -1 for d in tensor.shape):
+                fail(f"{where} has an invalid shape {tensor.shape}")
+            _validate_constant_size(model, tensor, where, fail)
+        for kind, indices in (("input", subgraph.inputs), ("output", subgraph.outputs)):
+            for t in indices:
+                if not 0 <= t < n_tensors:
+                    fail(f"subgraph {s} {kind} refers to tensor {t}, but it has {n_tensors}")
+        for i, op in enumerate(subgraph.operators):
+            if not 0 <= op.opcode_index < n_codes:
+                fail(f"subgraph {s} operator {i} uses operator code {op.opcode_index}, "
+                     f"but the model has {n_codes}")
+            for kind, indices, low in (("input", op.inputs, -1), ("output", op.outputs, 0),
+                                       ("intermediate", op.intermediates, 0)):
+                for t in indices:
+                    if not low <= t < n_tensors:
+                        fail(f"subgraph {s} operator {i} ({model.op_type(op)}) {kind} refers to "
+                             f"tensor {t}, but the subgraph has {n_tensors}")
+    for meta in model.metadata:
+        if not 0 <= meta["buffer"] < n_buffers:
+            fail(f"metadata {meta.get('name')!r} refers to buffer {meta['buffer']}")
+    for signature in model.signature_defs:
+        s = signature["subgraph_index"]
+        if not 0 <= s < len(model.subgraphs):
+            fail(f"signature {signature.get('signature_key')!r} refers to subgraph {s}")
+        n_tensors = len(model.subgraphs[s].tensors)
+        for entry in (signature["inputs"] or []) + (signature["outputs"] or []):
+            if not 0 <= entry["tensor_index"] < n_tensors:
+                fail(f"signature {signature.get('signature_key')!r} entry {entry.get('name')!r} "
+                     f"refers to tensor {entry['tensor_index']}")
+
+
+def _validate_constant_size(model: Model, tensor: Tensor, where: str, fail) -> None:
+    if not model.is_constant(tensor) or tensor.sparsity is not None:
+        return
+    if tensor.dtype in (TensorType.STRING, TensorType.RESOURCE, TensorType.VARIANT):
+        return
+    if any(d < 0 for d in tensor.shape):
+        fail(f"{where} is a constant with a dynamic shape {tensor.shape}")
+    try:
+        itemsize = numpy_dtype(tensor.dtype).itemsize
+    except KeyError:
+        fail(f"{where} has unsupported type {dtype_name(tensor.dtype)}")
+    count = tensor.num_elements
+    needed = (count + 1) // 2 if tensor.dtype == TensorType.INT4 else count * itemsize
+    have = model.buffers[tensor.buffer].nbytes
+    if have != needed:
+        fail(f"{where} needs {needed} bytes of {dtype_name(tensor.dtype)} data for shape "
+             f"{tensor.shape}, but its buffer {tensor.buffer} holds {have}")
+
+
+# =========================================================================== writing
+
+
+def serialize_model(model: Model, inline_limit: int = INLINE_BUFFER_LIMIT) -> list[bytes | memoryview]:
+    """Encode a model as the chunks of a .tflite file (flatbuffer, then any external buffers)."""
+    total = model.weights_nbytes()
+    if total <= inline_limit:
+        return [_build(model, offsets=None)]
+    sizes = [b.nbytes for b in model.buffers]
+    # Offsets are uint64 fields written in every Buffer table, so the flatbuffer has the same
+    # length whatever their values: build once with placeholders to learn where data starts.
+    placeholder = [1 << 40 if n else 0 for n in sizes]
+    head_len = len(_build(model, offsets=placeholder))
+    offsets, cursor = [], _align(head_len)
+    for n in sizes:
+        offsets.append(cursor if n else 0)
+        cursor = _align(cursor + n) if n else cursor
+    head = _build(model, offsets=offsets)
+    if len(head) != head_len:
+        raise AssertionError("flatbuffer length changed between the two encoding passes")
+    chunks: list[bytes | memoryview] = [head]
+    position = head_len
+    for buffer, offset in zip(model.buffers, offsets, strict=True):
+        if not offset:
+            continue
+        chunks.append(b"\0" * (offset - position))
+        chunks.append(memoryview(buffer.data))
+        position = offset + buffer.nbytes
+    return chunks
+
+
+def _align(n: int) -> int:
+    return (n + BUFFER_ALIGNMENT - 1) // BUFFER_ALIGNMENT * BUFFER_ALIGNMENT
+
+
+def model_to_bytes(model: Model, inline_limit: int = INLINE_BUFFER_LIMIT) -> bytes:
+    return b"".join(bytes(c) for c in serialize_model(model, inline_limit))
+
+
+def _build(model: Model, offsets: list[int] | None) -> bytes:
+    builder = flatbuffers.Builder(1024 + (model.weights_nbytes() if offsets is None else 0))
+    raw = _model_to_dict(model, builder, offsets)
+    root = encode_table(builder, "Model", raw)
+    builder.Finish(root, file_identifier=FILE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def _model_to_dict(model: Model, builder: flatbuffers.Builder, offsets: list[int] | None) -> dict:
+    # Buffer data is placed first (deepest in the file) with 16-byte alignment so that the
+    # interpreter can use weights in place; the generic encoder then refers to these offsets.
+    buffer_dicts = []
+    for i, buffer in enumerate(model.buffers):
+        entry = dict(buffer.extra)
+        if offsets is not None and buffer.nbytes:
+            entry.update(offset=offsets[i], size=buffer.nbytes)
+        elif buffer.data is not None:
+            entry["data"] = Prebuilt(
+                create_numpy_vector(builder, buffer.data, alignment=BUFFER_ALIGNMENT)
+            )
+        buffer_dicts.append(entry)
+    return {
+        **model.extra,
+        "version": model.version,
+        "operator_codes": [_opcode_to_dict(c) for c in model.operator_codes],
+        "subgraphs": [_subgraph_to_dict(s) for s in model.subgraphs],
+        "buffers": buffer_dicts,
+        "description": model.description,
+        "metadata": model.metadata,
+        "signature_defs": model.signature_defs,
+        "metadata_buffer": model.metadata_buffer or None,
+    }
+
+
+def _opcode_to_dict(code: OperatorCode) -> dict:
+    deprecated = min(code.builtin_code, BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
+    return {**code.extra, "builtin_code": code.builtin_code, "deprecated_builtin_code": deprecated,
+            "custom_code": code.custom_code, "version": code.version}
+
+
+def _subgraph_to_dict(subgraph: Subgraph) -> dict:
+    return {
+        **subgraph.extra,
+        "tensors": [_tensor_to_dict(t) for t in subgraph.tensors],
+        "inputs": subgraph.inputs,
+        "outputs": subgraph.outputs,
+        "operators": [_operator_to_dict(o) for o in subgraph.operators],
+        "name": subgraph.name,
+    }
+
+
+def _tensor_to_dict(tensor: Tensor) -> dict:
+    q = tensor.quantization
+    quant = None
+    if q is not None:
+        quant = {**q.extra, "scale": q.scale if len(q.scale) else None,
+                 "zero_point": q.zero_point if len(q.zero_point) else None,
+                 "quantized_dimension": q.quantized_dimension, "min": q.min, "max": q.max}
+    return {
+        **tensor.extra,
+        "shape": tensor.shape,
+        "type": tensor.dtype,
+        "buffer": tensor.buffer,
+        "name": tensor.name,
+        "quantization": quant,
+        "is_variable": tensor.is_variable,
+        "sparsity": tensor.sparsity,
+        "shape_signature": tensor.shape_signature,
+    }
+
+
+def _operator_to_dict(op: Operator) -> dict:
+    return {
+        **op.extra,
+        "opcode_index": op.opcode_index,
+        "inputs": op.inputs,
+        "outputs": op.outputs,
+        "builtin_options_type": union_codes("BuiltinOptions")[op.options_type]
+        if op.options_type else 0,
+        "builtin_options": op.options if op.options_type else None,
+        "builtin_options_2_type": union_codes("BuiltinOptions2")[op.options_2_type]
+        if op.options_2_type else 0,
+        "builtin_options_2": op.options_2 if op.options_2_type else None,
+        "custom_options": None if op.custom_options is None
+        else np.frombuffer(op.custom_options, dtype=np.uint8),
+        "intermediates": op.intermediates or None,
+    }
+
+
+def save_model(
+    model: Model,
+    path: str | os.PathLike,
+    *,
+    overwrite: bool = True,
+    inline_limit: int = INLINE_BUFFER_LIMIT,
+) -> None:
+    """Write a model atomically; never over the file it was read from."""
+    path = Path(path)
+    if model.source_path and path.exists() and os.path.samefile(path, model.source_path):
+        raise ModelError(f"{path}: refusing to overwrite the input model")
+    chunks = serialize_model(model, inline_limit)
+    write_atomic(path, chunks, overwrite=overwrite)
+
+
+def write_atomic(path: str | os.PathLike, chunks: Any, *, overwrite: bool = True) -> None:
+    """Write `chunks` (bytes-like, or str) to `path` through a temporary file and a rename."""
+    path = Path(path)
+    if not overwrite and path.exists():
+        raise ModelError(f"{path}: already exists (use --force to replace it)")
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise ModelError(f"{directory}: output directory does not exist")
+    if isinstance(chunks, str | bytes | memoryview):
+        chunks = [chunks]
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            for chunk in chunks:
+                handle.write(chunk.encode() if isinstance(chunk, str) else chunk)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

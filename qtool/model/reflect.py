@@ -1,0 +1,293 @@
+"""A generic, lossless codec for TFLite flatbuffer tables, driven by the generated `tflite` classes.
+
+The `tflite` package has readers and builder functions but no object API. Rather than writing a
+reader and a writer by hand for each of the ~200 option tables (and silently dropping the fields of
+ops qtool does not know), the layout of every table is derived once from the generated accessor
+methods: each accessor names its vtable offset, and whether the field is a scalar (with its
+flatbuffers type and default), a string, a table, a vector of those, or a union. Decoding turns a
+table into a plain dict keyed by snake_case field names; encoding builds the same table back.
+
+Scalar vectors decode to numpy arrays that are views into the source bytes (zero copy), which is
+what keeps multi-gigabyte weight buffers cheap to read.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import flatbuffers
+import numpy as np
+from flatbuffers import number_types as nt
+
+# Union fields do not name their enum in generated Python, so the schema's unions are listed here.
+UNION_ENUMS = {
+    ("Operator", "BuiltinOptions"): "BuiltinOptions",
+    ("Operator", "BuiltinOptions2"): "BuiltinOptions2",
+    ("QuantizationParameters", "Details"): "QuantizationDetails",
+    ("DimensionMetadata", "ArraySegments"): "SparseIndexVector",
+    ("DimensionMetadata", "ArrayIndices"): "SparseIndexVector",
+}
+
+_FLAG_DTYPES = {
+    "Bool": np.bool_,
+    "Int8": np.int8,
+    "Uint8": np.uint8,
+    "Int16": np.int16,
+    "Uint16": np.uint16,
+    "Int32": np.int32,
+    "Uint32": np.uint32,
+    "Int64": np.int64,
+    "Uint64": np.uint64,
+    "Float32": np.float32,
+    "Float64": np.float64,
+}
+
+_METHOD_RE = re.compile(r"    def (\w+)\(self(, j)?\):\n((?:        .*\n|\n)+)")
+_OFFSET_RE = re.compile(r"self\._tab\.Offset\((\d+)\)")
+_FLAGS_RE = re.compile(r"flatbuffers\.number_types\.(\w+)Flags")
+_CLASS_RE = re.compile(r"from tflite\.(\w+) import")
+_RETURN_RE = re.compile(r"return (.+)\n\s*$")
+_NUMFIELDS_RE = re.compile(r"StartObject\((\d+)\)")
+
+
+class DecodeError(ValueError):
+    """The bytes are not a well-formed table of the expected type."""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str  # snake_case key in decoded dicts
+    accessor: str  # CamelCase name of the generated accessor
+    slot: int
+    kind: str  # scalar | string | table | union | scalar_vector | string_vector | table_vector
+    scalar: str | None = None  # flatbuffers type name (Int32, Float32, ...) for scalars/vectors
+    default: Any = None
+    child: str | None = None  # table class name, or union enum name for unions
+
+
+def snake_case(name: str) -> str:
+    snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    snake = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", snake)
+    return re.sub(r"(?<=[a-zA-Z])(\d+)", r"_\1", snake).lower()
+
+
+@functools.lru_cache(maxsize=None)
+def table_class(name: str) -> type:
+    return getattr(importlib.import_module(f"tflite.{name}"), name)
+
+
+@functools.lru_cache(maxsize=None)
+def union_members(enum_name: str) -> dict[int, str]:
+    enum_cls = table_class(enum_name)
+    return {
+        value: key
+        for key, value in vars(enum_cls).items()
+        if not key.startswith("_") and isinstance(value, int) and key != "NONE"
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def union_codes(enum_name: str) -> dict[str, int]:
+    return {member: code for code, member in union_members(enum_name).items()}
+
+
+@functools.lru_cache(maxsize=None)
+def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
+    """The fields of table `name` and its vtable size (number of slots)."""
+    module = importlib.import_module(f"tflite.{name}")
+    source = inspect.getsource(table_class(name))
+    fields = []
+    for method, vector_arg, body in _METHOD_RE.findall(source):
+        offset_match = _OFFSET_RE.search(body)
+        if offset_match is None or method.endswith(("AsNumpy", "Length", "IsNone")):
+            continue
+        slot = (int(offset_match.group(1)) - 4) // 2
+        flags = _FLAGS_RE.findall(body)
+        scalar = next((f for f in flags if f != "UOffsetT"), None)
+        child = _CLASS_RE.search(body) if "Indirect(" in body else None
+        if vector_arg:
+            if "self._tab.String(" in body:
+                kind = "string_vector"
+            elif child:
+                kind = "table_vector"
+            else:
+                kind = "scalar_vector"
+            fields.append(Field(snake_case(method), method, slot, kind, scalar,
+                                child=child.group(1) if child else None))
+        elif "self._tab.Union(" in body:
+            fields.append(Field(snake_case(method), method, slot, "union",
+                                child=UNION_ENUMS[(name, method)]))
+        elif "self._tab.String(" in body:
+            fields.append(Field(snake_case(method), method, slot, "string"))
+        elif child:
+            fields.append(Field(snake_case(method), method, slot, "table", child=child.group(1)))
+        else:
+            default = _literal_default(body)
+            fields.append(Field(snake_case(method), method, slot, "scalar", scalar, default))
+    start_source = inspect.getsource(getattr(module, f"{name}Start"))
+    num_slots = int(_NUMFIELDS_RE.search(start_source).group(1))
+    num_slots = max([num_slots, *(f.slot + 1 for f in fields)])
+    return tuple(sorted(fields, key=lambda f: f.slot)), num_slots
+
+
+def _literal_default(body: str) -> Any:
+    # Hand-patched accessors (OperatorCode.BuiltinCode) end in an expression, not the default;
+    # every such field defaults to 0 in the schema.
+    try:
+        return ast.literal_eval(_RETURN_RE.search(body).group(1))
+    except (ValueError, SyntaxError, AttributeError):
+        return 0
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _check_span(buf_len: int, start: int, nbytes: int) -> None:
+    if start < 0 or start + nbytes > buf_len:
+        raise DecodeError(f"data at offset {start} (+{nbytes} bytes) lies outside the file")
+
+
+def decode_table(name: str, tab: flatbuffers.table.Table) -> dict[str, Any]:
+    """Decode one table into a dict with every field present (absent fields take the default)."""
+    fields, _ = table_layout(name)
+    buf = tab.Bytes
+    buf_len = len(buf)
+    _check_span(buf_len, tab.Pos, 4)
+    out: dict[str, Any] = {}
+    for field in fields:
+        off = tab.Offset(4 + 2 * field.slot)
+        if field.kind == "scalar":
+            if off:
+                flags = getattr(nt, f"{field.scalar}Flags")
+                _check_span(buf_len, tab.Pos + off, flags.bytewidth)
+                value = tab.Get(flags, tab.Pos + off)
+            else:
+                value = field.default
+            out[field.name] = value
+            continue
+        if not off:
+            out[field.name] = None
+            continue
+        _check_span(buf_len, tab.Pos + off, 4)
+        if field.kind == "string":
+            out[field.name] = _decode_string(tab, tab.Pos + off, buf_len)
+        elif field.kind == "table":
+            out[field.name] = decode_table(field.child, _sub_table(tab, tab.Pos + off, buf_len))
+        elif field.kind == "union":
+            code = out.get(field.name + "_type", 0)
+            members = union_members(field.child)
+            if code not in members:
+                raise DecodeError(f"unknown {field.child} union type {code}")
+            sub = flatbuffers.table.Table(buf, 0)
+            tab.Union(sub, off)
+            _check_span(buf_len, sub.Pos, 4)
+            out[field.name] = decode_table(members[code], sub)
+        else:
+            out[field.name] = _decode_vector(field, tab, off, buf_len)
+    return out
+
+
+def _sub_table(tab: flatbuffers.table.Table, at: int, buf_len: int) -> flatbuffers.table.Table:
+    pos = tab.Indirect(at)
+    _check_span(buf_len, pos, 4)
+    return flatbuffers.table.Table(tab.Bytes, pos)
+
+
+def _decode_string(tab: flatbuffers.table.Table, at: int, buf_len: int) -> str | bytes:
+    start = tab.Indirect(at)
+    _check_span(buf_len, start, 4)
+    length = flatbuffers.encode.Get(nt.UOffsetTFlags.packer_type, tab.Bytes, start)
+    _check_span(buf_len, start + 4, length)
+    raw = bytes(tab.Bytes[start + 4 : start + 4 + length])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw  # kept as bytes so that the round trip stays exact
+
+
+def _decode_vector(field: Field, tab: flatbuffers.table.Table, off: int, buf_len: int) -> Any:
+    start = tab.Vector(off)
+    length = tab.VectorLen(off)
+    if field.kind == "scalar_vector":
+        dtype = np.dtype(_FLAG_DTYPES[field.scalar]).newbyteorder("<")
+        _check_span(buf_len, start, length * dtype.itemsize)
+        return np.frombuffer(tab.Bytes, dtype=dtype, count=length, offset=start)
+    _check_span(buf_len, start, 4 * length)
+    items = []
+    for i in range(length):
+        at = start + 4 * i
+        if field.kind == "string_vector":
+            items.append(_decode_string(tab, at, buf_len))
+        else:
+            items.append(decode_table(field.child, _sub_table(tab, at, buf_len)))
+    return items
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+class Prebuilt(int):
+    """The offset of an object already in the builder, given in place of a field's value."""
+
+
+def encode_table(builder: flatbuffers.Builder, name: str, values: dict[str, Any]) -> int:
+    """Build table `name` from a dict as produced by `decode_table`; returns its offset."""
+    fields, num_slots = table_layout(name)
+    offsets: dict[str, int] = {}
+    for field in fields:
+        value = values.get(field.name)
+        if field.kind == "scalar" or value is None:
+            continue
+        if isinstance(value, Prebuilt):
+            offsets[field.name] = int(value)
+        else:
+            offsets[field.name] = _encode_child(builder, field, value, values)
+    builder.StartObject(num_slots)
+    for field in fields:
+        if field.kind == "scalar":
+            value = values.get(field.name, field.default)
+            if value is None:
+                continue
+            getattr(builder, f"Prepend{field.scalar}Slot")(field.slot, value, field.default)
+        elif field.name in offsets:
+            builder.PrependUOffsetTRelativeSlot(field.slot, offsets[field.name], 0)
+    return builder.EndObject()
+
+
+def _encode_child(builder: flatbuffers.Builder, field: Field, value: Any, values: dict) -> int:
+    if field.kind == "string":
+        return builder.CreateString(value)
+    if field.kind == "table":
+        return encode_table(builder, field.child, value)
+    if field.kind == "union":
+        code = values.get(field.name + "_type", 0)
+        return encode_table(builder, union_members(field.child)[code], value)
+    if field.kind == "scalar_vector":
+        dtype = np.dtype(_FLAG_DTYPES[field.scalar])
+        return create_numpy_vector(builder, np.asarray(value, dtype=dtype))
+    if field.kind == "string_vector":
+        children = [builder.CreateString(item) for item in value]
+    else:
+        children = [encode_table(builder, field.child, item) for item in value]
+    builder.StartVector(4, len(children), 4)
+    for child in reversed(children):
+        builder.PrependUOffsetTRelative(child)
+    return builder.EndVector()
+
+
+def create_numpy_vector(builder: flatbuffers.Builder, array: np.ndarray, alignment: int = 0) -> int:
+    """Like Builder.CreateNumpyVector, with an optional stronger alignment for weight data."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    little = flat.astype(flat.dtype.newbyteorder("<"), copy=False)
+    nbytes = little.nbytes
+    builder.StartVector(flat.itemsize, flat.size, max(alignment, flat.dtype.alignment))
+    builder.head = builder.head - nbytes
+    builder.Bytes[builder.head : builder.head + nbytes] = memoryview(little.view(np.uint8))
+    builder.vectorNumElems = flat.size
+    return builder.EndVector()
