@@ -227,10 +227,10 @@ class Model:
     # ----------------------------------------------------------------- buffers and tensors
 
     def add_buffer(self, data: np.ndarray | bytes | None = None) -> int:
-        if data is not None and not isinstance(data, np.ndarray):
+        if isinstance(data, bytes | bytearray | memoryview):
             data = np.frombuffer(bytes(data), dtype=np.uint8)
-        elif data is not None:
-            data = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        elif data is not None:  # arrays and numpy scalars (0-d results of numpy math)
+            data = np.ascontiguousarray(np.asarray(data)).reshape(-1).view(np.uint8)
         self.buffers.append(Buffer(data=data))
         return len(self.buffers) - 1
 

@@ -1,0 +1,147 @@
+"""Run a float model over calibration data and record the range of every activation tensor.
+
+Two engines can do the running: qtool's numpy engine (batched, always available) and, where the
+`ai-edge-litert` package is installed, the LiteRT interpreter with every intermediate tensor kept.
+`auto` takes numpy when it has a kernel for every operator and LiteRT otherwise (README: "Choosing
+the calibration engine" gives the measurements behind this rule).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from qtool.calibrate.datasets import Dataset, InputSpec
+from qtool.calibrate.observers import MinMaxObserver, RangeObserver
+from qtool.errors import UnsupportedOpError, UsageError
+from qtool.model import Model, TensorType, model_to_bytes, numpy_dtype
+from qtool.runtime import Engine
+
+ENGINES = ("auto", "numpy", "litert")
+Progress = Callable[[int], None]
+
+
+@dataclass
+class CalibrationResult:
+    ranges: dict[int, tuple[float, float]]  # tensor index (subgraph 0) -> (min, max)
+    samples: int
+    engine: str
+    seconds: float
+    source: str
+    synthetic: bool
+    observer: RangeObserver
+
+
+def model_inputs(model: Model, subgraph_index: int = 0) -> list[InputSpec]:
+    """The inputs calibration data must provide, with the names users may key them by."""
+    subgraph = model.subgraphs[subgraph_index]
+    signature_names: dict[int, str] = {}
+    for signature in model.signature_defs:
+        if signature["subgraph_index"] == subgraph_index:
+            for entry in signature["inputs"] or []:
+                signature_names[entry["tensor_index"]] = entry["name"]
+    batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
+    specs = []
+    for t in subgraph.inputs:
+        tensor = subgraph.tensors[t]
+        aliases = {tensor.name.split(":")[0]}
+        if t in signature_names:
+            aliases.add(signature_names[t])
+        if tensor.name.startswith("serving_default_"):
+            aliases.add(tensor.name.removeprefix("serving_default_").split(":")[0])
+        shape = tuple(tensor.shape[1:] if batched else tensor.shape)
+        specs.append(InputSpec(name=tensor.name, aliases=tuple(sorted(aliases - {tensor.name})),
+                               sample_shape=shape, dtype=numpy_dtype(tensor.dtype)))
+    return specs
+
+
+def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
+    """Float tensors whose values come from running the graph (inputs and op outputs)."""
+    subgraph = model.subgraphs[subgraph_index]
+    produced = set(subgraph.inputs) | {t for op in subgraph.operators for t in op.outputs}
+    return [t for t in sorted(produced) if t >= 0
+            and subgraph.tensors[t].dtype == TensorType.FLOAT32
+            and not model.is_constant(subgraph.tensors[t])]
+
+
+def litert_available() -> bool:
+    return importlib.util.find_spec("ai_edge_litert") is not None
+
+
+def choose_engine(model: Model, requested: str) -> str:
+    if requested not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
+    if requested == "litert" and not litert_available():
+        raise UsageError("--engine litert needs the ai-edge-litert package (pip install "
+                         "ai-edge-litert)")
+    if requested != "auto":
+        return requested
+    try:
+        Engine(model)
+    except UnsupportedOpError:
+        if litert_available():
+            return "litert"
+        raise
+    return "numpy"
+
+
+def calibrate(
+    model: Model,
+    dataset: Dataset,
+    engine: str = "auto",
+    observer: RangeObserver | None = None,
+    progress: Progress | None = None,
+    chunk: int = 32,
+) -> CalibrationResult:
+    """Observe every float activation of subgraph 0 over the whole dataset."""
+    observer = observer or MinMaxObserver(activation_tensors(model))
+    chosen = choose_engine(model, engine)
+    started = time.perf_counter()
+    if chosen == "numpy":
+        runner = Engine(model)
+        for batch in dataset.iter_chunks(chunk):
+            runner.run(batch, observers=[observer], chunk=chunk)
+            if progress:
+                progress(batch[0].shape[0])
+    else:
+        _run_litert(model, dataset, observer, progress)
+    return CalibrationResult(
+        ranges=observer.ranges(),
+        samples=dataset.num_samples,
+        engine=chosen,
+        seconds=time.perf_counter() - started,
+        source=dataset.source,
+        synthetic=dataset.synthetic,
+        observer=observer,
+    )
+
+
+def _run_litert(model: Model, dataset: Dataset, observer: RangeObserver,
+                progress: Progress | None) -> None:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    # Without default delegates XNNPACK cannot fuse tensors away, and preserve_all_tensors keeps
+    # every intermediate readable after invoke().
+    interpreter = Interpreter(
+        model_content=model_to_bytes(model),
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        experimental_preserve_all_tensors=True,
+    )
+    interpreter.allocate_tensors()
+    inputs = [d["index"] for d in interpreter.get_input_details()]
+    observed = sorted(observer.tensors)
+    subgraph = model.subgraphs[0]
+    batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
+    for batch in dataset.iter_chunks(64):
+        for i in range(batch[0].shape[0]):
+            for index, values in zip(inputs, batch, strict=True):
+                interpreter.set_tensor(index, values[i:i + 1] if batched else values[i])
+            interpreter.invoke()
+            for t in observed:
+                observer(t, np.asarray(interpreter.get_tensor(t)))
+        if progress:
+            progress(batch[0].shape[0])

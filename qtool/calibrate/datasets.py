@@ -1,0 +1,212 @@
+"""Calibration data: .npy, .npz, directories of them, Python generators, or synthetic samples.
+
+Whatever the source, data is normalised to a list of `Batch`es, each holding one array per model
+input with shape (N, *sample_shape): the sample shape is the input's declared shape without its
+leading batch-1 dimension (or the whole declared shape when that dimension is not 1).
+"""
+
+from __future__ import annotations
+
+import importlib
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qtool.errors import DataError, UsageError
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input as calibration data must match it."""
+
+    name: str  # the tensor name in the model
+    aliases: tuple[str, ...]  # signature name, name without the ":0" suffix...
+    sample_shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def matches(self, key: str) -> bool:
+        return key == self.name or key in self.aliases
+
+
+Batch = list[np.ndarray]  # one array per model input, shape (N, *sample_shape)
+
+
+@dataclass
+class Dataset:
+    batches: list[Batch]
+    source: str
+    synthetic: bool = False
+
+    @property
+    def num_samples(self) -> int:
+        return sum(batch[0].shape[0] for batch in self.batches) if self.batches else 0
+
+    def iter_chunks(self, size: int) -> Iterator[Batch]:
+        """Re-cut the batches into chunks of at most `size` samples (the engine's batch)."""
+        pending: list[Batch] = []
+        count = 0
+        for batch in self.batches:
+            start = 0
+            n = batch[0].shape[0]
+            while start < n:
+                take = min(size - count, n - start)
+                pending.append([a[start:start + take] for a in batch])
+                count += take
+                start += take
+                if count == size:
+                    yield _concat(pending)
+                    pending, count = [], 0
+        if pending:
+            yield _concat(pending)
+
+
+def _concat(parts: list[Batch]) -> Batch:
+    if len(parts) == 1:
+        return parts[0]
+    return [np.concatenate(arrays) for arrays in zip(*parts, strict=True)]
+
+
+def load_dataset(sources: Sequence[str], inputs: Sequence[InputSpec],
+                 limit: int | None = None) -> Dataset:
+    """Read every `--data` source and check it against the model's inputs."""
+    batches: list[Batch] = []
+    for source in sources:
+        for batch in _read_source(source, inputs):
+            batches.append(batch)
+    if not batches:
+        raise DataError(f"{', '.join(sources)}: no calibration samples found")
+    dataset = Dataset(batches=batches, source=", ".join(sources))
+    return _limit(dataset, limit)
+
+
+def synthetic_dataset(inputs: Sequence[InputSpec], samples: int, seed: int) -> Dataset:
+    """Random samples: standard normal for float inputs, small integers otherwise."""
+    rng = np.random.default_rng(seed)
+    batch = []
+    for spec in inputs:
+        shape = (samples, *spec.sample_shape)
+        if np.issubdtype(spec.dtype, np.floating):
+            batch.append(rng.standard_normal(shape).astype(spec.dtype))
+        elif spec.dtype == np.bool_:
+            batch.append(rng.integers(0, 2, shape).astype(np.bool_))
+        else:
+            batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
+    return Dataset(batches=[batch], source="synthetic", synthetic=True)
+
+
+def _limit(dataset: Dataset, limit: int | None) -> Dataset:
+    if limit is None or dataset.num_samples <= limit:
+        return dataset
+    kept = list(dataset.iter_chunks(limit))[:1]
+    return Dataset(batches=kept, source=dataset.source, synthetic=dataset.synthetic)
+
+
+def _read_source(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
+    path = Path(source)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz"))
+        if not files:
+            raise DataError(f"{source}: directory holds no .npy or .npz files")
+        for file in files:
+            yield from _read_file(file, inputs)
+    elif path.exists():
+        yield from _read_file(path, inputs)
+    elif ":" in source and not path.suffix:
+        yield from _read_generator(source, inputs)
+    else:
+        raise DataError(f"{source}: no such file or directory")
+
+
+def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise DataError(f"{path}: not a readable .npy/.npz file ({exc})") from None
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise DataError(f"{path}: a .npy holds one array but the model has {len(inputs)} "
+                            "inputs; use a .npz keyed by input name")
+        yield [_as_samples(loaded, inputs[0], str(path))]
+        return
+    with loaded:
+        arrays = {key: loaded[key] for key in loaded.files}
+    yield _match_named(arrays, inputs, str(path))
+
+
+def _match_named(arrays: dict[str, np.ndarray], inputs: Sequence[InputSpec], where: str) -> Batch:
+    """Arrays keyed by input name, or arr_0, arr_1... in input order."""
+    positional = all(key.startswith("arr_") for key in arrays)
+    batch = []
+    for position, spec in enumerate(inputs):
+        if positional:
+            key = f"arr_{position}"
+            found = key if key in arrays else None
+        else:
+            found = next((key for key in arrays if spec.matches(key)), None)
+        if found is None:
+            known = ", ".join(sorted(arrays))
+            raise DataError(f"{where}: no data for input {spec.name!r} (keys: {known}; "
+                            f"use the input names or arr_0..arr_{len(inputs) - 1})")
+        batch.append(_as_samples(arrays[found], spec, f"{where}[{found}]"))
+    _same_count(batch, where)
+    return batch
+
+
+def _same_count(batch: Batch, where: str) -> None:
+    counts = {a.shape[0] for a in batch}
+    if len(counts) > 1:
+        raise DataError(f"{where}: inputs have different sample counts {sorted(counts)}")
+
+
+def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
+    """Accept one sample (sample shape), a declared-shape sample, or N samples; check values."""
+    array = np.asarray(array)
+    sample = tuple(spec.sample_shape)
+    if array.shape == sample:
+        array = array[None]
+    elif array.shape[1:] != sample:
+        expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
+        raise DataError(f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "
+                        f"i.e. data of shape {expected}; got {list(array.shape)}")
+    if array.dtype.kind not in "fiub":
+        raise DataError(f"{where}: input {spec.name!r} has non-numeric data ({array.dtype})")
+    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+        bad = int(np.count_nonzero(~np.isfinite(array)))
+        raise DataError(f"{where}: input {spec.name!r} contains {bad} NaN/inf values")
+    if array.dtype != spec.dtype:
+        if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
+            raise DataError(f"{where}: input {spec.name!r} expects {spec.dtype} data, "
+                            f"got {array.dtype}")
+        array = array.astype(spec.dtype)
+    return array
+
+
+def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
+    """`module:function`, yielding per sample a list (input order) or a dict (name -> array)."""
+    module_name, _, function_name = source.partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--data {source}: cannot load generator ({exc})") from None
+    try:
+        samples = iter(function())
+    except TypeError as exc:
+        raise DataError(f"--data {source}: the function must return an iterable ({exc})") from None
+    pending: list[Batch] = []
+    for number, sample in enumerate(samples):
+        where = f"{source} sample {number}"
+        if isinstance(sample, dict):
+            batch = _match_named(sample, inputs, where)
+        else:
+            values = list(sample) if isinstance(sample, list | tuple) else [sample]
+            if len(values) != len(inputs):
+                raise DataError(f"{where}: {len(values)} arrays for {len(inputs)} inputs")
+            batch = [_as_samples(v, spec, where) for v, spec in zip(values, inputs, strict=True)]
+            _same_count(batch, where)
+        pending.append(batch)
+    if pending:
+        yield _concat(pending)

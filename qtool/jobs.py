@@ -1,0 +1,127 @@
+"""End-to-end jobs behind the commands, callable from Python as well.
+
+`quantize_file` does what `qtool quantize` does: read the float model and the calibration data,
+quantize, audit the result with the same rules as `qtool check`, and write the model and its
+report atomically (both or neither).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qtool.calibrate import load_dataset, model_inputs, synthetic_dataset
+from qtool.check.audit import audit_model
+from qtool.errors import QtoolError, UsageError
+from qtool.model import load_model, model_to_bytes, write_atomic
+from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
+from qtool.report import build_report
+from qtool.runtime import load_custom_ops
+
+DEFAULT_SYNTHETIC_SAMPLES = 64
+
+
+class StrictModeError(QtoolError):
+    """--strict and some operators cannot be int8: exit code 1, nothing written."""
+
+    exit_code = 1
+
+
+@dataclass
+class QuantizeJob:
+    model_path: str
+    output_path: str | None = None
+    report_path: str | None = None
+    data: tuple[str, ...] = ()
+    synthetic: bool = False
+    samples: int | None = None
+    seed: int = 0
+    strict: bool = False
+    force: bool = False
+    custom_ops: str | None = None
+    options: QuantizeOptions = QuantizeOptions()
+
+
+@dataclass
+class QuantizeOutcome:
+    result: QuantizeResult
+    report: dict[str, Any]
+    output_path: str
+    report_path: str
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.report["audit"]["errors"] else 0
+
+
+def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
+    source = Path(job.model_path)
+    output = Path(job.output_path) if job.output_path else source.with_name(
+        f"{source.stem}_int8.tflite")
+    report = Path(job.report_path) if job.report_path else output.with_name(
+        f"{output.stem}.report.json")
+    return output, report
+
+
+def _check_destinations(job: QuantizeJob, output: Path, report: Path) -> None:
+    source = Path(job.model_path).resolve()
+    for path in (output, report):
+        if path.resolve() == source or (path.exists() and source.exists()
+                                        and os.path.samefile(path, source)):
+            raise UsageError(f"{path}: refusing to overwrite the input model")
+        if path.exists() and not job.force:
+            raise UsageError(f"{path}: already exists (use --force to replace it)")
+        if not path.resolve().parent.is_dir():
+            raise UsageError(f"{path.parent}: output directory does not exist")
+    if output.resolve() == report.resolve():
+        raise UsageError("the model and the report cannot be written to the same file")
+
+
+def quantize_file(job: QuantizeJob, progress: Callable[[int], None] | None = None,
+                  on_total: Callable[[int], None] | None = None) -> QuantizeOutcome:
+    output, report_path = default_paths(job)
+    _check_destinations(job, output, report_path)
+    if job.samples is not None and job.samples < 1:
+        raise UsageError("--samples must be at least 1")
+    if job.custom_ops:
+        load_custom_ops(job.custom_ops)
+    model = load_model(job.model_path)
+    inputs = model_inputs(model)
+    if job.data:
+        dataset = load_dataset(job.data, inputs, limit=job.samples)
+    elif job.synthetic:
+        dataset = synthetic_dataset(inputs, job.samples or DEFAULT_SYNTHETIC_SAMPLES, job.seed)
+    else:
+        raise UsageError("calibration needs data: give --data PATH (or --synthetic to "
+                         "calibrate on random data, which gives meaningless ranges)")
+    if on_total:
+        on_total(dataset.num_samples)
+    result = quantize_model(model, dataset, job.options, progress=progress)
+    if job.strict and result.float_ops:
+        listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
+        raise StrictModeError(f"--strict: {len(result.float_ops)} operator(s) cannot be int8 "
+                              f"({listed})")
+    blob = model_to_bytes(result.model)
+    findings = audit_model(result.model, profiles=job.options.profiles)
+    audit = {
+        "errors": sum(f.severity == "error" for f in findings),
+        "warnings": sum(f.severity == "warning" for f in findings),
+        "infos": sum(f.severity == "info" for f in findings),
+        "findings": [f.to_dict() for f in findings],
+    }
+    write_atomic(output, [blob])
+    try:
+        report = build_report(result, model, job.options, input_path=job.model_path,
+                              output_path=str(output), data_sources=list(job.data),
+                              samples_limit=job.samples,
+                              seed=job.seed if job.synthetic else None, audit=audit)
+        write_atomic(report_path, json.dumps(report, indent=2) + "\n")
+    except BaseException:
+        output.unlink(missing_ok=True)
+        raise
+    return QuantizeOutcome(result=result, report=report, output_path=str(output),
+                           report_path=str(report_path))

@@ -1,0 +1,87 @@
+"""Build models programmatically: single-op test models, benchmarks, and graph rewrites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from qtool.model.graph import Buffer, Model, Operator, QuantParams, Subgraph, Tensor
+from qtool.model.io import SCHEMA_VERSION
+from qtool.model.types import TensorType, tensor_type
+
+
+class GraphBuilder:
+    """Accumulates tensors and operators of one subgraph and produces a Model.
+
+    Example::
+
+        b = GraphBuilder()
+        x = b.input("x", [1, 8, 8, 3])
+        w = b.constant("w", weights)
+        y = b.op("CONV_2D", [x, w, -1], [1, 8, 8, 4], options={"padding": 0, ...})
+        model = b.finish(outputs=[y])
+    """
+
+    def __init__(self, model: Model | None = None, subgraph_index: int = 0) -> None:
+        if model is None:
+            model = Model(version=SCHEMA_VERSION, operator_codes=[],
+                          subgraphs=[Subgraph(tensors=[], inputs=[], outputs=[], operators=[],
+                                              name="main")],
+                          buffers=[Buffer()], description="qtool")
+        self.model = model
+        self.subgraph = model.subgraphs[subgraph_index]
+
+    def tensor(
+        self,
+        name: str,
+        shape: list[int],
+        dtype: Any = np.float32,
+        quantization: QuantParams | None = None,
+        buffer: int = 0,
+    ) -> int:
+        code = dtype if isinstance(dtype, int) else tensor_type(dtype)
+        return self.subgraph.add_tensor(Tensor(name=name, shape=list(shape), dtype=code,
+                                               buffer=buffer, quantization=quantization))
+
+    def input(self, name: str, shape: list[int], dtype: Any = np.float32,
+              quantization: QuantParams | None = None) -> int:
+        index = self.tensor(name, shape, dtype, quantization)
+        self.subgraph.inputs.append(index)
+        return index
+
+    def constant(self, name: str, values: np.ndarray, dtype: Any = None,
+                 quantization: QuantParams | None = None) -> int:
+        values = np.asarray(values if dtype is None else np.asarray(values).astype(dtype))
+        buffer = self.model.add_buffer(values)
+        code = tensor_type(values.dtype) if values.dtype != np.bool_ else TensorType.BOOL
+        return self.tensor(name, list(values.shape), code, quantization, buffer=buffer)
+
+    def op(
+        self,
+        op_type: str,
+        inputs: list[int],
+        outputs: list[int] | None = None,
+        *,
+        output_shape: list[int] | None = None,
+        output_dtype: Any = np.float32,
+        options_type: str | None = None,
+        options: dict[str, Any] | None = None,
+        version: int = 1,
+        name: str | None = None,
+    ) -> int:
+        """Append an operator; with no `outputs`, create one output tensor and return its index."""
+        created = outputs is None
+        if created:
+            outputs = [self.tensor(name or f"{op_type.lower()}_{len(self.subgraph.operators)}",
+                                   output_shape or [], output_dtype)]
+        self.subgraph.operators.append(Operator(
+            opcode_index=self.model.opcode_for(op_type, version),
+            inputs=list(inputs), outputs=list(outputs), options_type=options_type,
+            options=dict(options or {}),
+        ))
+        return outputs[0] if created else len(self.subgraph.operators) - 1
+
+    def finish(self, outputs: list[int]) -> Model:
+        self.subgraph.outputs = list(outputs)
+        return self.model

@@ -1,0 +1,19 @@
+"""Quantization: plan int8 parameters from the spec and rewrite float graphs."""
+
+from qtool.quantize.quantizer import (
+    IO_MODES,
+    FloatOp,
+    QuantizeOptions,
+    QuantizeResult,
+    prepare_float_model,
+    quantize_model,
+)
+
+__all__ = [
+    "IO_MODES",
+    "FloatOp",
+    "QuantizeOptions",
+    "QuantizeResult",
+    "prepare_float_model",
+    "quantize_model",
+]

@@ -1,0 +1,245 @@
+"""The numpy reference engine: runs a float TFLite subgraph on a batch of samples.
+
+Batching. TFLite models are usually declared with batch 1. The engine runs N samples in one pass
+by letting the sample axis take the place of that leading 1: an activation of declared shape
+[1, H, W, C] is held as [N, H, W, C]. Each kernel has a rule saying whether its TFLite semantics
+stay per-sample under that substitution (convolutions and elementwise ops do; a RESHAPE that
+moves the batch axis does not). An operator whose rule fails but whose outputs are all declared
+with a leading 1 runs once per sample and its results are stacked; if an operator fits neither,
+the whole graph runs one sample at a time.
+
+Constants. Operators whose inputs are all constant (DEQUANTIZE of float16 weights, DENSIFY of
+sparse weights, shape arithmetic) are evaluated once when the engine is built.
+
+Memory. A tensor is dropped after its last consumer, so a pass holds only live activations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qtool.errors import DataError, UnsupportedOpError
+from qtool.model.graph import Model
+from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
+from qtool.runtime.registry import KernelEntry, OpContext, lookup
+
+Observer = Callable[[int, np.ndarray], None]
+Replacer = Callable[[int, np.ndarray], np.ndarray]
+
+DEFAULT_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class _Step:
+    index: int  # operator index in the subgraph
+    entry: KernelEntry
+    mode: str  # "batch" (whole chunk at once) or "loop" (once per sample, stacked)
+    frees: tuple[int, ...]  # tensors whose last reader is this step
+
+
+class Engine:
+    """Executes one subgraph of a float model with numpy."""
+
+    def __init__(self, model: Model, subgraph_index: int = 0) -> None:
+        self.model = model
+        self.subgraph_index = subgraph_index
+        self.subgraph = model.subgraphs[subgraph_index]
+        self.constants: dict[int, np.ndarray] = {}
+        for index, tensor in enumerate(self.subgraph.tensors):
+            value = model.tensor_data(tensor)
+            if value is not None:  # sparse tensors hold their stored values; DENSIFY expands them
+                self.constants[index] = value
+        self.steps: list[_Step] = []
+        self.batched_inputs = all(self._leading_one(t) for t in self.subgraph.inputs)
+        self.serial = not self.batched_inputs
+        self._plan()
+
+    # ------------------------------------------------------------------ planning
+
+    def _leading_one(self, tensor_index: int) -> bool:
+        shape = self.subgraph.tensors[tensor_index].shape
+        return len(shape) >= 1 and shape[0] == 1
+
+    def _entry(self, op_index: int) -> KernelEntry:
+        op = self.subgraph.operators[op_index]
+        code = self.model.operator_codes[op.opcode_index]
+        is_custom = code.builtin_code == BuiltinOperator.CUSTOM
+        op_type = code.name
+        entry = lookup(op_type, is_custom)
+        if entry is None:
+            how = (f"register a numpy kernel with qtool.runtime.register_custom_op({op_type!r}, fn) "
+                   "in a module passed with --custom-ops MODULE"
+                   if is_custom else "no numpy kernel exists for this builtin yet; "
+                   "try --engine litert")
+            raise UnsupportedOpError(
+                f"operator {op_index} ({op_type}) in subgraph {self.subgraph_index} has no kernel: "
+                f"{how}"
+            )
+        return entry
+
+    def _plan(self) -> None:
+        order = self.subgraph.topological_order()
+        batched: set[int] = set(self.subgraph.inputs) if self.batched_inputs else set()
+        runtime_steps: list[tuple[int, KernelEntry, str]] = []
+        for op_index in order:
+            op = self.subgraph.operators[op_index]
+            entry = self._entry(op_index)
+            live_inputs = [t for t in op.inputs if t >= 0 and t not in self.constants]
+            if not live_inputs and op.inputs:
+                self._fold_constant(op_index, entry)
+                continue
+            ctx = OpContext(self.model, self.subgraph, op_index, op,
+                            [self.constants.get(t) if t >= 0 else None for t in op.inputs])
+            if any(t in batched for t in live_inputs):
+                if entry.batch_rule(ctx):
+                    mode = "batch"
+                elif all(self._leading_one(t) for t in op.outputs) and all(
+                    self._leading_one(t) for t in live_inputs if t in batched
+                ):
+                    mode = "loop"
+                else:
+                    self.serial = True
+                    mode = "batch"
+                batched.update(op.outputs)
+            else:
+                mode = "batch"
+            runtime_steps.append((op_index, entry, mode))
+        last_use: dict[int, int] = {}
+        for position, (op_index, _, _) in enumerate(runtime_steps):
+            for t in self.subgraph.operators[op_index].inputs:
+                if t >= 0 and t not in self.constants:
+                    last_use[t] = position
+        keep = set(self.subgraph.outputs)
+        frees: dict[int, list[int]] = {}
+        for t, position in last_use.items():
+            if t not in keep:
+                frees.setdefault(position, []).append(t)
+        self.steps = [
+            _Step(op_index, entry, "batch" if self.serial else mode,
+                  tuple(frees.get(position, ())))
+            for position, (op_index, entry, mode) in enumerate(runtime_steps)
+        ]
+
+    def _fold_constant(self, op_index: int, entry: KernelEntry) -> None:
+        op = self.subgraph.operators[op_index]
+        ctx = OpContext(self.model, self.subgraph, op_index, op,
+                        [self.constants[t] if t >= 0 else None for t in op.inputs])
+        for t, value in zip(op.outputs, _as_list(entry.fn(ctx)), strict=True):
+            self.constants[t] = value
+
+    # ------------------------------------------------------------------ running
+
+    def sample_shape(self, input_position: int) -> list[int]:
+        """Shape of one sample of a subgraph input, as calibration data provides it."""
+        shape = list(self.subgraph.tensors[self.subgraph.inputs[input_position]].shape)
+        return shape[1:] if self.batched_inputs else shape
+
+    def run(
+        self,
+        feeds: Sequence[np.ndarray],
+        observers: Sequence[Observer] = (),
+        replace: Replacer | None = None,
+        chunk: int = DEFAULT_CHUNK,
+    ) -> list[np.ndarray]:
+        """Run N samples; `feeds[i]` has shape (N, *sample_shape(i)). Returns outputs (N, ...).
+
+        Observers see every tensor as it is produced (model inputs first, then each operator's
+        outputs, constants folded at build time excluded), after `replace` had a chance to swap
+        it for another value (e.g. its fake-quantized version).
+        """
+        feeds = self._check_feeds(feeds)
+        n = feeds[0].shape[0] if feeds else 1
+        step = 1 if self.serial else max(1, chunk)
+        results: list[list[np.ndarray]] = []
+        for start in range(0, n, step):
+            part = [f[start:start + step] for f in feeds]
+            if not self.batched_inputs:
+                part = [p[0] for p in part]  # the sample is the whole declared tensor
+            results.append(self._run_chunk(part, observers, replace))
+        if not self.batched_inputs:
+            return [np.stack([r[i] for r in results]) for i in range(len(self.subgraph.outputs))]
+        return [np.concatenate([r[i] for r in results]) for i in range(len(self.subgraph.outputs))]
+
+    def _check_feeds(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        inputs = self.subgraph.inputs
+        if len(feeds) != len(inputs):
+            raise DataError(f"the model has {len(inputs)} inputs, but {len(feeds)} were given")
+        checked = []
+        counts = set()
+        for position, (t, feed) in enumerate(zip(inputs, feeds, strict=True)):
+            tensor = self.subgraph.tensors[t]
+            feed = np.asarray(feed)
+            expected = self.sample_shape(position)
+            if list(feed.shape[1:]) != expected and not _matches_dynamic(feed.shape[1:], tensor,
+                                                                          self.batched_inputs):
+                raise DataError(
+                    f"input {tensor.name!r}: expected samples of shape {expected} "
+                    f"(data shape (N, {', '.join(map(str, expected))})), got {list(feed.shape)}"
+                )
+            dtype = numpy_dtype(tensor.dtype)
+            if feed.dtype != dtype:
+                if not np.can_cast(feed.dtype, dtype, casting="same_kind"):
+                    raise DataError(f"input {tensor.name!r}: expected {dtype_name(tensor.dtype)} "
+                                    f"data, got {feed.dtype}")
+                feed = feed.astype(dtype)
+            counts.add(feed.shape[0])
+            checked.append(feed)
+        if len(counts) > 1:
+            raise DataError(f"inputs have different sample counts: {sorted(counts)}")
+        return checked
+
+    def _run_chunk(self, feeds: list[np.ndarray], observers: Sequence[Observer],
+                   replace: Replacer | None) -> list[np.ndarray]:
+        values: dict[int, np.ndarray] = {}
+        batch = feeds[0].shape[0] if feeds and self.batched_inputs else 1
+        for t, feed in zip(self.subgraph.inputs, feeds, strict=True):
+            values[t] = self._emit(t, feed, observers, replace)
+        constants = self.constants
+        for step in self.steps:
+            op = self.subgraph.operators[step.index]
+            inputs = [None if t < 0 else (values[t] if t in values else constants[t])
+                      for t in op.inputs]
+            if step.mode == "loop" and batch > 1:
+                outputs = self._run_looped(step, op, inputs, batch)
+            else:
+                ctx = OpContext(self.model, self.subgraph, step.index, op, inputs, batch)
+                outputs = _as_list(step.entry.fn(ctx))
+            for t, value in zip(op.outputs, outputs, strict=True):
+                values[t] = self._emit(t, value, observers, replace)
+            for t in step.frees:
+                values.pop(t, None)
+        return [values[t] if t in values else constants[t] for t in self.subgraph.outputs]
+
+    def _run_looped(self, step: _Step, op, inputs: list, batch: int) -> list[np.ndarray]:
+        per_sample = []
+        live = {i for i, t in enumerate(op.inputs) if t >= 0 and t not in self.constants}
+        for s in range(batch):
+            sliced = [x[s:s + 1] if i in live else x for i, x in enumerate(inputs)]
+            ctx = OpContext(self.model, self.subgraph, step.index, op, sliced, 1)
+            per_sample.append(_as_list(step.entry.fn(ctx)))
+        return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
+
+    def _emit(self, t: int, value: np.ndarray, observers: Sequence[Observer],
+              replace: Replacer | None) -> np.ndarray:
+        if replace is not None:
+            value = replace(t, value)
+        for observe in observers:
+            observe(t, value)
+        return value
+
+
+def _as_list(result: np.ndarray | list[np.ndarray] | tuple) -> list[np.ndarray]:
+    return list(result) if isinstance(result, list | tuple) else [result]
+
+
+def _matches_dynamic(sample_shape: tuple, tensor, batched: bool) -> bool:
+    signature = tensor.shape_signature
+    if not signature:
+        return False
+    expected = signature[1:] if batched else signature
+    return len(expected) == len(sample_shape) and all(
+        e == -1 or e == s for e, s in zip(expected, sample_shape, strict=True)
+    )

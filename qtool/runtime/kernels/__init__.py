@@ -1,0 +1,1 @@
+"""Numpy kernels with TFLite float semantics, one module per operator family."""

@@ -1,0 +1,181 @@
+"""Kernel registry: builtin kernels (one module per op family) and user kernels for custom ops.
+
+A kernel is a function `kernel(ctx: OpContext) -> np.ndarray | list[np.ndarray]` that computes an
+operator's outputs from `ctx.inputs` with TFLite's float semantics. Each kernel also says whether
+it may run on a whole batch of samples at once (the sample axis replacing the model's batch-1
+leading dimension) through a predicate over the operator's static description.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qtool.errors import UsageError
+from qtool.model.graph import Model, Operator, Subgraph, Tensor
+from qtool.model.types import ActivationFunctionType, numpy_dtype
+
+KERNEL_MODULES = (
+    "qtool.runtime.kernels.conv",
+    "qtool.runtime.kernels.pooling",
+    "qtool.runtime.kernels.resize",
+    "qtool.runtime.kernels.elementwise",
+    "qtool.runtime.kernels.activations",
+    "qtool.runtime.kernels.reduce",
+    "qtool.runtime.kernels.shape",
+    "qtool.runtime.kernels.quant",
+)
+
+
+class OpContext:
+    """What a kernel sees of one operator.
+
+    At plan time `inputs` holds only constant values (activations are None) and `batch` is 1;
+    batch predicates use it to decide on static grounds. At run time every input is present and
+    activations carry `batch` samples along their leading axis.
+    """
+
+    __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "subgraph")
+
+    def __init__(self, model: Model, subgraph: Subgraph, index: int, op: Operator,
+                 inputs: list[np.ndarray | None], batch: int = 1) -> None:
+        self.model = model
+        self.subgraph = subgraph
+        self.index = index
+        self.op = op
+        self.op_type = model.op_type(op)
+        self.inputs = inputs
+        self.batch = batch
+
+    def option(self, name: str) -> Any:
+        return self.op.option(name)
+
+    def input_tensor(self, i: int) -> Tensor | None:
+        if i >= len(self.op.inputs) or self.op.inputs[i] < 0:
+            return None
+        return self.subgraph.tensors[self.op.inputs[i]]
+
+    def input(self, i: int) -> np.ndarray | None:
+        """Input `i`, or None when the optional input is absent (index -1 or not given)."""
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def output_tensor(self, i: int = 0) -> Tensor:
+        return self.subgraph.tensors[self.op.outputs[i]]
+
+    def output_dtype(self, i: int = 0) -> np.dtype:
+        return numpy_dtype(self.output_tensor(i).dtype)
+
+    def input_shape(self, i: int) -> list[int] | None:
+        tensor = self.input_tensor(i)
+        return None if tensor is None else list(tensor.shape)
+
+    def output_shape(self, i: int = 0) -> list[int]:
+        return list(self.output_tensor(i).shape)
+
+    def batched_shape(self, shape: Any) -> list[int]:
+        """A shape from the model (declared for batch 1) with the run's sample count put in."""
+        shape = [int(d) for d in np.asarray(shape).reshape(-1)]
+        if self.batch != 1 and shape and shape[0] == 1:
+            shape[0] = self.batch
+        return shape
+
+
+Kernel = Callable[[OpContext], "np.ndarray | list[np.ndarray]"]
+BatchRule = Callable[[OpContext], bool]
+
+
+def always(_: OpContext) -> bool:
+    return True
+
+
+def never(_: OpContext) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    fn: Kernel
+    batch_rule: BatchRule
+
+
+_BUILTIN: dict[str, KernelEntry] = {}
+_CUSTOM: dict[str, KernelEntry] = {}
+_loaded = False
+
+
+def kernel(*op_types: str, batch: BatchRule = always) -> Callable[[Kernel], Kernel]:
+    """Register a builtin kernel for one or more BuiltinOperator names."""
+
+    def register(fn: Kernel) -> Kernel:
+        for op_type in op_types:
+            _BUILTIN[op_type] = KernelEntry(fn, batch)
+        return fn
+
+    return register
+
+
+def register_custom_op(name: str, fn: Kernel, batch: BatchRule = never) -> None:
+    """Register a numpy kernel for a custom op (matched on its custom code).
+
+    `batch` says whether the kernel handles several samples along axis 0; by default the engine
+    calls it once per sample, which is always correct.
+    """
+    _CUSTOM[name] = KernelEntry(fn, batch)
+
+
+def custom_op(name: str, batch: BatchRule = never) -> Callable[[Kernel], Kernel]:
+    """Decorator form of `register_custom_op`."""
+
+    def register(fn: Kernel) -> Kernel:
+        register_custom_op(name, fn, batch)
+        return fn
+
+    return register
+
+
+def load_custom_ops(module: str) -> None:
+    """Import a user module that registers custom-op kernels (the `--custom-ops` option)."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise UsageError(f"--custom-ops {module}: cannot import ({exc})") from None
+
+
+def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:
+    global _loaded
+    if not _loaded:
+        for module in KERNEL_MODULES:
+            importlib.import_module(module)
+        _loaded = True
+    return (_CUSTOM if is_custom else _BUILTIN).get(op_type)
+
+
+def builtin_kernels() -> list[str]:
+    lookup("", False)
+    return sorted(_BUILTIN)
+
+
+def apply_activation(x: np.ndarray, code: int) -> np.ndarray:
+    """A fused activation function (the `fused_activation_function` option)."""
+    if code == ActivationFunctionType.NONE:
+        return x
+    if code == ActivationFunctionType.RELU:
+        return np.maximum(x, 0, dtype=x.dtype)
+    if code == ActivationFunctionType.RELU_N1_TO_1:
+        return np.clip(x, -1, 1).astype(x.dtype, copy=False)
+    if code == ActivationFunctionType.RELU6:
+        return np.clip(x, 0, 6).astype(x.dtype, copy=False)
+    if code == ActivationFunctionType.TANH:
+        return np.tanh(x)
+    if code == ActivationFunctionType.SIGN_BIT:
+        return np.signbit(x).astype(x.dtype)
+    raise UsageError(f"unknown fused activation function {code}")
+
+
+def fused(ctx: OpContext, x: np.ndarray) -> np.ndarray:
+    """Apply the operator's fused activation, if its options have one."""
+    return apply_activation(x, ctx.option("fused_activation_function"))

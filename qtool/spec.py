@@ -1,0 +1,131 @@
+"""The int8 op spec, loaded once from `schemas/int8_spec.json`.
+
+Both the quantizer (to plan parameters) and the checker (to audit them) read their rules from
+here, so a rule exists in exactly one place: the data file.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+SPEC_FILE = "int8_spec.json"
+
+
+@dataclass(frozen=True)
+class OperandRule:
+    index: int | str  # an input/output position, or "*" for every one (CONCATENATION, PACK...)
+    dtype: str
+    range: tuple[int, int]
+    granularity: str  # "per-tensor" or "per-axis"
+    role: str = "activation"  # activation | weight | bias (inputs); outputs are activations
+    axis: int | None = None  # quantized_dimension of per-axis weights
+    zero_point: int | None = None  # required zero point
+    fixed: tuple[float, int] | None = None  # required (scale, zero_point) of an output
+    bias_scale_inputs: tuple[int, int] | None = None  # bias scale = scale(in a) * scale(in b)[c]
+    per_tensor_allowed: bool = False  # per-axis is the rule, per-tensor also accepted
+    note: str | None = None
+
+    def applies_to(self, position: int) -> bool:
+        return self.index == "*" or self.index == position
+
+
+@dataclass(frozen=True)
+class OpRule:
+    name: str
+    inputs: tuple[OperandRule, ...]
+    outputs: tuple[OperandRule, ...]
+    same_scale: bool
+    origin: str  # "op-table" (the normative table) or "tflite-kernel" (extended)
+
+    def input_rule(self, position: int) -> OperandRule | None:
+        return next((r for r in self.inputs if r.applies_to(position)), None)
+
+    def output_rule(self, position: int) -> OperandRule | None:
+        return next((r for r in self.outputs if r.applies_to(position)), None)
+
+    def weight_rule(self) -> OperandRule | None:
+        return next((r for r in self.inputs if r.role == "weight"), None)
+
+    def bias_rule(self) -> OperandRule | None:
+        return next((r for r in self.inputs if r.role == "bias"), None)
+
+    @property
+    def real_outputs(self) -> bool:
+        """False for ops whose outputs are indices/bools/shapes (ARG_MAX, LESS, SHAPE...)."""
+        return bool(self.outputs)
+
+
+@dataclass(frozen=True)
+class Int8Spec:
+    ops: dict[str, OpRule]
+    tolerances: dict[str, float]
+    dtype_ranges: dict[str, tuple[int, int]]
+    bias_value_limit: int
+    profiles: tuple[str, ...] = field(default_factory=tuple)
+
+    def rule(self, op_type: str) -> OpRule | None:
+        return self.ops.get(op_type)
+
+
+def _operand(raw: dict[str, Any]) -> OperandRule:
+    scale = raw.get("scale") or {}
+    fixed = raw.get("fixed")
+    return OperandRule(
+        index=raw["index"],
+        dtype=raw["dtype"],
+        range=tuple(raw["range"]),
+        granularity=raw["granularity"],
+        role=raw.get("role", "activation"),
+        axis=raw.get("axis"),
+        zero_point=raw.get("zero_point"),
+        fixed=(fixed["scale"], fixed["zero_point"]) if fixed else None,
+        bias_scale_inputs=tuple(scale["product_of_inputs"]) if scale else None,
+        per_tensor_allowed=raw.get("per_tensor_allowed", False),
+        note=raw.get("note"),
+    )
+
+
+def _apply_profile(ops: dict[str, Any], overrides: dict[str, Any]) -> None:
+    for op_name, changes in overrides.items():
+        for position, patch in changes.get("inputs", {}).items():
+            for operand in ops[op_name]["inputs"]:
+                if str(operand["index"]) == position:
+                    operand.update(patch)
+
+
+def raw_spec() -> dict[str, Any]:
+    text = resources.files("qtool").joinpath("_schemas", SPEC_FILE).read_text()
+    return json.loads(text)
+
+
+@functools.lru_cache(maxsize=None)
+def load_spec(profiles: tuple[str, ...] = ()) -> Int8Spec:
+    """The spec, with the named target profiles (e.g. "per-tensor-fc") applied."""
+    raw = raw_spec()
+    ops = copy.deepcopy({**raw["ops"], **raw["extended_ops"]})
+    for name in profiles:
+        if name not in raw["profiles"]:
+            raise KeyError(f"unknown target profile {name!r}; known: {sorted(raw['profiles'])}")
+        _apply_profile(ops, raw["profiles"][name]["overrides"])
+    rules = {
+        name: OpRule(
+            name=name,
+            inputs=tuple(_operand(o) for o in op["inputs"]),
+            outputs=tuple(_operand(o) for o in op["outputs"]),
+            same_scale=op.get("same_scale", False),
+            origin=op["origin"],
+        )
+        for name, op in ops.items()
+    }
+    return Int8Spec(
+        ops=rules,
+        tolerances=raw["tolerances"],
+        dtype_ranges={k: tuple(v) for k, v in raw["dtypes"].items()},
+        bias_value_limit=raw["bias_value_limit"],
+        profiles=profiles,
+    )
