@@ -71,6 +71,11 @@ class Field:
     child: str | None = None  # table class name, or union enum name for unions
 
 
+def scalar_dtype(flatbuffers_type: str) -> np.dtype:
+    """The numpy dtype of a flatbuffers scalar type name ("Int32", "Float32", ...)."""
+    return np.dtype(_FLAG_DTYPES[flatbuffers_type])
+
+
 def snake_case(name: str) -> str:
     snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
     snake = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", snake)
@@ -269,7 +274,7 @@ def _encode_child(builder: flatbuffers.Builder, field: Field, value: Any, values
         code = values.get(field.name + "_type", 0)
         return encode_table(builder, union_members(field.child)[code], value)
     if field.kind == "scalar_vector":
-        dtype = np.dtype(_FLAG_DTYPES[field.scalar])
+        dtype = scalar_dtype(field.scalar)
         return create_numpy_vector(builder, np.asarray(value, dtype=dtype))
     if field.kind == "string_vector":
         children = [builder.CreateString(item) for item in value]

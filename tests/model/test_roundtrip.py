@@ -8,7 +8,7 @@ import pytest
 
 from qtool.model import load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
-from qtool.model.reflect import decode_table, table_layout, union_members
+from qtool.model.reflect import decode_table, scalar_dtype, table_layout, union_members
 from tests.conftest import MODELS, float_model_names, tf_int8_model_paths
 from tests.litert import make_interpreter
 
@@ -46,9 +46,7 @@ def random_table(name: str, rng: np.random.Generator, depth: int = 0) -> dict:
             else:
                 values[field.name] = int(rng.integers(1, 100))
         elif field.kind == "scalar_vector":
-            dtype = {"Int32": np.int32, "Int64": np.int64, "Float32": np.float32,
-                     "Uint8": np.uint8, "Int8": np.int8, "Uint16": np.uint16,
-                     "Bool": np.bool_}[field.scalar]
+            dtype = scalar_dtype(field.scalar)
             values[field.name] = rng.integers(0, 100, size=3).astype(dtype)
         elif field.kind == "string":
             values[field.name] = f"{field.name}-{rng.integers(1000)}"

@@ -1,0 +1,78 @@
+"""Every float fixture quantizes, runs in LiteRT, passes the audit, and matches TF's accuracy."""
+
+from __future__ import annotations
+
+import pytest
+
+from qtool.check.audit import audit_model
+from qtool.model import TensorType, model_to_bytes
+from tests.conftest import float_model_names
+from tests.litert import make_interpreter
+from tests.quantize.common import output_sqnr, quantized, reparsed, tf_int8_sqnr
+
+FLOAT_FIXTURES = float_model_names()
+# Below this SQNR an output is not a usable approximation of the float model. Comparison and
+# argmax outputs (integers) are exempt: they are exact or off by a class.
+MIN_SQNR_DB = 15.0
+
+
+@pytest.mark.parametrize("name", FLOAT_FIXTURES)
+def test_fixture_quantizes_and_audit_is_clean(name: str) -> None:
+    result = quantized(name)
+    model = reparsed(result)
+    findings = audit_model(model)
+    assert [f for f in findings if f.severity in ("error", "warning")] == []
+    assert result.float_ops == []
+    interpreter = make_interpreter(model_to_bytes(model))
+    interpreter.invoke()
+    weights = [t for t in model.subgraphs[0].tensors if model.is_constant(t)
+               and t.dtype == TensorType.FLOAT32]
+    assert weights == [], "no float weights may remain in a fully int8 model"
+
+
+@pytest.mark.parametrize("name", FLOAT_FIXTURES)
+def test_sqnr_at_least_tensorflow_minus_half_db(name: str) -> None:
+    ours = output_sqnr(name, model_to_bytes(quantized(name).model))
+    theirs = tf_int8_sqnr(name)
+    if theirs is not None:
+        for mine, tf in zip(ours, theirs, strict=True):
+            assert mine >= tf - 0.5, f"{name}: qtool {ours} dB vs TensorFlow {theirs} dB"
+    else:
+        assert min(ours) >= MIN_SQNR_DB, f"{name}: SQNR {ours} dB"
+
+
+def test_float16_and_sparse_weights_are_folded() -> None:
+    for name, folded_type in (("fp16_weights", "DEQUANTIZE"), ("sparse_weights", "DENSIFY")):
+        result = quantized(name)
+        assert any(f.op_type == folded_type for f in result.folded)
+        types = {result.model.op_type(op) for op in result.model.subgraphs[0].operators}
+        assert "DENSIFY" not in types
+        assert all(t.sparsity is None and t.dtype != TensorType.FLOAT16
+                   for t in result.model.subgraphs[0].tensors)
+
+
+def test_signatures_names_and_metadata_are_kept() -> None:
+    from qtool.model import load_model
+    from tests.quantize.common import fixture_path
+
+    for name in FLOAT_FIXTURES:
+        source = load_model(fixture_path(name))
+        model = reparsed(quantized(name))
+        assert [s["signature_key"] for s in model.signature_defs] == [
+            s["signature_key"] for s in source.signature_defs]
+        for before, after in zip(source.signature_defs, model.signature_defs, strict=True):
+            for role in ("inputs", "outputs"):
+                for b, a in zip(before[role], after[role], strict=True):
+                    assert b["name"] == a["name"]
+                    src = source.subgraphs[0].tensors[b["tensor_index"]].name
+                    assert model.subgraphs[0].tensors[a["tensor_index"]].name == src
+        assert [m["name"] for m in model.metadata] == [m["name"] for m in source.metadata]
+        names = [t.name for t in model.subgraphs[0].tensors]
+        assert len(names) == len(set(names))
+
+
+def test_no_signature_model_runs() -> None:
+    result = quantized("no_signature")
+    assert result.model.signature_defs == []
+    sqnr = output_sqnr("no_signature", model_to_bytes(result.model))
+    assert min(sqnr) >= MIN_SQNR_DB
