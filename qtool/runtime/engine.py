@@ -52,6 +52,12 @@ class Engine:
             value = model.tensor_data(tensor)
             if value is not None:  # sparse tensors hold their stored values; DENSIFY expands them
                 self.constants[index] = value
+        produced = set(self.subgraph.inputs) | {
+            t for op in self.subgraph.operators for t in op.outputs}
+        for index, tensor in enumerate(self.subgraph.tensors):
+            # An empty constant (e.g. an empty axis list) has no bytes, hence no buffer data.
+            if index not in produced and index not in self.constants and 0 in tensor.shape:
+                self.constants[index] = np.zeros(tensor.shape, numpy_dtype(tensor.dtype))
         self.steps: list[_Step] = []
         self.batched_inputs = all(self._leading_one(t) for t in self.subgraph.inputs)
         self.serial = not self.batched_inputs
@@ -159,9 +165,14 @@ class Engine:
             if not self.batched_inputs:
                 part = [p[0] for p in part]  # the sample is the whole declared tensor
             results.append(self._run_chunk(part, observers, replace))
-        if not self.batched_inputs:
-            return [np.stack([r[i] for r in results]) for i in range(len(self.subgraph.outputs))]
-        return [np.concatenate([r[i] for r in results]) for i in range(len(self.subgraph.outputs))]
+        return [self._join([r[i] for r in results], t)
+                for i, t in enumerate(self.subgraph.outputs)]
+
+    def _join(self, parts: list[np.ndarray], tensor_index: int) -> np.ndarray:
+        """Samples of an output back together: along the batch axis when it has one."""
+        if self.batched_inputs and self._leading_one(tensor_index) and parts[0].ndim:
+            return np.concatenate(parts)
+        return np.stack(parts)
 
     def _check_feeds(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         inputs = self.subgraph.inputs

@@ -82,8 +82,9 @@ def check_op(op_type: str, inputs: list[Act | Const | None], *, options_type: st
     engine = Engine(model)
     feeds = samples if batched else [s[None] for s in samples]
     got = engine.run(feeds)
-    expected = [np.concatenate(parts) if batched else parts[0][None]
-                for parts in zip(*reference, strict=True)]
+    # Like the engine: per-sample outputs join along their batch-1 axis, or stack on a new one.
+    expected = [np.concatenate(parts) if batched and parts[0].ndim and parts[0].shape[0] == 1
+                else np.stack(parts) for parts in zip(*reference, strict=True)]
     for k, (e, g) in enumerate(zip(expected, got, strict=True)):
         assert g.shape == e.shape, f"{op_type} output {k}: shape {g.shape} != LiteRT {e.shape}"
         assert g.dtype == e.dtype, f"{op_type} output {k}: dtype {g.dtype} != LiteRT {e.dtype}"
