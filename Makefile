@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/pytest -n 2 --dist loadfile
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 demo: $(STAMP)
 	@mkdir -p build

@@ -39,9 +39,12 @@ def main() -> None:
 
 
 def _register() -> None:
-    from qtool.cli import inspect
+    from qtool.cli import array, check, inspect, quantize
 
     main.add_command(inspect.inspect_command)
+    main.add_command(array.array_group)
+    main.add_command(quantize.quantize_command)
+    main.add_command(check.check_command)
 
 
 _register()

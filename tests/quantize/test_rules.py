@@ -219,7 +219,7 @@ def test_bias_overflow_enlarges_weight_scale() -> None:
     builder = GraphBuilder()
     x = builder.input("x", [1, 4])
     w = builder.constant("w", (rng.standard_normal((2, 4)) * 1e-6).astype(np.float32))
-    b = builder.constant("b", np.array([5e4, 0.1], np.float32))
+    b = builder.constant("b", np.array([5e4, 1e-6], np.float32))
     y = builder.op("FULLY_CONNECTED", [x, w, b], output_shape=[1, 2], name="fc",
                    options_type="FullyConnectedOptions", options={})
     model = parse_model(model_to_bytes(builder.finish([y])))

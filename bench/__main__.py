@@ -1,0 +1,133 @@
+"""`python -m bench`: engine vs LiteRT calibration speed, and audit time on a 10 MB model.
+
+Every figure is a ratio against a baseline timed in the same process, so results compare across
+machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
+LiteRT's time; `qtool check` of a 10 MB model takes well under a second.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from qtool.calibrate import (
+    Dataset,
+    MinMaxObserver,
+    activation_tensors,
+    calibrate,
+    load_dataset,
+    model_inputs,
+)
+from qtool.check.audit import audit_model
+from qtool.model import load_model, model_to_bytes, save_model
+from qtool.model.build import GraphBuilder
+from qtool.quantize import QuantizeOptions, prepare_float_model, quantize_model
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+SAMPLES = 64
+console = Console()
+
+
+def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def litert_pass(model_bytes: bytes, feeds: list[np.ndarray], preserve: bool) -> Callable[[], None]:
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if preserve
+                else OpResolverType.AUTO)
+    interpreter = Interpreter(model_content=model_bytes, experimental_op_resolver_type=resolver,
+                              experimental_preserve_all_tensors=preserve)
+    interpreter.allocate_tensors()
+    inputs = [d["index"] for d in interpreter.get_input_details()]
+    tensors = list(range(len(interpreter.get_tensor_details()))) if preserve else []
+
+    def run() -> None:
+        for i in range(feeds[0].shape[0]):
+            for index, feed in zip(inputs, feeds, strict=True):
+                interpreter.set_tensor(index, feed[i:i + 1])
+            interpreter.invoke()
+            for t in tensors:
+                try:
+                    interpreter.get_tensor(t)
+                except ValueError:
+                    pass  # tensors without data (e.g. optional placeholders)
+
+    return run
+
+
+def bench_calibration() -> None:
+    table = Table(title=f"calibration pass, {SAMPLES} samples (best of 3)")
+    for column in ("model", "numpy engine s", "LiteRT invoke s", "ratio", "LiteRT+tensors s",
+                   "ratio"):
+        table.add_column(column, justify="right")
+    ratios = []
+    for path in sorted((FIXTURES / "models").glob("*.tflite")):
+        name = path.stem
+        model, _, _ = prepare_float_model(load_model(path))
+        dataset = load_dataset([str(FIXTURES / "data" / f"{name}_calib.npz")], model_inputs(model))
+        feeds = dataset.batches[0]
+        tensors = activation_tensors(model)
+        ours = best_of(lambda: calibrate(model, dataset, "numpy", MinMaxObserver(tensors)))
+        blob = model_to_bytes(model)
+        plain = best_of(litert_pass(blob, feeds, preserve=False))
+        preserved = best_of(litert_pass(blob, feeds, preserve=True))
+        ratios.append(ours / plain)
+        table.add_row(name, f"{ours:.4f}", f"{plain:.4f}", f"{ours / plain:.2f}x",
+                      f"{preserved:.4f}", f"{ours / preserved:.2f}x")
+    console.print(table)
+    console.print(f"geometric mean ratio numpy/LiteRT invoke: "
+                  f"{float(np.exp(np.mean(np.log(ratios)))):.2f}x (target <= 1.5x)")
+
+
+def ten_megabyte_model(directory: Path) -> Path:
+    """A quantized MLP of ten 1024x1024 layers: ~10 MB of int8 weights."""
+    rng = np.random.default_rng(0)
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 1024])
+    for layer in range(10):
+        w = builder.constant(f"fc{layer}/w",
+                             (rng.standard_normal((1024, 1024)) / 32).astype(np.float32))
+        b = builder.constant(f"fc{layer}/b", rng.standard_normal(1024).astype(np.float32) / 10)
+        x = builder.op("FULLY_CONNECTED", [x, w, b], output_shape=[1, 1024], name=f"fc{layer}",
+                       options_type="FullyConnectedOptions",
+                       options={"fused_activation_function": 1})
+    model = builder.finish([x])
+    data = Dataset([[rng.standard_normal((8, 1024)).astype(np.float32)]], "bench")
+    result = quantize_model(model, data, QuantizeOptions())
+    path = directory / "mlp10mb_int8.tflite"
+    save_model(result.model, path)
+    return path
+
+
+def bench_check() -> None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = ten_megabyte_model(Path(tmp))
+        size = path.stat().st_size
+        audit = best_of(lambda: audit_model(load_model(path)))
+        load = best_of(lambda: Interpreter(model_path=str(path)).allocate_tensors())
+    table = Table(title="qtool check (load + audit), best of 3")
+    for column in ("model size", "check s", "LiteRT load+allocate s", "ratio"):
+        table.add_column(column, justify="right")
+    table.add_row(f"{size / 1e6:.1f} MB", f"{audit:.4f}", f"{load:.4f}", f"{audit / load:.2f}x")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    bench_calibration()
+    bench_check()

@@ -1,0 +1,272 @@
+"""The model as the rules see it: operators with their operands, spec rules and compute mode.
+
+Built once per audit so that every rule family shares the same view: which ops compute in int8,
+which operands the op table covers, which tensors have broken parameters, and where a tensor-level
+finding should point (the op that produces the tensor, else its first reader).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from qtool.check.config import load_settings
+from qtool.check.findings import Finding
+from qtool.check.qparams import param_problems
+from qtool.model import Model, Tensor, TensorType, dtype_name
+from qtool.spec import OperandRule, OpRule, load_spec
+
+FLOAT_TYPES = frozenset(
+    {TensorType.FLOAT32, TensorType.FLOAT16, TensorType.FLOAT64, TensorType.BFLOAT16}
+)
+# Integer types that only quantized tensors use; their presence makes an op an int8 op.
+QUANTIZED_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT16, TensorType.INT4})
+
+INT8, FLOAT, OTHER = "int8", "float", "other"  # what an operator computes in
+
+
+@dataclass(frozen=True)
+class Operand:
+    kind: str  # "input" | "output"
+    position: int
+    index: int  # tensor index in the subgraph
+    tensor: Tensor
+    rule: OperandRule | None  # None: the op table says nothing about this operand
+
+    @property
+    def role(self) -> str:
+        if self.rule is not None and self.rule.role in ("weight", "bias"):
+            return self.rule.role
+        return f"{self.kind} {self.position}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.role} '{self.tensor.name}'"
+
+
+@dataclass(frozen=True)
+class OpView:
+    subgraph: int
+    index: int
+    type: str
+    rule: OpRule | None
+    inputs: tuple[Operand, ...]
+    outputs: tuple[Operand, ...]
+    boundary: bool  # QUANTIZE/DEQUANTIZE: one side may be float (or uint8) by design
+    mode: str  # INT8 | FLOAT | OTHER
+
+    @property
+    def operands(self) -> tuple[Operand, ...]:
+        return self.inputs + self.outputs
+
+    def input_at(self, position: int) -> Operand | None:
+        return next((o for o in self.inputs if o.position == position), None)
+
+    def output_at(self, position: int) -> Operand | None:
+        return next((o for o in self.outputs if o.position == position), None)
+
+
+def _compute_mode(
+    inputs: tuple[Operand, ...], outputs: tuple[Operand, ...], rule: OpRule | None
+) -> str:
+    # Weights and biases do not decide the mode: a float op with int8 weights is a hybrid
+    # (dynamic-range) op, which computes in float.
+    if rule is None:
+        deciding = inputs + outputs
+    else:
+        deciding = tuple(o for o in inputs if o.rule and o.rule.role == "activation")
+        deciding += tuple(o for o in outputs if o.rule)
+    if any(o.tensor.dtype in QUANTIZED_TYPES for o in deciding):
+        return INT8
+    if any(o.tensor.dtype in FLOAT_TYPES for o in deciding):
+        return FLOAT
+    return OTHER
+
+
+class AuditContext:
+    def __init__(self, model: Model, profiles: tuple[str, ...] = ()) -> None:
+        self.model = model
+        self.profiles = profiles
+        self.spec = load_spec(profiles)
+        self.base_spec = load_spec(())
+        self.settings = load_settings(profiles)
+        self.ops = [
+            self._view(s, i)
+            for s, subgraph in enumerate(model.subgraphs)
+            for i in range(len(subgraph.operators))
+        ]
+        self._uses: list[dict[int, list[tuple[OpView, Operand]]]] = [{} for _ in model.subgraphs]
+        for op in self.ops:
+            # Producers first, so that a tensor-level finding points at the op that wrote it.
+            for operand in op.outputs + op.inputs:
+                uses = self._uses[op.subgraph].setdefault(operand.index, [])
+                if operand.kind == "output":
+                    uses.insert(0, (op, operand))
+                else:
+                    uses.append((op, operand))
+
+    def _view(self, s: int, i: int) -> OpView:
+        op = self.model.subgraphs[s].operators[i]
+        tensors = self.model.subgraphs[s].tensors
+        op_type = self.model.op_type(op)
+        rule = self.spec.rule(op_type)
+
+        def operands(kind: str, indices: list[int]) -> tuple[Operand, ...]:
+            lookup = (rule.input_rule if kind == "input" else rule.output_rule) if rule else None
+            return tuple(
+                Operand(kind, p, t, tensors[t], lookup(p) if lookup else None)
+                for p, t in enumerate(indices)
+                if t >= 0
+            )
+
+        inputs, outputs = operands("input", op.inputs), operands("output", op.outputs)
+        return OpView(
+            s,
+            i,
+            op_type,
+            rule,
+            inputs,
+            outputs,
+            boundary=op_type in self.settings.boundary_ops,
+            mode=_compute_mode(inputs, outputs, rule),
+        )
+
+    # ------------------------------------------------------------------ classification
+
+    @functools.cached_property
+    def quantized(self) -> bool:
+        """Whether any op (besides the boundary conversions) computes in int8."""
+        return any(op.mode == INT8 and not op.boundary for op in self.ops)
+
+    def int8_ops(self) -> Iterator[OpView]:
+        """Ops that compute in int8 and that the spec has rules for."""
+        return (op for op in self.ops if op.mode == INT8 and op.rule is not None)
+
+    def checked_operands(self, op: OpView) -> Iterator[Operand]:
+        """Operands the op table covers, minus the float/legacy side of a boundary op."""
+        for operand in op.operands:
+            if operand.rule is None:
+                continue
+            if op.boundary and (operand.tensor.dtype in FLOAT_TYPES or self.is_legacy(operand)):
+                continue
+            yield operand
+
+    def param_operands(self) -> Iterator[tuple[OpView, Operand]]:
+        """Checked operands of int8 ops that are sound (see `sound`)."""
+        for op in self.int8_ops():
+            for operand in self.checked_operands(op):
+                if self.sound(op, operand):
+                    yield op, operand
+
+    def sound(self, op: OpView, operand: Operand) -> bool:
+        """Whether an operand's type and parameters are right enough to check relations on.
+
+        Operands with a wrong type or broken parameters have their own finding already; the
+        rules relating parameters skip them instead of reporting consequences.
+        """
+        return (
+            operand.tensor.quantized
+            and (op.subgraph, operand.index) not in self.broken
+            and self.dtype_ok(op, operand)
+        )
+
+    def dtype_ok(self, op: OpView, operand: Operand) -> bool:
+        """The rule's dtype, or its legacy form when the whole op uses the legacy form."""
+        if self.is_dtype(operand.tensor, operand.rule.dtype):
+            return True
+        return self.is_legacy(operand) and all(
+            self.is_legacy(o)
+            for o in self.checked_operands(op)
+            if o.rule.dtype in self.settings.legacy_dtypes
+        )
+
+    def is_dtype(self, tensor: Tensor, name: str) -> bool:
+        """Whether the tensor has the spec's dtype `name` ("int8", "int32", ...)."""
+        return dtype_name(tensor.dtype).lower() == name
+
+    def is_legacy(self, operand: Operand) -> bool:
+        """Whether the operand has the legacy form of its rule's dtype (uint8 for int8)."""
+        legacy = self.settings.legacy_dtypes.get(operand.rule.dtype)
+        return legacy is not None and self.is_dtype(operand.tensor, legacy)
+
+    # ------------------------------------------------------------------ parameters
+
+    @functools.cached_property
+    def broken(self) -> dict[tuple[int, int], list[tuple[str, str]]]:
+        """Tensors with unsound parameters: (subgraph, tensor) -> [(rule id, message)]."""
+        ranges = self.spec.dtype_ranges
+        found = {
+            (s, t): param_problems(tensor, ranges)
+            for s, subgraph in enumerate(self.model.subgraphs)
+            for t, tensor in enumerate(subgraph.tensors)
+        }
+        return {key: problems for key, problems in found.items() if problems}
+
+    def profile_note(self, op: OpView, operand: Operand) -> str:
+        """A note naming the target profiles when they, not the op table, set this rule."""
+        base = self.base_spec.rule(op.type)
+        if base is None or not self.profiles:
+            return ""
+        lookup = base.input_rule if operand.kind == "input" else base.output_rule
+        if lookup(operand.position) == operand.rule:
+            return ""
+        return f" (target profile {', '.join(self.profiles)})"
+
+    # ------------------------------------------------------------------ graph
+
+    def uses(self, subgraph: int, tensor_index: int) -> list[tuple[OpView, Operand]]:
+        """The ops that write (first) and read a tensor, with the tensor's operand in each."""
+        return self._uses[subgraph].get(tensor_index, [])
+
+    def origin(self, subgraph: int, tensor_index: int) -> str:
+        """Where a tensor's value comes from, for messages."""
+        producer = next(
+            (op for op, o in self.uses(subgraph, tensor_index) if o.kind == "output"), None
+        )
+        if producer is not None:
+            return f"written by op {producer.index} {producer.type}"
+        if tensor_index in self.model.subgraphs[subgraph].inputs:
+            return "a model input"
+        tensor = self.model.subgraphs[subgraph].tensors[tensor_index]
+        return "a constant" if self.model.is_constant(tensor) else "never written"
+
+    # ------------------------------------------------------------------ findings
+
+    def finding(
+        self, rule: str, message: str, op: OpView | None = None, operand: Operand | None = None
+    ) -> Finding:
+        """A finding at an op (and operand), with the severity the active profiles give it."""
+        return Finding(
+            rule=rule,
+            severity=self.settings.severity[rule],
+            message=message,
+            subgraph=None if op is None else op.subgraph,
+            op_index=None if op is None else op.index,
+            op=None if op is None else op.type,
+            role=None if operand is None else operand.role,
+            tensor=None if operand is None else operand.tensor.name,
+            tensor_index=None if operand is None else operand.index,
+        )
+
+    def tensor_finding(self, rule: str, message: str, subgraph: int, tensor_index: int) -> Finding:
+        """A finding about a tensor, placed at the op that writes it (else its first reader)."""
+        uses = self.uses(subgraph, tensor_index)
+        if uses:
+            return self.finding(rule, message, *uses[0])
+        tensor = self.model.subgraphs[subgraph].tensors[tensor_index]
+        return Finding(
+            rule=rule,
+            severity=self.settings.severity[rule],
+            message=message,
+            subgraph=subgraph,
+            tensor=tensor.name,
+            tensor_index=tensor_index,
+        )
+
+    def quantized_tensors(self) -> Iterator[tuple[int, int, Tensor]]:
+        """(subgraph, index, tensor) of every tensor with sound quantization parameters."""
+        for s, subgraph in enumerate(self.model.subgraphs):
+            for t, tensor in enumerate(subgraph.tensors):
+                if tensor.quantized and (s, t) not in self.broken:
+                    yield s, t, tensor

@@ -1,0 +1,58 @@
+"""What an audit produces: findings, and the per-model result of `qtool check`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Ordered from least to most severe; "--fail-on" compares ranks.
+SEVERITIES = ("info", "warning", "error")
+SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str  # stable id, e.g. "QT-BIAS-SCALE"
+    severity: str  # "error" | "warning" | "info"
+    message: str  # expected vs actual values
+    subgraph: int | None = None
+    op_index: int | None = None
+    op: str | None = None  # op type, e.g. "CONV_2D"
+    role: str | None = None  # "input 0", "weight", "bias", "output 0", ...
+    tensor: str | None = None  # tensor name
+    tensor_index: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def sort_key(self) -> tuple:
+        # Model-level findings first, then in graph order; errors before warnings at one place.
+        return (
+            -1 if self.subgraph is None else self.subgraph,
+            -1 if self.op_index is None else self.op_index,
+            -SEVERITY_RANK[self.severity],
+            self.rule,
+            -1 if self.tensor_index is None else self.tensor_index,
+        )
+
+
+@dataclass
+class ModelResult:
+    """The audit of one model file; `error` is set (and findings empty) when it could not be read."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None
+    operators: list[tuple[int, int, str]] = field(default_factory=list)  # (subgraph, index, type)
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {"errors": 0, "warnings": 0, "infos": 0}
+        for finding in self.findings:
+            counts[f"{finding.severity}s"] += 1
+        return counts
+
+    def fails(self, fail_on: str) -> bool:
+        """Whether any finding is at or above severity `fail_on`."""
+        threshold = SEVERITY_RANK[fail_on]
+        return any(SEVERITY_RANK[f.severity] >= threshold for f in self.findings)

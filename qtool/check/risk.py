@@ -1,0 +1,160 @@
+"""Rule families for numerical risks: legal parameters that lose precision, saturate, or make
+the interpreter abort."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from qtool.check.context import AuditContext
+from qtool.check.findings import Finding
+from qtool.check.qparams import num
+from qtool.model import dtype_name
+from qtool.numerics import quantize_multiplier
+
+
+def check_tiny_scales(ctx: AuditContext) -> Iterator[Finding]:
+    limit = ctx.settings.tiny_scale
+    for s, t, tensor in ctx.quantized_tensors():
+        smallest = float(tensor.quantization.scale.min())
+        if smallest < limit:
+            yield ctx.tensor_finding(
+                "QT-TINY-SCALE",
+                f"'{tensor.name}' has scale {num(smallest)} < tiny_scale {limit:g}",
+                s,
+                t,
+            )
+
+
+def check_bias_saturation(ctx: AuditContext) -> Iterator[Finding]:
+    limit = ctx.spec.bias_value_limit
+    for op in ctx.int8_ops():
+        for operand in ctx.checked_operands(op):
+            if operand.rule.role != "bias" or not ctx.is_dtype(operand.tensor, operand.rule.dtype):
+                continue
+            values = ctx.model.tensor_data(operand.tensor)
+            if values is None:
+                continue
+            saturated = int(np.count_nonzero((values >= limit) | (values <= -limit)))
+            if saturated:
+                yield ctx.finding(
+                    "QT-BIAS-SATURATED",
+                    f"{operand.label}: {saturated} of {values.size} values "
+                    f"are at the int32 limit +-{limit}: the real bias did not fit at this scale",
+                    op,
+                    operand,
+                )
+
+
+def check_range_use(ctx: AuditContext) -> Iterator[Finding]:
+    """Activations whose recorded float range (QuantParams.min/max) uses few of the codes."""
+    fraction = ctx.settings.min_code_fraction
+    for s, t, tensor in ctx.quantized_tensors():
+        q = tensor.quantization
+        limits = ctx.spec.dtype_ranges.get(dtype_name(tensor.dtype).lower())
+        if (
+            limits is None
+            or q.per_axis
+            or ctx.model.is_constant(tensor)
+            or q.min is None
+            or q.max is None
+            or len(q.min) != 1
+            or len(q.max) != 1
+        ):
+            continue
+        low, high = limits
+        scale, zp = float(q.scale[0]), int(q.zero_point[0])
+        used = (float(q.max[0]) - float(q.min[0])) / (scale * (high - low))
+        if used < fraction:
+            yield ctx.tensor_finding(
+                "QT-RANGE-UNDERUSED",
+                f"'{tensor.name}': recorded range [{num(q.min[0])}, "
+                f"{num(q.max[0])}] covers {used:.1%} of the representable "
+                f"[{num((low - zp) * scale)}, {num((high - zp) * scale)}] (about "
+                f"{used * (high - low):.0f} of {high - low} steps; min_code_fraction {fraction:g})",
+                s,
+                t,
+            )
+
+
+def check_weight_codes(ctx: AuditContext) -> Iterator[Finding]:
+    """Constant weights whose largest magnitude per slice maps far below the top code."""
+    fraction = ctx.settings.min_code_fraction
+    for op, operand in ctx.param_operands():
+        rule, tensor = operand.rule, operand.tensor
+        if rule.role != "weight" or not ctx.is_dtype(tensor, rule.dtype):
+            continue
+        values = ctx.model.tensor_data(tensor)
+        if values is None or values.size == 0:
+            continue
+        q = tensor.quantization
+        if q.per_axis and tensor.sparsity is None:
+            others = tuple(d for d in range(values.ndim) if d != q.quantized_dimension)
+            peaks = np.maximum(
+                values.max(axis=others).astype(np.int32), -values.min(axis=others).astype(np.int32)
+            )
+        else:
+            peaks = np.array([max(int(values.max()), -int(values.min()))])
+        top = rule.range[1]
+        low = (peaks > 0) & (peaks < fraction * top)  # all-zero slices are pruned, not wasted
+        if low.any():
+            c = int(np.argmin(np.where(low, peaks, top)))
+            scope = f"{int(low.sum())} of {peaks.size} channels use" if peaks.size > 1 else "uses"
+            channel = f" in channel {c}" if peaks.size > 1 else ""
+            yield ctx.finding(
+                "QT-WEIGHT-CODES",
+                f"{operand.label} {scope} few codes: max |q| = "
+                f"{int(peaks[c])}{channel}, below min_code_fraction {fraction:g} x {top}",
+                op,
+                operand,
+            )
+
+
+def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
+    """The int8 ADD/SUB kernel's multipliers, prepared as TFLite does.
+
+    Both inputs are rescaled to twice the larger input scale, with a left shift for headroom:
+    input multipliers s_i / (2 max s), output multiplier 2 max s / (2^shift s_out). TFLite
+    requires each to be in (0, 1) after rounding to Q31 (QuantizeMultiplierSmallerThanOneExp
+    aborts the process otherwise) and flushes those below 2^-32 to zero.
+    """
+    for op in ctx.int8_ops():
+        shift = ctx.settings.rescale_left_shift.get(op.type)
+        operands = (op.input_at(0), op.input_at(1), op.output_at(0))
+        if shift is None or any(
+            o is None or not ctx.sound(op, o) or o.tensor.quantization.per_axis for o in operands
+        ):
+            continue
+        first, second, out = (float(o.tensor.quantization.scale[0]) for o in operands)
+        twice_max = 2 * max(first, second)
+        multipliers = (first / twice_max, second / twice_max, twice_max / ((1 << shift) * out))
+        formulas = (
+            "input 0 scale / (2 max input scale)",
+            "input 1 scale / (2 max input scale)",
+            f"2 max input scale / (2^{shift} output scale)",
+        )
+        for operand, real, formula in zip(operands, multipliers, formulas, strict=True):
+            mantissa, exponent = quantize_multiplier(real)
+            if exponent > 0:  # real >= 1, or just below 1 and rounded up to 1
+                yield ctx.finding(
+                    "QT-RESCALE-ABORT",
+                    f"{op.type} multiplier {formula} = {num(real)} rounds to "
+                    ">= 1: the interpreter aborts while preparing the op (output scale "
+                    f"{num(out)}, input scales {num(first)} and {num(second)})",
+                    op,
+                    operand,
+                )
+            elif mantissa == 0:
+                effect = (
+                    "the output is constant"
+                    if operand.kind == "output"
+                    else f"{operand.label} is ignored"
+                )
+                yield ctx.finding(
+                    "QT-RESCALE-FLUSH",
+                    f"{op.type} multiplier {formula} = {num(real)} is below "
+                    f"2^-32 and flushed to 0: {effect}",
+                    op,
+                    operand,
+                )

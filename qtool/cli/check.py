@@ -1,0 +1,88 @@
+"""`qtool check MODEL...`: audit quantized models against the int8 spec (a CI step)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from qtool.check import check_paths
+from qtool.check.formats import render_text, to_json, to_junit, to_sarif, to_text
+from qtool.cli.render import stderr, stdout
+from qtool.model import write_atomic
+
+EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
+
+
+@click.command("check")
+@click.argument(
+    "models", nargs=-1, required=True, metavar="MODEL...", type=click.Path(dir_okay=True)
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "junit", "sarif"]),
+    default="text",
+    show_default=True,
+    help="Report format.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    help="Write the report to FILE (atomically) instead of stdout.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(["error", "warning"]),
+    default="error",
+    show_default=True,
+    help="Lowest severity that makes the exit code 1.",
+)
+@click.option(
+    "--per-tensor-fc",
+    is_flag=True,
+    help="Target runtimes that need per-tensor FULLY_CONNECTED weights "
+    "(TFLite Micro, NNAPI, Ethos-U): per-axis FC weights become errors.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Text format: print only the summary lines.")
+@click.pass_context
+def check_command(
+    ctx: click.Context,
+    models: tuple[str, ...],
+    fmt: str,
+    output: str | None,
+    fail_on: str,
+    per_tensor_fc: bool,
+    quiet: bool,
+) -> None:
+    """Audit MODEL... against the TFLite int8 spec.
+
+    Exit code 0: no finding at or above --fail-on; 1: such findings; 2: a model could not be
+    read (the others are still checked).
+    """
+    profiles = ("per-tensor-fc",) if per_tensor_fc else ()
+    results = check_paths(models, profiles)
+
+    if fmt == "text" and output is None:
+        render_text(results, stdout, quiet=quiet)
+    else:
+        report = {
+            "text": lambda: to_text(results, quiet=quiet),
+            "json": lambda: json.dumps(to_json(results, profiles), indent=2) + "\n",
+            "junit": lambda: to_junit(results),
+            "sarif": lambda: json.dumps(to_sarif(results, profiles), indent=2) + "\n",
+        }[fmt]()
+        if output is None:
+            click.echo(report, nl=False)
+        else:
+            write_atomic(output, report)
+            # The report went to a file: keep the CI log informative with one line per model.
+            render_text(results, stdout, quiet=True)
+        for result in results:
+            if result.error is not None:
+                stderr.print(f"qtool: error: {result.error}", markup=False, soft_wrap=True)
+
+    if any(result.error is not None for result in results):
+        ctx.exit(EXIT_UNREADABLE)
+    ctx.exit(EXIT_FINDINGS if any(r.fails(fail_on) for r in results) else EXIT_OK)

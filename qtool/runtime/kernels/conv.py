@@ -1,0 +1,314 @@
+"""Convolutions and matrix products: CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED,
+BATCH_MATMUL.
+
+The spatial helpers (TFLite's padding arithmetic, receptive-field views, blocking, fused-activation
+clamps) are shared with the pooling kernels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import product
+
+import numpy as np
+
+from qtool.errors import ModelError
+from qtool.model.types import ActivationFunctionType, Padding
+from qtool.runtime.registry import OpContext, kernel
+
+# Temporaries (im2col columns, accumulators) are built a block of samples or rows at a time so
+# that a 64-sample chunk of a large feature map neither exhausts memory nor thrashes the caches.
+_MATMUL_BLOCK_BYTES = 1 << 23
+_TAP_BLOCK_BYTES = 1 << 20
+
+_CLAMPS = {
+    ActivationFunctionType.RELU: (0.0, None),
+    ActivationFunctionType.RELU_N1_TO_1: (-1.0, 1.0),
+    ActivationFunctionType.RELU6: (0.0, 6.0),
+}
+
+
+def clamp_activation(x: np.ndarray, code: int) -> np.ndarray:
+    """Apply a fused activation in place the way TFLite's conv and pooling kernels do.
+
+    Those kernels turn the activation into a clamp range (CalculateActivationRange), which TANH
+    and SIGN_BIT do not have: LiteRT silently runs them as NONE, and so does this.
+    """
+    bounds = _CLAMPS.get(code)
+    if bounds is not None:
+        np.clip(x, *bounds, out=x)
+    return x
+
+
+def out_size_and_padding(padding: int, size: int, kernel: int, stride: int,
+                         dilation: int = 1) -> tuple[int, int]:
+    """Output size and leading padding of one spatial axis (TFLite's ComputePaddingHeightWidth).
+
+    Odd total padding puts the extra element at the end.
+    """
+    effective = (kernel - 1) * dilation + 1
+    if padding == Padding.SAME:
+        out = (size + stride - 1) // stride
+    elif padding == Padding.VALID:
+        out = (size + stride - effective) // stride
+    else:
+        raise ModelError(f"unknown padding {padding}")
+    return out, max((out - 1) * stride + effective - size, 0) // 2
+
+
+@dataclass(frozen=True)
+class Block:
+    """A piece of a sliding-window op's output and the padded input it reads."""
+
+    samples: slice
+    rows: range  # output rows
+    slab: np.ndarray  # the padded input rows they read: [n, rows, stride_w, columns / stride_w, C]
+
+
+class TapGrid:
+    """The input of a sliding-window op, cut into blocks of padded input rows.
+
+    Tap (i, j) of every window reads input pixel (oy * stride_h + i * dilation_h - top,
+    ox * stride_w + j * dilation_w - left). A block's slab stores its padded input rows column
+    phase by column phase (column = phase + stride_w * q), which makes each tap a
+    [samples, rows, OW, C] view whose OW x C elements are contiguous: numpy then runs every pass
+    over a tap as one long inner loop, strided windows included. Slabs are built one block at a
+    time, so that they stay in cache and no padded copy of the whole batch is ever made.
+    """
+
+    def __init__(self, x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
+                 dilation: tuple[int, int], padding: int, fill: float = 0.0) -> None:
+        n, height, width, _ = x.shape
+        (oh, self.top), (ow, self.left) = (
+            out_size_and_padding(padding, size, k, s, d)
+            for size, k, s, d in zip((height, width), kernel, stride, dilation, strict=True))
+        self.x, self.fill = x, fill
+        self.kernel, self.stride, self.dilation = kernel, stride, dilation
+        self.out_shape = (n, oh, ow)
+        sw = stride[1]
+        cols = max((ow - 1) * sw + (kernel[1] - 1) * dilation[1] + 1, self.left + width)
+        self.padded_width = -(-cols // sw) * sw
+        rows = (oh - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1
+        # Without padding or column phases, slabs are plain views of the input.
+        self.copy_free = sw == 1 and self.top == 0 and rows <= height and cols == width
+
+    def blocks(self, row_bytes: int, budget: int) -> Iterator[Block]:
+        """Cut the output into blocks whose temporaries take about `budget` bytes, given what
+        one output row costs the caller: whole samples when they fit, else row ranges of one
+        sample."""
+        n, oh, _ = self.out_shape
+        row_bytes += self.stride[0] * self.padded_width * self.x.shape[3] * self.x.itemsize
+        sample_bytes = oh * row_bytes
+        if sample_bytes <= budget:
+            step = budget // sample_bytes
+            for start in range(0, n, step):
+                samples = slice(start, min(start + step, n))
+                yield Block(samples, range(oh), self._slab(samples, range(oh)))
+            return
+        step = max(1, budget // row_bytes)
+        for sample, start in product(range(n), range(0, oh, step)):
+            samples, rows = slice(sample, sample + 1), range(start, min(start + step, oh))
+            yield Block(samples, rows, self._slab(samples, rows))
+
+    def _slab(self, samples: slice, rows: range) -> np.ndarray:
+        first = rows.start * self.stride[0]
+        stop = (rows.stop - 1) * self.stride[0] + (self.kernel[0] - 1) * self.dilation[0] + 1
+        x = self.x[samples]
+        if self.copy_free:
+            return x[:, first:stop, None]
+        sw = self.stride[1]
+        slab = np.empty((x.shape[0], stop - first, sw, self.padded_width // sw, x.shape[3]),
+                        x.dtype)
+        # Input rows [y0, y1) land at slab rows [r0, r1); everything else is padding.
+        y0, y1 = max(first - self.top, 0), min(stop - self.top, x.shape[1])
+        r0, r1 = y0 + self.top - first, max(y1 + self.top - first, y0 + self.top - first)
+        slab[:, :r0] = self.fill
+        slab[:, r1:] = self.fill
+        for phase in range(sw):
+            column = (phase - self.left) % sw  # the first input column of this phase
+            source = x[:, y0:y1, column::sw]
+            start = (self.left + column) // sw
+            target = slab[:, r0:r1, phase]
+            target[:, :, :start] = self.fill
+            target[:, :, start:start + source.shape[2]] = source
+            target[:, :, start + source.shape[2]:] = self.fill
+        return slab
+
+    def row_tap(self, block: Block, i: int) -> np.ndarray:
+        """Window row i of a block, every padded column: [n, rows, stride_w, columns / sw, C]."""
+        first, sh = i * self.dilation[0], self.stride[0]
+        return block.slab[:, first:first + (len(block.rows) - 1) * sh + 1:sh]
+
+    def col_tap(self, j: int, row: np.ndarray) -> np.ndarray:
+        """Window column j of a `row_tap` (or of a reduction of row taps): [n, rows, OW, C]."""
+        start, phase = divmod(j * self.dilation[1], self.stride[1])
+        return row[:, :, phase, start:start + self.out_shape[2]]
+
+    def tap(self, block: Block, i: int, j: int) -> np.ndarray:
+        """Tap (i, j) of a block's windows: [n, rows, OW, C]."""
+        return self.col_tap(j, self.row_tap(block, i))
+
+    def taps(self) -> Iterator[tuple[int, int]]:
+        return product(range(self.kernel[0]), range(self.kernel[1]))
+
+
+def _window_options(ctx: OpContext) -> tuple[tuple[int, int], tuple[int, int]]:
+    return ((ctx.option("stride_h"), ctx.option("stride_w")),
+            (ctx.option("dilation_h_factor"), ctx.option("dilation_w_factor")))
+
+
+def _finish(ctx: OpContext, out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """Add the optional bias and apply the fused activation, in place on a fresh `out`."""
+    if bias is not None:
+        out += bias
+    return clamp_activation(out, ctx.option("fused_activation_function"))
+
+
+def _constant(ctx: OpContext, *indices: int) -> bool:
+    """True when each of these inputs is either absent or a constant (known at plan time)."""
+    return all(ctx.input_tensor(i) is None or ctx.inputs[i] is not None for i in indices)
+
+
+def _constant_filter_and_bias(ctx: OpContext) -> bool:
+    # Weights computed from the samples would differ per sample: run such ops sample by sample.
+    return _constant(ctx, 1, 2)
+
+
+@kernel("CONV_2D", batch=_constant_filter_and_bias)
+def conv_2d(ctx: OpContext) -> np.ndarray:
+    x, filters, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    out_c, kh, kw, group_c = filters.shape
+    # A filter narrower than the input is a grouped convolution (TFLite's reference kernel).
+    groups = x.shape[3] // group_c
+    stride, dilation = _window_options(ctx)
+    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"))
+    n, oh, ow = grid.out_shape
+    # [groups, KH*KW*group_c, out_c/groups], rows in the (kh, kw, c) order of the im2col columns.
+    weights = filters.reshape(groups, out_c // groups, -1).transpose(0, 2, 1)
+    out = np.empty((n * oh * ow, out_c), np.float32)
+    row_bytes = ow * (kh * kw * x.shape[3] + out_c) * 4
+    for block in grid.blocks(row_bytes, _MATMUL_BLOCK_BYTES):
+        cols = _im2col(grid, block)
+        m = cols.shape[0]
+        first = (block.samples.start * oh + block.rows.start) * ow  # blocks are whole rows
+        result = out[first:first + m]
+        np.matmul(cols.reshape(m, kh * kw, groups, group_c).transpose(2, 0, 1, 3)
+                  .reshape(groups, m, -1), weights,
+                  out=result.reshape(m, groups, -1).transpose(1, 0, 2))
+        _finish(ctx, result, bias)  # while the block is in cache
+    return out.reshape(n, oh, ow, out_c)
+
+
+def _im2col(grid: TapGrid, block: Block) -> np.ndarray:
+    """The receptive fields of a block of output pixels as [pixels, KH*KW, C]."""
+    taps = [grid.tap(block, i, j) for i, j in grid.taps()]
+    n, rows, ow, channels = taps[0].shape
+    if len(taps) == 1:
+        return taps[0].reshape(-1, 1, channels)  # a 1x1 unstrided convolution copies nothing
+    cols = np.empty((n, rows, ow, len(taps), channels), taps[0].dtype)
+    for t, tap in enumerate(taps):
+        cols[:, :, :, t] = tap
+    return cols.reshape(-1, len(taps), channels)
+
+
+@kernel("DEPTHWISE_CONV_2D", batch=_constant_filter_and_bias)
+def depthwise_conv_2d(ctx: OpContext) -> np.ndarray:
+    x, filters, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    _, kh, kw, out_c = filters.shape
+    # LiteRT derives the multiplier from the shapes and never reads the depth_multiplier option.
+    multiplier = out_c // x.shape[3]
+    if multiplier > 1:
+        x = np.repeat(x, multiplier, axis=3)  # output channel k reads input channel k // mult.
+    stride, dilation = _window_options(ctx)
+    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"))
+    n, oh, ow = grid.out_shape
+    # Each tap's weights repeated along the output row: a tap's product is one contiguous pass.
+    weights = np.tile(filters.reshape(kh, kw, 1, out_c), (1, 1, ow, 1))
+    out = np.empty((n, oh, ow, out_c), np.float32)
+    for block in grid.blocks(2 * ow * out_c * 4, _TAP_BLOCK_BYTES):
+        acc = out[block.samples, block.rows.start:block.rows.stop]
+        term = np.empty_like(acc)
+        for t, (i, j) in enumerate(grid.taps()):
+            if t == 0:
+                np.multiply(grid.tap(block, i, j), weights[i, j], out=acc)
+            else:
+                np.multiply(grid.tap(block, i, j), weights[i, j], out=term)
+                acc += term
+        _finish(ctx, acc, bias)
+    return out
+
+
+def _transpose_conv_batches(ctx: OpContext) -> bool:
+    return _constant(ctx, 1, 3)
+
+
+@kernel("TRANSPOSE_CONV", batch=_transpose_conv_batches)
+def transpose_conv(ctx: OpContext) -> np.ndarray:
+    output_shape, filters, x, bias = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
+    out_c, kh, kw, in_c = filters.shape
+    n, height, width, _ = x.shape
+    oh, ow = (int(d) for d in np.asarray(output_shape).reshape(-1)[1:3])
+    sh, sw = ctx.option("stride_h"), ctx.option("stride_w")
+    # TFLite computes the padding as for a forward convolution from the output to the input size.
+    top = out_size_and_padding(ctx.option("padding"), oh, kh, sh)[1]
+    left = out_size_and_padding(ctx.option("padding"), ow, kw, sw)[1]
+    # What every input pixel adds to its KH x KW output neighbourhood: [N, H, W, KH, KW, OC].
+    spread = (x.reshape(-1, in_c) @ filters.transpose(3, 1, 2, 0).reshape(in_c, -1)).reshape(
+        n, height, width, kh, kw, out_c)
+    span_h, span_w = (height - 1) * sh + 1, (width - 1) * sw + 1
+    full = np.zeros((n, max(span_h + kh - 1, top + oh), max(span_w + kw - 1, left + ow), out_c),
+                    np.float32)
+    for i, j in product(range(kh), range(kw)):
+        full[:, i:i + span_h:sh, j:j + span_w:sw] += spread[:, :, :, i, j]
+    return _finish(ctx, full[:, top:top + oh, left:left + ow].copy(), bias)
+
+
+def _fully_connected_batches(ctx: OpContext) -> bool:
+    if not _constant_filter_and_bias(ctx):
+        return False
+    if ctx.option("keep_num_dims"):
+        return True  # the output keeps the input's leading axis
+    # Otherwise the output is [rows, units] with rows = elements / in_features: per-sample only
+    # when each sample is a single row (an input like [1, 4, 16] against 64 in_features counts).
+    return int(np.prod(ctx.input_shape(0))) == ctx.input_shape(1)[1]
+
+
+@kernel("FULLY_CONNECTED", batch=_fully_connected_batches)
+def fully_connected(ctx: OpContext) -> np.ndarray:
+    x, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
+    if ctx.option("weights_format") != 0:
+        raise ModelError("FULLY_CONNECTED: only the DEFAULT weights format has float semantics")
+    activation = ctx.option("fused_activation_function")
+    if activation not in (ActivationFunctionType.NONE, *_CLAMPS):
+        # LiteRT rejects these at prepare time instead of ignoring them as convolutions do.
+        raise ModelError(f"FULLY_CONNECTED: unsupported fused activation function {activation}")
+    units, in_features = weights.shape
+    out = x.reshape(-1, in_features) @ weights.T
+    out = _finish(ctx, out, bias)
+    return out.reshape(*x.shape[:-1], units) if ctx.option("keep_num_dims") else out
+
+
+def _batch_matmul_batches(ctx: OpContext) -> bool:
+    shapes = [ctx.input_shape(0), ctx.input_shape(1)]
+    out_rank = max(len(s) for s in shapes)
+    for i, shape in enumerate(shapes):
+        live = ctx.inputs[i] is None
+        if len(shape) == out_rank >= 3:
+            # A leading batch axis: a sample axis for a live operand, a broadcast for a constant.
+            if shape[0] != 1:
+                return False
+        elif live and not (i == 0 and out_rank == 2 and not ctx.option("adj_x")):
+            # Only a plain 2-D lhs has its leading axis (rows) map to the output's leading axis.
+            return False
+    return True
+
+
+@kernel("BATCH_MATMUL", batch=_batch_matmul_batches)
+def batch_matmul(ctx: OpContext) -> np.ndarray:
+    lhs, rhs = ctx.input(0), ctx.input(1)
+    if ctx.option("adj_x"):
+        lhs = np.swapaxes(lhs, -1, -2)
+    if ctx.option("adj_y"):
+        rhs = np.swapaxes(rhs, -1, -2)
+    return np.matmul(lhs, rhs)
