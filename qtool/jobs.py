@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,7 @@ class QuantizeJob:
     strict: bool = False
     force: bool = False
     custom_ops: str | None = None
-    options: QuantizeOptions = QuantizeOptions()
+    options: QuantizeOptions = field(default_factory=QuantizeOptions)
 
 
 @dataclass

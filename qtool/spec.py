@@ -103,7 +103,7 @@ def raw_spec() -> dict[str, Any]:
     return json.loads(text)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_spec(profiles: tuple[str, ...] = ()) -> Int8Spec:
     """The spec, with the named target profiles (e.g. "per-tensor-fc") applied."""
     raw = raw_spec()

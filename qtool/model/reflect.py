@@ -82,12 +82,12 @@ def snake_case(name: str) -> str:
     return re.sub(r"(?<=[a-zA-Z])(\d+)", r"_\1", snake).lower()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def table_class(name: str) -> type:
     return getattr(importlib.import_module(f"tflite.{name}"), name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def union_members(enum_name: str) -> dict[int, str]:
     enum_cls = table_class(enum_name)
     return {
@@ -97,12 +97,12 @@ def union_members(enum_name: str) -> dict[int, str]:
     }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def union_codes(enum_name: str) -> dict[str, int]:
     return {member: code for code, member in union_members(enum_name).items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
     """The fields of table `name` and its vtable size (number of slots)."""
     module = importlib.import_module(f"tflite.{name}")

@@ -55,7 +55,7 @@ def op_type_name(code: int) -> str:
     return _OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def builtin_code(name: str) -> int:
     try:
         return getattr(BuiltinOperator, name)

@@ -171,7 +171,7 @@ class Engine:
     def _join(self, parts: list[np.ndarray], tensor_index: int) -> np.ndarray:
         """Samples of an output back together: along the batch axis when it has one."""
         if self.batched_inputs and self._leading_one(tensor_index) and parts[0].ndim:
-            return np.concatenate(parts)
+            return parts[0] if len(parts) == 1 else np.concatenate(parts)
         return np.stack(parts)
 
     def _check_feeds(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:

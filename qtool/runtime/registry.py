@@ -159,23 +159,33 @@ def builtin_kernels() -> list[str]:
     return sorted(_BUILTIN)
 
 
-def apply_activation(x: np.ndarray, code: int) -> np.ndarray:
-    """A fused activation function (the `fused_activation_function` option)."""
-    if code == ActivationFunctionType.NONE:
-        return x
-    if code == ActivationFunctionType.RELU:
-        return np.maximum(x, 0, dtype=x.dtype)
-    if code == ActivationFunctionType.RELU_N1_TO_1:
-        return np.clip(x, -1, 1).astype(x.dtype, copy=False)
-    if code == ActivationFunctionType.RELU6:
-        return np.clip(x, 0, 6).astype(x.dtype, copy=False)
-    if code == ActivationFunctionType.TANH:
-        return np.tanh(x)
-    if code == ActivationFunctionType.SIGN_BIT:
-        return np.signbit(x).astype(x.dtype)
-    raise UsageError(f"unknown fused activation function {code}")
+_ACTIVATION_RANGES: dict[int, tuple[float | None, float | None]] = {
+    ActivationFunctionType.RELU: (0, None),
+    ActivationFunctionType.RELU_N1_TO_1: (-1, 1),
+    ActivationFunctionType.RELU6: (0, 6),
+}
+
+
+def is_clamp_activation(code: int) -> bool:
+    """Whether a fused activation is NONE or a clamp (what kernels that reject others accept)."""
+    return code == ActivationFunctionType.NONE or code in _ACTIVATION_RANGES
 
 
 def fused(ctx: OpContext, x: np.ndarray) -> np.ndarray:
-    """Apply the operator's fused activation, if its options have one."""
-    return apply_activation(x, ctx.option("fused_activation_function"))
+    """The operator's fused activation as TFLite's kernels apply it, in place.
+
+    They clamp to CalculateActivationRange, which knows only the RELU family: TANH and SIGN_BIT
+    run as NONE (checked against LiteRT). Floats are also clamped to [lowest, max] without an
+    activation, so an inf result saturates to +-FLT_MAX; NaN stays. An operator written without
+    its options table (LiteRT accepts that) has no activation.
+    """
+    code = (ctx.option("fused_activation_function") if ctx.op.options_type is not None
+            else ActivationFunctionType.NONE)
+    low, high = _ACTIVATION_RANGES.get(code, (None, None))
+    if x.dtype.kind == "f":
+        finite = np.finfo(x.dtype)
+        low = finite.min if low is None else low
+        high = finite.max if high is None else high
+    if low is None and high is None:
+        return x
+    return np.clip(x, low, high, out=x)

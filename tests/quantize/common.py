@@ -24,7 +24,7 @@ def holdout_feeds(name: str, model: Model) -> list[np.ndarray]:
     return [holdout[spec.name] for spec in model_inputs(model)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def quantized(name: str, io: str = "float", per_tensor_fc: bool = False,
               keep_float: tuple[str, ...] = ()) -> QuantizeResult:
     model = load_model(fixture_path(name))

@@ -10,12 +10,19 @@ from qtool.model import model_to_bytes
 from qtool.model.types import ActivationFunctionType as Fn
 from qtool.model.types import Padding
 from qtool.runtime import Engine
+from qtool.runtime.kernels import conv
 from tests.litert import run_litert
 from tests.runtime.harness import Act, Const, build_single_op, check_op
 
 SAME, VALID = Padding.SAME, Padding.VALID
 NONE, RELU, RELU_N1_TO_1, RELU6, TANH, SIGN_BIT = (
-    Fn.NONE, Fn.RELU, Fn.RELU_N1_TO_1, Fn.RELU6, Fn.TANH, Fn.SIGN_BIT)
+    Fn.NONE,
+    Fn.RELU,
+    Fn.RELU_N1_TO_1,
+    Fn.RELU6,
+    Fn.TANH,
+    Fn.SIGN_BIT,
+)
 N = 3  # samples per case: LiteRT runs them one by one, the engine as one batch
 
 
@@ -46,14 +53,23 @@ def _engine_output(op_type: str, inputs: list, like: np.ndarray, **kw) -> np.nda
 
 # (input HxWxC, filter OCxKHxKW, stride, dilation, padding, activation, groups)
 CONV_CASES = [
-    *[((7, 9, 3), (4, 3, 3), s, d, p, NONE, 1)
-      for p in (SAME, VALID) for s in ((1, 1), (2, 2), (2, 3)) for d in ((1, 1), (2, 1))],
+    *[
+        ((7, 9, 3), (4, 3, 3), s, d, p, NONE, 1)
+        for p in (SAME, VALID)
+        for s in ((1, 1), (2, 2), (2, 3))
+        for d in ((1, 1), (2, 1))
+    ],
     ((8, 8, 5), (6, 1, 1), (1, 1), (1, 1), VALID, NONE, 1),
     ((8, 8, 5), (6, 1, 1), (2, 2), (1, 1), SAME, NONE, 1),
     ((6, 10, 4), (3, 1, 3), (1, 2), (1, 1), SAME, RELU, 1),
     ((9, 9, 2), (5, 4, 4), (3, 3), (1, 1), SAME, RELU6, 1),
     ((11, 11, 3), (2, 5, 5), (1, 1), (2, 2), SAME, RELU_N1_TO_1, 1),
+    # 16 channels or more: im2col copies whole pixels from column-phase slabs.
     ((12, 12, 16), (24, 3, 3), (1, 1), (1, 1), SAME, RELU, 1),
+    ((11, 13, 16), (8, 3, 3), (2, 3), (1, 1), SAME, RELU6, 1),
+    ((11, 13, 16), (8, 3, 3), (2, 2), (2, 2), VALID, NONE, 1),
+    ((10, 10, 32), (8, 2, 2), (2, 2), (1, 1), SAME, NONE, 2),
+    ((9, 9, 16), (8, 1, 1), (2, 2), (1, 1), VALID, NONE, 1),
     ((7, 7, 6), (6, 3, 3), (1, 1), (1, 1), SAME, NONE, 2),
     ((7, 7, 8), (12, 3, 3), (2, 2), (1, 1), VALID, RELU, 4),
     *[((6, 6, 3), (4, 3, 3), (1, 1), (1, 1), SAME, act, 1) for act in (TANH, SIGN_BIT)],
@@ -61,21 +77,33 @@ CONV_CASES = [
 
 
 def _conv_options(stride, dilation, padding, activation) -> dict:
-    return {"padding": padding, "stride_h": stride[0], "stride_w": stride[1],
-            "dilation_h_factor": dilation[0], "dilation_w_factor": dilation[1],
-            "fused_activation_function": activation}
+    return {
+        "padding": padding,
+        "stride_h": stride[0],
+        "stride_w": stride[1],
+        "dilation_h_factor": dilation[0],
+        "dilation_w_factor": dilation[1],
+        "fused_activation_function": activation,
+    }
 
 
-@pytest.mark.parametrize(("in_shape", "filter_shape", "stride", "dilation", "padding",
-                          "activation", "groups"), CONV_CASES)
+@pytest.mark.parametrize(
+    ("in_shape", "filter_shape", "stride", "dilation", "padding", "activation", "groups"),
+    CONV_CASES,
+)
 def test_conv_2d(in_shape, filter_shape, stride, dilation, padding, activation, groups):
     rng = np.random.default_rng(1)
     out_c, kh, kw = filter_shape
     x = _data(rng, N, *in_shape)
     w = _data(rng, out_c, kh, kw, in_shape[2] // groups)
     b = _data(rng, out_c)
-    _check("CONV_2D", [Act(x), Const(w), Const(b)], "batch", options_type="Conv2DOptions",
-           options=_conv_options(stride, dilation, padding, activation))
+    _check(
+        "CONV_2D",
+        [Act(x), Const(w), Const(b)],
+        "batch",
+        options_type="Conv2DOptions",
+        options=_conv_options(stride, dilation, padding, activation),
+    )
 
 
 @pytest.mark.parametrize("absent", ["omitted", "minus_one"])
@@ -84,26 +112,80 @@ def test_conv_2d_without_bias(absent):
     rng = np.random.default_rng(2)
     x, w = _data(rng, N, 6, 7, 3), _data(rng, 5, 3, 3, 3)
     options = _conv_options((1, 2), (1, 1), SAME, RELU)
-    expected = check_op("CONV_2D", [Act(x), Const(w), Const(np.zeros(5, np.float32))],
-                        options_type="Conv2DOptions", options=options)[0]
+    expected = check_op(
+        "CONV_2D",
+        [Act(x), Const(w), Const(np.zeros(5, np.float32))],
+        options_type="Conv2DOptions",
+        options=options,
+    )[0]
     inputs = [Act(x), Const(w)] + ([None] if absent == "minus_one" else [])
-    got = _engine_output("CONV_2D", inputs, expected, options_type="Conv2DOptions",
-                         options=options)
+    got = _engine_output("CONV_2D", inputs, expected, options_type="Conv2DOptions", options=options)
     np.testing.assert_array_equal(got, expected)
+
+
+def _blocking_case(op_type: str, rng: np.random.Generator, x: np.ndarray) -> dict:
+    c = x.shape[3]
+    if op_type == "CONV_2D":
+        return {
+            "inputs": [Act(x), Const(_data(rng, 8, 3, 3, c)), Const(_data(rng, 8))],
+            "options_type": "Conv2DOptions",
+            "options": _conv_options((1, 1), (1, 1), SAME, RELU),
+        }
+    if op_type == "DEPTHWISE_CONV_2D":
+        return {
+            "inputs": [Act(x), Const(_data(rng, 1, 3, 3, c)), Const(_data(rng, c))],
+            "options_type": "DepthwiseConv2DOptions",
+            "options": _depthwise_options(1, (1, 1), (1, 1), SAME, RELU),
+        }
+    return {
+        "inputs": [
+            Const(np.array([1, 20, 24, 4], np.int32)),
+            Const(_data(rng, 4, 3, 3, c)),
+            Act(x),
+        ],
+        "options_type": "TransposeConvOptions",
+        "options": {"padding": SAME, "stride_h": 2, "stride_w": 2},
+    }
+
+
+# Budgets (bytes of temporaries) that cut the 3 samples into single rows, into ranges of 3 rows
+# (10 = 3 + 3 + 3 + 1), or into blocks of 2 samples and 1.
+@pytest.mark.parametrize(
+    ("op_type", "budget"),
+    [
+        *[("CONV_2D", b) for b in (1, 25_000, 170_000)],
+        *[("DEPTHWISE_CONV_2D", b) for b in (1, 7_500, 50_000)],
+        *[("TRANSPOSE_CONV", b) for b in (1, 60_000)],
+    ],
+)
+def test_blocks(op_type, budget, monkeypatch):
+    monkeypatch.setattr(conv, "_MATMUL_BLOCK_BYTES", budget)
+    monkeypatch.setattr(conv, "_TAP_BLOCK_BYTES", budget)
+    rng = np.random.default_rng(13)
+    check_op(op_type, **_blocking_case(op_type, rng, _data(rng, N, 10, 12, 16)))
 
 
 def test_conv_2d_live_filter():
     # Weights that are model inputs differ per sample: the rule says no and the op is looped.
     rng = np.random.default_rng(3)
     x, w = _data(rng, N, 6, 6, 3), _data(rng, N, 3, 3, 3)
-    _check("CONV_2D", [Act(x), Act(w), Const(_data(rng, 1))], "loop",
-           options_type="Conv2DOptions", options=_conv_options((1, 1), (1, 1), SAME, NONE))
+    _check(
+        "CONV_2D",
+        [Act(x), Act(w), Const(_data(rng, 1))],
+        "loop",
+        options_type="Conv2DOptions",
+        options=_conv_options((1, 1), (1, 1), SAME, NONE),
+    )
 
 
 # (input HxWxC, multiplier, KHxKW, stride, dilation, padding, activation)
 DEPTHWISE_CASES = [
-    *[((9, 8, 4), 1, (3, 3), s, d, p, NONE)
-      for p in (SAME, VALID) for s in ((1, 1), (2, 2), (1, 3)) for d in ((1, 1), (1, 2))],
+    *[
+        ((9, 8, 4), 1, (3, 3), s, d, p, NONE)
+        for p in (SAME, VALID)
+        for s in ((1, 1), (2, 2), (1, 3))
+        for d in ((1, 1), (1, 2))
+    ],
     ((7, 7, 3), 2, (3, 3), (1, 1), (1, 1), SAME, RELU),
     ((7, 7, 2), 3, (5, 5), (2, 2), (1, 1), SAME, RELU6),
     ((10, 6, 8), 1, (2, 4), (2, 1), (1, 1), SAME, RELU_N1_TO_1),
@@ -115,20 +197,25 @@ DEPTHWISE_CASES = [
 
 
 def _depthwise_options(multiplier, stride, dilation, padding, activation) -> dict:
-    return {**_conv_options(stride, dilation, padding, activation),
-            "depth_multiplier": multiplier}
+    return {**_conv_options(stride, dilation, padding, activation), "depth_multiplier": multiplier}
 
 
-@pytest.mark.parametrize(("in_shape", "multiplier", "kernel", "stride", "dilation", "padding",
-                          "activation"), DEPTHWISE_CASES)
+@pytest.mark.parametrize(
+    ("in_shape", "multiplier", "kernel", "stride", "dilation", "padding", "activation"),
+    DEPTHWISE_CASES,
+)
 def test_depthwise_conv_2d(in_shape, multiplier, kernel, stride, dilation, padding, activation):
     rng = np.random.default_rng(4)
     x = _data(rng, N, *in_shape)
     out_c = in_shape[2] * multiplier
     w, b = _data(rng, 1, *kernel, out_c), _data(rng, out_c)
-    _check("DEPTHWISE_CONV_2D", [Act(x), Const(w), Const(b)], "batch",
-           options_type="DepthwiseConv2DOptions",
-           options=_depthwise_options(multiplier, stride, dilation, padding, activation))
+    _check(
+        "DEPTHWISE_CONV_2D",
+        [Act(x), Const(w), Const(b)],
+        "batch",
+        options_type="DepthwiseConv2DOptions",
+        options=_depthwise_options(multiplier, stride, dilation, padding, activation),
+    )
 
 
 @pytest.mark.parametrize("option", [0, 1, 3])
@@ -136,17 +223,25 @@ def test_depthwise_conv_2d_multiplier_from_shapes(option):
     # LiteRT never reads depth_multiplier (0 or a wrong value are common in converted models).
     rng = np.random.default_rng(5)
     x, w = _data(rng, N, 6, 6, 3), _data(rng, 1, 3, 3, 6)
-    _check("DEPTHWISE_CONV_2D", [Act(x), Const(w)], "batch",
-           options_type="DepthwiseConv2DOptions",
-           options=_depthwise_options(option, (1, 1), (1, 1), SAME, NONE))
+    _check(
+        "DEPTHWISE_CONV_2D",
+        [Act(x), Const(w)],
+        "batch",
+        options_type="DepthwiseConv2DOptions",
+        options=_depthwise_options(option, (1, 1), (1, 1), SAME, NONE),
+    )
 
 
 def test_depthwise_conv_2d_live_filter():
     rng = np.random.default_rng(6)
     x, w = _data(rng, N, 6, 6, 4), _data(rng, N, 3, 3, 4)
-    _check("DEPTHWISE_CONV_2D", [Act(x), Act(w), Const(_data(rng, 4))], "loop",
-           options_type="DepthwiseConv2DOptions",
-           options=_depthwise_options(1, (2, 2), (1, 1), SAME, RELU))
+    _check(
+        "DEPTHWISE_CONV_2D",
+        [Act(x), Act(w), Const(_data(rng, 4))],
+        "loop",
+        options_type="DepthwiseConv2DOptions",
+        options=_depthwise_options(1, (2, 2), (1, 1), SAME, RELU),
+    )
 
 
 # (input HxWxC, filter OCxKHxKW, stride, padding, output HxW, activation, bias)
@@ -165,26 +260,40 @@ TRANSPOSE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("in_shape", "filter_shape", "stride", "padding", "out_hw",
-                          "activation", "bias"), TRANSPOSE_CASES)
+@pytest.mark.parametrize(
+    ("in_shape", "filter_shape", "stride", "padding", "out_hw", "activation", "bias"),
+    TRANSPOSE_CASES,
+)
 def test_transpose_conv(in_shape, filter_shape, stride, padding, out_hw, activation, bias):
     rng = np.random.default_rng(7)
     out_c, kh, kw = filter_shape
     x, w = _data(rng, N, *in_shape), _data(rng, out_c, kh, kw, in_shape[2])
     bias_input = {"const": [Const(_data(rng, out_c))], "omitted": [], "minus_one": [None]}[bias]
     output_shape = Const(np.array([1, *out_hw, out_c], np.int32))
-    _check("TRANSPOSE_CONV", [output_shape, Const(w), Act(x), *bias_input], "batch",
-           options_type="TransposeConvOptions",
-           options={"padding": padding, "stride_h": stride[0], "stride_w": stride[1],
-                    "fused_activation_function": activation})
+    _check(
+        "TRANSPOSE_CONV",
+        [output_shape, Const(w), Act(x), *bias_input],
+        "batch",
+        options_type="TransposeConvOptions",
+        options={
+            "padding": padding,
+            "stride_h": stride[0],
+            "stride_w": stride[1],
+            "fused_activation_function": activation,
+        },
+    )
 
 
 def test_transpose_conv_live_filter():
     rng = np.random.default_rng(8)
     x, w = _data(rng, N, 4, 4, 3), _data(rng, N, 3, 3, 3)
-    _check("TRANSPOSE_CONV", [Const(np.array([1, 8, 8, 1], np.int32)), Act(w), Act(x)], "loop",
-           options_type="TransposeConvOptions",
-           options={"padding": SAME, "stride_h": 2, "stride_w": 2})
+    _check(
+        "TRANSPOSE_CONV",
+        [Const(np.array([1, 8, 8, 1], np.int32)), Act(w), Act(x)],
+        "loop",
+        options_type="TransposeConvOptions",
+        options={"padding": SAME, "stride_h": 2, "stride_w": 2},
+    )
 
 
 # (input sample shape, weights [units, in_features], keep_num_dims, bias, activation, mode)
@@ -204,74 +313,98 @@ FC_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("sample_shape", "weights_shape", "keep_num_dims", "bias",
-                          "activation", "mode"), FC_CASES)
+@pytest.mark.parametrize(
+    ("sample_shape", "weights_shape", "keep_num_dims", "bias", "activation", "mode"), FC_CASES
+)
 def test_fully_connected(sample_shape, weights_shape, keep_num_dims, bias, activation, mode):
     rng = np.random.default_rng(9)
     x, w = _data(rng, N, *sample_shape), _data(rng, *weights_shape)
     units = weights_shape[0]
     bias_input = {"const": [Const(_data(rng, units))], "omitted": [], "minus_one": [None]}[bias]
-    _check("FULLY_CONNECTED", [Act(x), Const(w), *bias_input], mode,
-           options_type="FullyConnectedOptions",
-           options={"keep_num_dims": keep_num_dims, "fused_activation_function": activation})
+    _check(
+        "FULLY_CONNECTED",
+        [Act(x), Const(w), *bias_input],
+        mode,
+        options_type="FullyConnectedOptions",
+        options={"keep_num_dims": keep_num_dims, "fused_activation_function": activation},
+    )
 
 
 def test_fully_connected_live_weights():
     rng = np.random.default_rng(10)
     x, w = _data(rng, N, 6), _data(rng, N, 6)
-    _check("FULLY_CONNECTED", [Act(x), Act(w)], "loop", options_type="FullyConnectedOptions",
-           options={})
+    _check(
+        "FULLY_CONNECTED",
+        [Act(x), Act(w)],
+        "loop",
+        options_type="FullyConnectedOptions",
+        options={},
+    )
 
 
-@pytest.mark.parametrize("activation", [TANH, SIGN_BIT])
-def test_fully_connected_rejects_non_clamp_activation(activation):
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"fused_activation_function": TANH},
+        {"fused_activation_function": SIGN_BIT},
+        {"weights_format": 1},  # SHUFFLED4x16INT8, for uint8 weights only
+    ],
+)
+def test_fully_connected_rejects(options):
+    # Where convolutions ignore TANH and SIGN_BIT, LiteRT's FULLY_CONNECTED refuses them.
     rng = np.random.default_rng(11)
     x = _data(rng, 1, 4)
-    inputs = [Act(x), Const(_data(rng, 3, 4))]
-    options = {"fused_activation_function": activation}
-    model = build_single_op("FULLY_CONNECTED", inputs, options_type="FullyConnectedOptions",
-                            options=options, output_shapes=[[1, 3]])
+    model = build_single_op(
+        "FULLY_CONNECTED",
+        [Act(x), Const(_data(rng, 3, 4))],
+        options_type="FullyConnectedOptions",
+        options=options,
+        output_shapes=[[1, 3]],
+    )
     with pytest.raises(RuntimeError):
         run_litert(model_to_bytes(model), [x])
     with pytest.raises(ModelError):
         Engine(model).run([x])
 
 
-# (lhs sample shape or ("const", shape), rhs likewise, adj_x, adj_y, planned mode)
+# (lhs, rhs, adj_x, adj_y, planned mode); operands are ("act", sample shape), declared with a
+# leading 1, or ("const", shape).
 BATCH_MATMUL_CASES = [
-    *[((4, 5) if not ax else (5, 4), ("const", (5, 6) if not ay else (6, 5)), ax, ay, "batch")
-      for ax in (False, True) for ay in (False, True)],
-    ((2, 4, 5), ("const", (5, 3)), False, False, "batch"),
-    ((2, 4, 5), ("const", (1, 2, 3, 5)), False, True, "batch"),
-    ((2, 4, 5), ("const", (2, 5, 3)), False, False, "batch"),
-    ((3, 4, 5), ("const", (1, 3, 5, 2)), False, False, "batch"),
-    ((4, 5), ("live", (5, 3)), False, False, "batch"),
-    ((4, 5), ("live", (3, 4)), True, True, "batch"),
+    *[
+        (("act", (5, 4) if ax else (4, 5)), ("const", (6, 5) if ay else (5, 6)), ax, ay, "batch")
+        for ax in (False, True)
+        for ay in (False, True)
+    ],
+    (("act", (2, 4, 5)), ("const", (5, 3)), False, False, "batch"),
+    (("act", (2, 4, 5)), ("const", (1, 2, 3, 5)), False, True, "batch"),
+    (("act", (2, 4, 5)), ("const", (2, 5, 3)), False, False, "batch"),
+    (("act", (3, 4, 5)), ("const", (1, 3, 5, 2)), False, False, "batch"),
+    (("act", (4, 5)), ("act", (5, 3)), False, False, "batch"),
+    (("act", (4, 5)), ("act", (3, 4)), True, True, "batch"),
+    (("const", (4, 5)), ("act", (5, 3)), False, False, "batch"),
     # The constant's leading batch axis of 2 cannot broadcast against the samples.
-    ((4, 5), ("const", (2, 5, 3)), False, False, "serial"),
+    (("act", (4, 5)), ("const", (2, 5, 3)), False, False, "serial"),
     # A live operand of lower rank than the output has its sample axis broadcast, not kept.
-    ((4, 5), ("const", (1, 1, 5, 3)), False, False, "loop"),
-    ((4, 5), ("const", (2, 1, 5, 3)), False, False, "serial"),
+    (("act", (4, 5)), ("const", (1, 1, 5, 3)), False, False, "loop"),
+    (("act", (4, 5)), ("const", (2, 1, 5, 3)), False, False, "serial"),
     # A 2-D lhs: its [1, K] rows are the output rows...
-    (("rows", (1, 5)), ("const", (5, 3)), False, False, "batch"),
+    (("act", (5,)), ("const", (5, 3)), False, False, "batch"),
     # ...but not when it is transposed ([K=1, M]).
-    (("rows", (1, 4)), ("const", (1, 3)), True, False, "serial"),
+    (("act", (4,)), ("const", (1, 3)), True, False, "serial"),
 ]
-
-
-def _operand(rng: np.random.Generator, spec, lhs_batch: tuple) -> Act | Const:
-    kind, shape = spec if isinstance(spec[0], str) else ("act", spec)
-    if kind == "const":
-        return Const(_data(rng, *shape))
-    if kind == "rows":
-        return Act(_data(rng, N, *shape[1:]))
-    return Act(_data(rng, N, *(lhs_batch if kind == "live" else ()), *shape))
 
 
 @pytest.mark.parametrize(("lhs", "rhs", "adj_x", "adj_y", "mode"), BATCH_MATMUL_CASES)
 def test_batch_matmul(lhs, rhs, adj_x, adj_y, mode):
     rng = np.random.default_rng(12)
-    left = _operand(rng, lhs, ())
-    right = _operand(rng, rhs, np.shape(left.value)[1:-2] if isinstance(left, Act) else ())
-    _check("BATCH_MATMUL", [left, right], mode, options_type="BatchMatMulOptions",
-           options={"adj_x": adj_x, "adj_y": adj_y})
+    operands = [
+        Act(_data(rng, N, *shape)) if kind == "act" else Const(_data(rng, *shape))
+        for kind, shape in (lhs, rhs)
+    ]
+    _check(
+        "BATCH_MATMUL",
+        operands,
+        mode,
+        options_type="BatchMatMulOptions",
+        options={"adj_x": adj_x, "adj_y": adj_y},
+    )

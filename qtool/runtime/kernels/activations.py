@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qtool.runtime.kernels.elementwise import broadcasts_per_sample, clamp_fused
-from qtool.runtime.registry import OpContext, kernel
+from qtool.runtime.kernels.elementwise import broadcasts_per_sample
+from qtool.runtime.registry import OpContext, fused, kernel
 
 # LiteRT's LOGISTIC: exactly 1 above this input, exp(x) below -9 (reference_ops::Logistic).
 _LOGISTIC_UPPER = np.float32(16.619047164916992)
@@ -204,4 +204,4 @@ def log_softmax(ctx: OpContext) -> np.ndarray:
 def l2_normalization(ctx: OpContext) -> np.ndarray:
     x = ctx.inputs[0]
     norm = np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
-    return clamp_fused(ctx, x / np.maximum(norm, _L2_EPSILON))
+    return fused(ctx, x / np.maximum(norm, _L2_EPSILON))

@@ -14,35 +14,19 @@ from itertools import product
 import numpy as np
 
 from qtool.errors import ModelError
-from qtool.model.types import ActivationFunctionType, Padding
-from qtool.runtime.registry import OpContext, kernel
+from qtool.model.types import Padding
+from qtool.runtime.registry import OpContext, fused, is_clamp_activation, kernel
 
 # Temporaries (im2col columns, accumulators) are built a block of samples or rows at a time so
 # that a 64-sample chunk of a large feature map neither exhausts memory nor thrashes the caches.
 _MATMUL_BLOCK_BYTES = 1 << 23
 _TAP_BLOCK_BYTES = 1 << 20
+# Below this many input channels im2col copies channel planes rather than pixels.
+_PIXEL_MAJOR_CHANNELS = 16
 
-_CLAMPS = {
-    ActivationFunctionType.RELU: (0.0, None),
-    ActivationFunctionType.RELU_N1_TO_1: (-1.0, 1.0),
-    ActivationFunctionType.RELU6: (0.0, 6.0),
-}
-
-
-def clamp_activation(x: np.ndarray, code: int) -> np.ndarray:
-    """Apply a fused activation in place the way TFLite's conv and pooling kernels do.
-
-    Those kernels turn the activation into a clamp range (CalculateActivationRange), which TANH
-    and SIGN_BIT do not have: LiteRT silently runs them as NONE, and so does this.
-    """
-    bounds = _CLAMPS.get(code)
-    if bounds is not None:
-        np.clip(x, *bounds, out=x)
-    return x
-
-
-def out_size_and_padding(padding: int, size: int, kernel: int, stride: int,
-                         dilation: int = 1) -> tuple[int, int]:
+def out_size_and_padding(
+    padding: int, size: int, kernel: int, stride: int, dilation: int = 1
+) -> tuple[int, int]:
     """Output size and leading padding of one spatial axis (TFLite's ComputePaddingHeightWidth).
 
     Odd total padding puts the extra element at the end.
@@ -63,35 +47,44 @@ class Block:
 
     samples: slice
     rows: range  # output rows
-    slab: np.ndarray  # the padded input rows they read: [n, rows, stride_w, columns / stride_w, C]
+    slab: np.ndarray  # the padded input rows they read: [n, rows, phases, columns / phases, C]
 
 
 class TapGrid:
     """The input of a sliding-window op, cut into blocks of padded input rows.
 
     Tap (i, j) of every window reads input pixel (oy * stride_h + i * dilation_h - top,
-    ox * stride_w + j * dilation_w - left). A block's slab stores its padded input rows column
-    phase by column phase (column = phase + stride_w * q), which makes each tap a
-    [samples, rows, OW, C] view whose OW x C elements are contiguous: numpy then runs every pass
-    over a tap as one long inner loop, strided windows included. Slabs are built one block at a
-    time, so that they stay in cache and no padded copy of the whole batch is ever made.
+    ox * stride_w + j * dilation_w - left). With `split_phases` a block's slab stores its padded
+    input rows column phase by column phase (column = phase + stride_w * q), which makes each
+    tap a [samples, rows, OW, C] view whose OW x C elements are contiguous: numpy then runs
+    every pass over a tap as one long inner loop, strided windows included. Slabs are built one
+    block at a time, so that they stay in cache and no padded copy of the whole batch is made.
     """
 
-    def __init__(self, x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int],
-                 dilation: tuple[int, int], padding: int, fill: float = 0.0) -> None:
+    def __init__(
+        self,
+        x: np.ndarray,
+        kernel: tuple[int, int],
+        stride: tuple[int, int],
+        dilation: tuple[int, int],
+        padding: int,
+        fill: float = 0.0,
+        split_phases: bool = True,
+    ) -> None:
         n, height, width, _ = x.shape
         (oh, self.top), (ow, self.left) = (
             out_size_and_padding(padding, size, k, s, d)
-            for size, k, s, d in zip((height, width), kernel, stride, dilation, strict=True))
+            for size, k, s, d in zip((height, width), kernel, stride, dilation, strict=True)
+        )
         self.x, self.fill = x, fill
         self.kernel, self.stride, self.dilation = kernel, stride, dilation
         self.out_shape = (n, oh, ow)
-        sw = stride[1]
-        cols = max((ow - 1) * sw + (kernel[1] - 1) * dilation[1] + 1, self.left + width)
-        self.padded_width = -(-cols // sw) * sw
+        self.phases = stride[1] if split_phases else 1
+        cols = max((ow - 1) * stride[1] + (kernel[1] - 1) * dilation[1] + 1, self.left + width)
+        self.padded_width = -(-cols // self.phases) * self.phases
         rows = (oh - 1) * stride[0] + (kernel[0] - 1) * dilation[0] + 1
         # Without padding or column phases, slabs are plain views of the input.
-        self.copy_free = sw == 1 and self.top == 0 and rows <= height and cols == width
+        self.copy_free = self.phases == 1 and self.top == 0 and rows <= height and cols == width
 
     def blocks(self, row_bytes: int, budget: int) -> Iterator[Block]:
         """Cut the output into blocks whose temporaries take about `budget` bytes, given what
@@ -117,52 +110,58 @@ class TapGrid:
         x = self.x[samples]
         if self.copy_free:
             return x[:, first:stop, None]
-        sw = self.stride[1]
-        slab = np.empty((x.shape[0], stop - first, sw, self.padded_width // sw, x.shape[3]),
-                        x.dtype)
+        phases = self.phases
+        slab = np.empty(
+            (x.shape[0], stop - first, phases, self.padded_width // phases, x.shape[3]), x.dtype
+        )
         # Input rows [y0, y1) land at slab rows [r0, r1); everything else is padding.
         y0, y1 = max(first - self.top, 0), min(stop - self.top, x.shape[1])
-        r0, r1 = y0 + self.top - first, max(y1 + self.top - first, y0 + self.top - first)
+        r0 = y0 + self.top - first
+        r1 = r0 + max(y1 - y0, 0)
         slab[:, :r0] = self.fill
         slab[:, r1:] = self.fill
-        for phase in range(sw):
-            column = (phase - self.left) % sw  # the first input column of this phase
-            source = x[:, y0:y1, column::sw]
-            start = (self.left + column) // sw
+        for phase in range(phases):
+            column = (phase - self.left) % phases  # the first input column of this phase
+            source = x[:, y0:y1, column::phases]
+            start = (self.left + column) // phases
             target = slab[:, r0:r1, phase]
             target[:, :, :start] = self.fill
-            target[:, :, start:start + source.shape[2]] = source
-            target[:, :, start + source.shape[2]:] = self.fill
+            target[:, :, start : start + source.shape[2]] = source
+            target[:, :, start + source.shape[2] :] = self.fill
         return slab
 
     def row_tap(self, block: Block, i: int) -> np.ndarray:
-        """Window row i of a block, every padded column: [n, rows, stride_w, columns / sw, C]."""
+        """Window row i of a block, every padded column: [n, rows, phases, columns / phases, C]."""
         first, sh = i * self.dilation[0], self.stride[0]
-        return block.slab[:, first:first + (len(block.rows) - 1) * sh + 1:sh]
+        return block.slab[:, first : first + (len(block.rows) - 1) * sh + 1 : sh]
 
     def col_tap(self, j: int, row: np.ndarray) -> np.ndarray:
         """Window column j of a `row_tap` (or of a reduction of row taps): [n, rows, OW, C]."""
-        start, phase = divmod(j * self.dilation[1], self.stride[1])
-        return row[:, :, phase, start:start + self.out_shape[2]]
+        start, phase = divmod(j * self.dilation[1], self.phases)
+        step = self.stride[1] // self.phases
+        return row[:, :, phase, start : start + (self.out_shape[2] - 1) * step + 1 : step]
 
     def tap(self, block: Block, i: int, j: int) -> np.ndarray:
         """Tap (i, j) of a block's windows: [n, rows, OW, C]."""
         return self.col_tap(j, self.row_tap(block, i))
 
     def taps(self) -> Iterator[tuple[int, int]]:
+        """Every (i, j) of the window, row by row."""
         return product(range(self.kernel[0]), range(self.kernel[1]))
 
 
 def _window_options(ctx: OpContext) -> tuple[tuple[int, int], tuple[int, int]]:
-    return ((ctx.option("stride_h"), ctx.option("stride_w")),
-            (ctx.option("dilation_h_factor"), ctx.option("dilation_w_factor")))
+    return (
+        (ctx.option("stride_h"), ctx.option("stride_w")),
+        (ctx.option("dilation_h_factor"), ctx.option("dilation_w_factor")),
+    )
 
 
 def _finish(ctx: OpContext, out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """Add the optional bias and apply the fused activation, in place on a fresh `out`."""
+    """Add the optional bias and apply the fused activation, in place."""
     if bias is not None:
         out += bias
-    return clamp_activation(out, ctx.option("fused_activation_function"))
+    return fused(ctx, out)
 
 
 def _constant(ctx: OpContext, *indices: int) -> bool:
@@ -182,7 +181,9 @@ def conv_2d(ctx: OpContext) -> np.ndarray:
     # A filter narrower than the input is a grouped convolution (TFLite's reference kernel).
     groups = x.shape[3] // group_c
     stride, dilation = _window_options(ctx)
-    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"))
+    # Column phases pay off when im2col copies whole pixels (see _im2col).
+    split = kh * kw > 1 and x.shape[3] >= _PIXEL_MAJOR_CHANNELS
+    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"), split_phases=split)
     n, oh, ow = grid.out_shape
     # [groups, KH*KW*group_c, out_c/groups], rows in the (kh, kw, c) order of the im2col columns.
     weights = filters.reshape(groups, out_c // groups, -1).transpose(0, 2, 1)
@@ -192,24 +193,33 @@ def conv_2d(ctx: OpContext) -> np.ndarray:
         cols = _im2col(grid, block)
         m = cols.shape[0]
         first = (block.samples.start * oh + block.rows.start) * ow  # blocks are whole rows
-        result = out[first:first + m]
-        np.matmul(cols.reshape(m, kh * kw, groups, group_c).transpose(2, 0, 1, 3)
-                  .reshape(groups, m, -1), weights,
-                  out=result.reshape(m, groups, -1).transpose(1, 0, 2))
+        result = out[first : first + m]
+        np.matmul(
+            cols.reshape(m, kh * kw, groups, group_c).transpose(2, 0, 1, 3).reshape(groups, m, -1),
+            weights,
+            out=result.reshape(m, groups, -1).transpose(1, 0, 2),
+        )
         _finish(ctx, result, bias)  # while the block is in cache
     return out.reshape(n, oh, ow, out_c)
 
 
 def _im2col(grid: TapGrid, block: Block) -> np.ndarray:
-    """The receptive fields of a block of output pixels as [pixels, KH*KW, C]."""
+    """The receptive fields of a block of output pixels as [pixels, KH*KW, C] (possibly a view
+    of channel-major memory, which matmul takes as is)."""
     taps = [grid.tap(block, i, j) for i, j in grid.taps()]
     n, rows, ow, channels = taps[0].shape
     if len(taps) == 1:
         return taps[0].reshape(-1, 1, channels)  # a 1x1 unstrided convolution copies nothing
-    cols = np.empty((n, rows, ow, len(taps), channels), taps[0].dtype)
+    if channels >= _PIXEL_MAJOR_CHANNELS:
+        cols = np.empty((n, rows, ow, len(taps), channels), taps[0].dtype)
+        for t, tap in enumerate(taps):
+            cols[:, :, :, t] = tap
+        return cols.reshape(-1, len(taps), channels)
+    # Copying pixel by pixel would move runs of a few channels: copy channel planes instead.
+    cols = np.empty((len(taps), channels, n, rows, ow), taps[0].dtype)
     for t, tap in enumerate(taps):
-        cols[:, :, :, t] = tap
-    return cols.reshape(-1, len(taps), channels)
+        cols[t] = tap.transpose(3, 0, 1, 2)
+    return cols.reshape(len(taps), channels, -1).transpose(2, 0, 1)
 
 
 @kernel("DEPTHWISE_CONV_2D", batch=_constant_filter_and_bias)
@@ -227,7 +237,7 @@ def depthwise_conv_2d(ctx: OpContext) -> np.ndarray:
     weights = np.tile(filters.reshape(kh, kw, 1, out_c), (1, 1, ow, 1))
     out = np.empty((n, oh, ow, out_c), np.float32)
     for block in grid.blocks(2 * ow * out_c * 4, _TAP_BLOCK_BYTES):
-        acc = out[block.samples, block.rows.start:block.rows.stop]
+        acc = out[block.samples, block.rows.start : block.rows.stop]
         term = np.empty_like(acc)
         for t, (i, j) in enumerate(grid.taps()):
             if t == 0:
@@ -253,15 +263,21 @@ def transpose_conv(ctx: OpContext) -> np.ndarray:
     # TFLite computes the padding as for a forward convolution from the output to the input size.
     top = out_size_and_padding(ctx.option("padding"), oh, kh, sh)[1]
     left = out_size_and_padding(ctx.option("padding"), ow, kw, sw)[1]
-    # What every input pixel adds to its KH x KW output neighbourhood: [N, H, W, KH, KW, OC].
-    spread = (x.reshape(-1, in_c) @ filters.transpose(3, 1, 2, 0).reshape(in_c, -1)).reshape(
-        n, height, width, kh, kw, out_c)
+    weights = filters.transpose(3, 1, 2, 0).reshape(in_c, -1)  # [IC, KH*KW*OC]
     span_h, span_w = (height - 1) * sh + 1, (width - 1) * sw + 1
-    full = np.zeros((n, max(span_h + kh - 1, top + oh), max(span_w + kw - 1, left + ow), out_c),
-                    np.float32)
-    for i, j in product(range(kh), range(kw)):
-        full[:, i:i + span_h:sh, j:j + span_w:sw] += spread[:, :, :, i, j]
-    return _finish(ctx, full[:, top:top + oh, left:left + ow].copy(), bias)
+    full_shape = (max(span_h + kh - 1, top + oh), max(span_w + kw - 1, left + ow), out_c)
+    out = np.empty((n, oh, ow, out_c), np.float32)
+    sample_bytes = (height * width * kh * kw * out_c + int(np.prod(full_shape))) * 4
+    step = max(1, _MATMUL_BLOCK_BYTES // sample_bytes)
+    for start in range(0, n, step):
+        block = x[start : start + step]
+        # What every input pixel adds to its KH x KW output neighbourhood: [n, H, W, KH, KW, OC].
+        spread = (block.reshape(-1, in_c) @ weights).reshape(*block.shape[:3], kh, kw, out_c)
+        full = np.zeros((block.shape[0], *full_shape), np.float32)
+        for i, j in product(range(kh), range(kw)):
+            full[:, i : i + span_h : sh, j : j + span_w : sw] += spread[:, :, :, i, j]
+        out[start : start + step] = full[:, top : top + oh, left : left + ow]
+    return _finish(ctx, out, bias)
 
 
 def _fully_connected_batches(ctx: OpContext) -> bool:
@@ -280,7 +296,7 @@ def fully_connected(ctx: OpContext) -> np.ndarray:
     if ctx.option("weights_format") != 0:
         raise ModelError("FULLY_CONNECTED: only the DEFAULT weights format has float semantics")
     activation = ctx.option("fused_activation_function")
-    if activation not in (ActivationFunctionType.NONE, *_CLAMPS):
+    if not is_clamp_activation(activation):
         # LiteRT rejects these at prepare time instead of ignoring them as convolutions do.
         raise ModelError(f"FULLY_CONNECTED: unsupported fused activation function {activation}")
     units, in_features = weights.shape

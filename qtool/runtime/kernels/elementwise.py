@@ -11,8 +11,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from qtool.model.types import ActivationFunctionType
-from qtool.runtime.registry import OpContext, kernel
+from qtool.runtime.registry import OpContext, fused, kernel
 
 Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
 Unary = Callable[[np.ndarray], np.ndarray]
@@ -46,33 +45,6 @@ def leading_axis_per_sample(ctx: OpContext, shapes: Sequence[Sequence[int]]) -> 
 def broadcasts_per_sample(ctx: OpContext) -> bool:
     """Batch rule of ops broadcasting all their inputs together (ADD, LESS, SELECT_V2, ...)."""
     return leading_axis_per_sample(ctx, [ctx.input_shape(i) or [] for i in range(len(ctx.inputs))])
-
-
-_ACTIVATION_RANGES: dict[int, tuple[float | None, float | None]] = {
-    ActivationFunctionType.RELU: (0, None),
-    ActivationFunctionType.RELU_N1_TO_1: (-1, 1),
-    ActivationFunctionType.RELU6: (0, 6),
-}
-
-
-def clamp_fused(ctx: OpContext, x: np.ndarray) -> np.ndarray:
-    """The fused activation as TFLite's arithmetic kernels apply it, in place.
-
-    They clamp to CalculateActivationRange, which knows only the RELU family: TANH and SIGN_BIT
-    are ignored (checked against LiteRT), unlike what `fused` does. Floats are also clamped to
-    [lowest, max] without activation, so an inf result saturates to +-FLT_MAX; NaN stays. An
-    operator written without its options table (LiteRT accepts that) has no activation.
-    """
-    code = (ctx.option("fused_activation_function") if ctx.op.options_type is not None
-            else ActivationFunctionType.NONE)
-    low, high = _ACTIVATION_RANGES.get(code, (None, None))
-    if x.dtype.kind == "f":
-        finite = np.finfo(x.dtype)
-        low = finite.min if low is None else low
-        high = finite.max if high is None else high
-    if low is None and high is None:
-        return x
-    return np.clip(x, low, high, out=x)
 
 
 # ------------------------------------------------------------------ binary functions
@@ -147,7 +119,7 @@ def _binary_kernel(fn: Binary, activation: bool) -> Callable[[OpContext], np.nda
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # asarray: ufuncs give numpy scalars for 0-d operands (scalar shape arithmetic).
             out = np.asarray(fn(ctx.inputs[0], ctx.inputs[1]))
-        return clamp_fused(ctx, out) if activation else out
+        return fused(ctx, out) if activation else out
 
     return run
 

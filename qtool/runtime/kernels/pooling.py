@@ -10,19 +10,22 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qtool.runtime.kernels.conv import TapGrid, clamp_activation, out_size_and_padding
-from qtool.runtime.registry import OpContext, kernel
+from qtool.runtime.kernels.conv import TapGrid, out_size_and_padding
+from qtool.runtime.registry import OpContext, fused, kernel
 
 _BLOCK_BYTES = 1 << 20  # the partial results of a block stay in the L2 cache across the taps
 
 
 def _geometry(ctx: OpContext) -> tuple[tuple[int, int], tuple[int, int]]:
-    return ((ctx.option("filter_height"), ctx.option("filter_width")),
-            (ctx.option("stride_h"), ctx.option("stride_w")))
+    return (
+        (ctx.option("filter_height"), ctx.option("filter_width")),
+        (ctx.option("stride_h"), ctx.option("stride_w")),
+    )
 
 
-def _fold(combine: Callable[..., np.ndarray], views: list[np.ndarray],
-          out: np.ndarray | None = None) -> np.ndarray:
+def _fold(
+    combine: Callable[..., np.ndarray], views: list[np.ndarray], out: np.ndarray | None = None
+) -> np.ndarray:
     """combine(...combine(views[0], views[1])..., views[-1]), into `out` if given."""
     if len(views) == 1:
         if out is None:
@@ -35,8 +38,9 @@ def _fold(combine: Callable[..., np.ndarray], views: list[np.ndarray],
     return out
 
 
-def _reduce_windows(ctx: OpContext, x: np.ndarray, combine: Callable[..., np.ndarray],
-                    fill: float) -> np.ndarray:
+def _reduce_windows(
+    ctx: OpContext, x: np.ndarray, combine: Callable[..., np.ndarray], fill: float
+) -> np.ndarray:
     """Fold every window of `x` (padded with `fill`) with the binary ufunc `combine`.
 
     Max and sum are separable: folding the window rows first, then the columns, takes
@@ -49,8 +53,11 @@ def _reduce_windows(ctx: OpContext, x: np.ndarray, combine: Callable[..., np.nda
     row_bytes = (grid.padded_width + ow) * x.shape[3] * x.itemsize
     for block in grid.blocks(row_bytes, _BLOCK_BYTES):
         folded_rows = _fold(combine, [grid.row_tap(block, i) for i in range(kernel_size[0])])
-        _fold(combine, [grid.col_tap(j, folded_rows) for j in range(kernel_size[1])],
-              out=out[block.samples, block.rows.start:block.rows.stop])
+        _fold(
+            combine,
+            [grid.col_tap(j, folded_rows) for j in range(kernel_size[1])],
+            out=out[block.samples, block.rows.start : block.rows.stop],
+        )
     return out
 
 
@@ -74,16 +81,16 @@ def _mean_of_windows(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 @kernel("AVERAGE_POOL_2D")
 def average_pool_2d(ctx: OpContext) -> np.ndarray:
     out = _mean_of_windows(ctx, ctx.input(0))
-    return clamp_activation(out, ctx.option("fused_activation_function"))
+    return fused(ctx, out)
 
 
 @kernel("MAX_POOL_2D")
 def max_pool_2d(ctx: OpContext) -> np.ndarray:
     out = _reduce_windows(ctx, ctx.input(0), np.maximum, -np.inf)
-    return clamp_activation(out, ctx.option("fused_activation_function"))
+    return fused(ctx, out)
 
 
 @kernel("L2_POOL_2D")
 def l2_pool_2d(ctx: OpContext) -> np.ndarray:
     out = np.sqrt(_mean_of_windows(ctx, np.square(ctx.input(0))))
-    return clamp_activation(out, ctx.option("fused_activation_function"))
+    return fused(ctx, out)

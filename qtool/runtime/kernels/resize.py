@@ -23,8 +23,9 @@ def _scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
     return np.float32(in_size) / np.float32(out_size)
 
 
-def _bilinear_axis(in_size: int, out_size: int, align_corners: bool,
-                   half_pixel_centers: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _bilinear_axis(
+    in_size: int, out_size: int, align_corners: bool, half_pixel_centers: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Lower and upper source indices and the weight of the upper one, per output position."""
     scale = _scale(in_size, out_size, align_corners)
     position = np.arange(out_size, dtype=np.float32)
@@ -54,8 +55,9 @@ def resize_bilinear(ctx: OpContext) -> np.ndarray:
     return rows[:, :, x0] * (1 - dx) + rows[:, :, x1] * dx
 
 
-def _nearest_axis(in_size: int, out_size: int, align_corners: bool,
-                  half_pixel_centers: bool) -> np.ndarray:
+def _nearest_axis(
+    in_size: int, out_size: int, align_corners: bool, half_pixel_centers: bool
+) -> np.ndarray:
     scale = _scale(in_size, out_size, align_corners)
     offset = np.float32(0.5 if half_pixel_centers else 0.0)
     position = (np.arange(out_size, dtype=np.float32) + offset) * scale
