@@ -49,10 +49,12 @@ def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
 def litert_pass(model_bytes: bytes, feeds: list[np.ndarray], preserve: bool) -> Callable[[], None]:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    resolver = (OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if preserve
-                else OpResolverType.AUTO)
-    interpreter = Interpreter(model_content=model_bytes, experimental_op_resolver_type=resolver,
-                              experimental_preserve_all_tensors=preserve)
+    resolver = OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if preserve else OpResolverType.AUTO
+    interpreter = Interpreter(
+        model_content=model_bytes,
+        experimental_op_resolver_type=resolver,
+        experimental_preserve_all_tensors=preserve,
+    )
     interpreter.allocate_tensors()
     inputs = [d["index"] for d in interpreter.get_input_details()]
     tensors = list(range(len(interpreter.get_tensor_details()))) if preserve else []
@@ -60,7 +62,7 @@ def litert_pass(model_bytes: bytes, feeds: list[np.ndarray], preserve: bool) -> 
     def run() -> None:
         for i in range(feeds[0].shape[0]):
             for index, feed in zip(inputs, feeds, strict=True):
-                interpreter.set_tensor(index, feed[i:i + 1])
+                interpreter.set_tensor(index, feed[i : i + 1])
             interpreter.invoke()
             for t in tensors:
                 with contextlib.suppress(ValueError):  # tensors without data (placeholders)
@@ -75,8 +77,14 @@ def calibrate_once(model, dataset, tensors) -> None:
 
 def bench_calibration() -> None:
     table = Table(title=f"calibration pass, {SAMPLES} samples (best of 3)")
-    for column in ("model", "numpy engine s", "LiteRT invoke s", "ratio", "LiteRT+tensors s",
-                   "ratio"):
+    for column in (
+        "model",
+        "numpy engine s",
+        "LiteRT invoke s",
+        "ratio",
+        "LiteRT+tensors s",
+        "ratio",
+    ):
         table.add_column(column, justify="right")
     ratios = []
     for path in sorted((FIXTURES / "models").glob("*.tflite")):
@@ -90,11 +98,19 @@ def bench_calibration() -> None:
         plain = best_of(litert_pass(blob, feeds, preserve=False))
         preserved = best_of(litert_pass(blob, feeds, preserve=True))
         ratios.append(ours / plain)
-        table.add_row(name, f"{ours:.4f}", f"{plain:.4f}", f"{ours / plain:.2f}x",
-                      f"{preserved:.4f}", f"{ours / preserved:.2f}x")
+        table.add_row(
+            name,
+            f"{ours:.4f}",
+            f"{plain:.4f}",
+            f"{ours / plain:.2f}x",
+            f"{preserved:.4f}",
+            f"{ours / preserved:.2f}x",
+        )
     console.print(table)
-    console.print(f"geometric mean ratio numpy/LiteRT invoke: "
-                  f"{float(np.exp(np.mean(np.log(ratios)))):.2f}x (target <= 1.5x)")
+    console.print(
+        f"geometric mean ratio numpy/LiteRT invoke: "
+        f"{float(np.exp(np.mean(np.log(ratios)))):.2f}x (target <= 1.5x)"
+    )
 
 
 def ten_megabyte_model(directory: Path) -> Path:
@@ -103,12 +119,18 @@ def ten_megabyte_model(directory: Path) -> Path:
     builder = GraphBuilder()
     x = builder.input("x", [1, 1024])
     for layer in range(10):
-        w = builder.constant(f"fc{layer}/w",
-                             (rng.standard_normal((1024, 1024)) / 32).astype(np.float32))
+        w = builder.constant(
+            f"fc{layer}/w", (rng.standard_normal((1024, 1024)) / 32).astype(np.float32)
+        )
         b = builder.constant(f"fc{layer}/b", rng.standard_normal(1024).astype(np.float32) / 10)
-        x = builder.op("FULLY_CONNECTED", [x, w, b], output_shape=[1, 1024], name=f"fc{layer}",
-                       options_type="FullyConnectedOptions",
-                       options={"fused_activation_function": 1})
+        x = builder.op(
+            "FULLY_CONNECTED",
+            [x, w, b],
+            output_shape=[1, 1024],
+            name=f"fc{layer}",
+            options_type="FullyConnectedOptions",
+            options={"fused_activation_function": 1},
+        )
     model = builder.finish([x])
     data = Dataset([[rng.standard_normal((8, 1024)).astype(np.float32)]], "bench")
     result = quantize_model(model, data, QuantizeOptions())

@@ -60,18 +60,21 @@ class QuantizeOutcome:
 
 def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     source = Path(job.model_path)
-    output = Path(job.output_path) if job.output_path else source.with_name(
-        f"{source.stem}_int8.tflite")
-    report = Path(job.report_path) if job.report_path else output.with_name(
-        f"{output.stem}.report.json")
+    output = (
+        Path(job.output_path) if job.output_path else source.with_name(f"{source.stem}_int8.tflite")
+    )
+    report = (
+        Path(job.report_path) if job.report_path else output.with_name(f"{output.stem}.report.json")
+    )
     return output, report
 
 
 def _check_destinations(job: QuantizeJob, output: Path, report: Path) -> None:
     source = Path(job.model_path).resolve()
     for path in (output, report):
-        if path.resolve() == source or (path.exists() and source.exists()
-                                        and os.path.samefile(path, source)):
+        if path.resolve() == source or (
+            path.exists() and source.exists() and os.path.samefile(path, source)
+        ):
             raise UsageError(f"{path}: refusing to overwrite the input model")
         if path.exists() and not job.force:
             raise UsageError(f"{path}: already exists (use --force to replace it)")
@@ -81,8 +84,11 @@ def _check_destinations(job: QuantizeJob, output: Path, report: Path) -> None:
         raise UsageError("the model and the report cannot be written to the same file")
 
 
-def quantize_file(job: QuantizeJob, progress: Callable[[int], None] | None = None,
-                  on_total: Callable[[int], None] | None = None) -> QuantizeOutcome:
+def quantize_file(
+    job: QuantizeJob,
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> QuantizeOutcome:
     output, report_path = default_paths(job)
     _check_destinations(job, output, report_path)
     if job.samples is not None and job.samples < 1:
@@ -96,15 +102,18 @@ def quantize_file(job: QuantizeJob, progress: Callable[[int], None] | None = Non
     elif job.synthetic:
         dataset = synthetic_dataset(inputs, job.samples or DEFAULT_SYNTHETIC_SAMPLES, job.seed)
     else:
-        raise UsageError("calibration needs data: give --data PATH (or --synthetic to "
-                         "calibrate on random data, which gives meaningless ranges)")
+        raise UsageError(
+            "calibration needs data: give --data PATH (or --synthetic to "
+            "calibrate on random data, which gives meaningless ranges)"
+        )
     if on_total:
         on_total(dataset.num_samples)
     result = quantize_model(model, dataset, job.options, progress=progress)
     if job.strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
-        raise StrictModeError(f"--strict: {len(result.float_ops)} operator(s) cannot be int8 "
-                              f"({listed})")
+        raise StrictModeError(
+            f"--strict: {len(result.float_ops)} operator(s) cannot be int8 ({listed})"
+        )
     blob = model_to_bytes(result.model)
     findings = audit_model(result.model, profiles=job.options.profiles)
     audit = {
@@ -115,13 +124,21 @@ def quantize_file(job: QuantizeJob, progress: Callable[[int], None] | None = Non
     }
     write_atomic(output, [blob])
     try:
-        report = build_report(result, model, job.options, input_path=job.model_path,
-                              output_path=str(output), data_sources=list(job.data),
-                              samples_limit=job.samples,
-                              seed=job.seed if job.synthetic else None, audit=audit)
+        report = build_report(
+            result,
+            model,
+            job.options,
+            input_path=job.model_path,
+            output_path=str(output),
+            data_sources=list(job.data),
+            samples_limit=job.samples,
+            seed=job.seed if job.synthetic else None,
+            audit=audit,
+        )
         write_atomic(report_path, json.dumps(report, indent=2) + "\n")
     except BaseException:
         output.unlink(missing_ok=True)
         raise
-    return QuantizeOutcome(result=result, report=report, output_path=str(output),
-                           report_path=str(report_path))
+    return QuantizeOutcome(
+        result=result, report=report, output_path=str(output), report_path=str(report_path)
+    )

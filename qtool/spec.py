@@ -41,6 +41,7 @@ class OpRule:
     outputs: tuple[OperandRule, ...]
     same_scale: bool
     origin: str  # "op-table" (the normative table) or "tflite-kernel" (extended)
+    int8_version: int = 1  # operator-code version of the op's int8 kernel
 
     def input_rule(self, position: int) -> OperandRule | None:
         return next((r for r in self.inputs if r.applies_to(position)), None)
@@ -119,6 +120,7 @@ def load_spec(profiles: tuple[str, ...] = ()) -> Int8Spec:
             outputs=tuple(_operand(o) for o in op["outputs"]),
             same_scale=op.get("same_scale", False),
             origin=op["origin"],
+            int8_version=op.get("int8_version", 1),
         )
         for name, op in ops.items()
     }

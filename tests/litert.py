@@ -8,19 +8,23 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 
-def make_interpreter(model_bytes: bytes, reference: bool = True,
-                     preserve_all: bool = False) -> Interpreter:
+def make_interpreter(
+    model_bytes: bytes, reference: bool = True, preserve_all: bool = False
+) -> Interpreter:
     """An interpreter on the reference kernels (no XNNPACK), the closest thing to the spec."""
     resolver = OpResolverType.BUILTIN_REF if reference else OpResolverType.AUTO
-    interpreter = Interpreter(model_content=bytes(model_bytes),
-                              experimental_op_resolver_type=resolver,
-                              experimental_preserve_all_tensors=preserve_all)
+    interpreter = Interpreter(
+        model_content=bytes(model_bytes),
+        experimental_op_resolver_type=resolver,
+        experimental_preserve_all_tensors=preserve_all,
+    )
     interpreter.allocate_tensors()
     return interpreter
 
 
-def run_litert(model_bytes: bytes, feeds: Sequence[np.ndarray], reference: bool = True
-               ) -> list[np.ndarray]:
+def run_litert(
+    model_bytes: bytes, feeds: Sequence[np.ndarray], reference: bool = True
+) -> list[np.ndarray]:
     """Run one invocation with `feeds` given in the model's input order (full declared shapes)."""
     interpreter = make_interpreter(model_bytes, reference)
     details = interpreter.get_input_details()
@@ -37,12 +41,14 @@ def run_litert(model_bytes: bytes, feeds: Sequence[np.ndarray], reference: bool 
     return [interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()]
 
 
-def run_litert_samples(model_bytes: bytes, feeds: Sequence[np.ndarray], reference: bool = True
-                       ) -> list[np.ndarray]:
+def run_litert_samples(
+    model_bytes: bytes, feeds: Sequence[np.ndarray], reference: bool = True
+) -> list[np.ndarray]:
     """Run every sample of batch-1 feeds (N, *sample_shape) one by one; stack the outputs."""
     n = feeds[0].shape[0]
-    per_sample = [run_litert(model_bytes, [f[i:i + 1] for f in feeds], reference)
-                  for i in range(n)]
+    per_sample = [
+        run_litert(model_bytes, [f[i : i + 1] for f in feeds], reference) for i in range(n)
+    ]
     return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
 

@@ -54,8 +54,14 @@ def model_inputs(model: Model, subgraph_index: int = 0) -> list[InputSpec]:
         if tensor.name.startswith("serving_default_"):
             aliases.add(tensor.name.removeprefix("serving_default_").split(":")[0])
         shape = tuple(tensor.shape[1:] if batched else tensor.shape)
-        specs.append(InputSpec(name=tensor.name, aliases=tuple(sorted(aliases - {tensor.name})),
-                               sample_shape=shape, dtype=numpy_dtype(tensor.dtype)))
+        specs.append(
+            InputSpec(
+                name=tensor.name,
+                aliases=tuple(sorted(aliases - {tensor.name})),
+                sample_shape=shape,
+                dtype=numpy_dtype(tensor.dtype),
+            )
+        )
     return specs
 
 
@@ -63,9 +69,13 @@ def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
     """Float tensors whose values come from running the graph (inputs and op outputs)."""
     subgraph = model.subgraphs[subgraph_index]
     produced = set(subgraph.inputs) | {t for op in subgraph.operators for t in op.outputs}
-    return [t for t in sorted(produced) if t >= 0
-            and subgraph.tensors[t].dtype == TensorType.FLOAT32
-            and not model.is_constant(subgraph.tensors[t])]
+    return [
+        t
+        for t in sorted(produced)
+        if t >= 0
+        and subgraph.tensors[t].dtype == TensorType.FLOAT32
+        and not model.is_constant(subgraph.tensors[t])
+    ]
 
 
 def litert_available() -> bool:
@@ -76,8 +86,9 @@ def choose_engine(model: Model, requested: str) -> str:
     if requested not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "litert" and not litert_available():
-        raise UsageError("--engine litert needs the ai-edge-litert package (pip install "
-                         "ai-edge-litert)")
+        raise UsageError(
+            "--engine litert needs the ai-edge-litert package (pip install ai-edge-litert)"
+        )
     if requested != "auto":
         return requested
     try:
@@ -120,8 +131,9 @@ def calibrate(
     )
 
 
-def _run_litert(model: Model, dataset: Dataset, observer: RangeObserver,
-                progress: Progress | None) -> None:
+def _run_litert(
+    model: Model, dataset: Dataset, observer: RangeObserver, progress: Progress | None
+) -> None:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     # Without default delegates XNNPACK cannot fuse tensors away, and preserve_all_tensors keeps
@@ -139,7 +151,7 @@ def _run_litert(model: Model, dataset: Dataset, observer: RangeObserver,
     for batch in dataset.iter_chunks(64):
         for i in range(batch[0].shape[0]):
             for index, values in zip(inputs, batch, strict=True):
-                interpreter.set_tensor(index, values[i:i + 1] if batched else values[i])
+                interpreter.set_tensor(index, values[i : i + 1] if batched else values[i])
             interpreter.invoke()
             for t in observed:
                 observer(t, np.asarray(interpreter.get_tensor(t)))

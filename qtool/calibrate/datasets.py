@@ -54,7 +54,7 @@ class Dataset:
             n = batch[0].shape[0]
             while start < n:
                 take = min(size - count, n - start)
-                pending.append([a[start:start + take] for a in batch])
+                pending.append([a[start : start + take] for a in batch])
                 count += take
                 start += take
                 if count == size:
@@ -70,8 +70,9 @@ def _concat(parts: list[Batch]) -> Batch:
     return [np.concatenate(arrays) for arrays in zip(*parts, strict=True)]
 
 
-def load_dataset(sources: Sequence[str], inputs: Sequence[InputSpec],
-                 limit: int | None = None) -> Dataset:
+def load_dataset(
+    sources: Sequence[str], inputs: Sequence[InputSpec], limit: int | None = None
+) -> Dataset:
     """Read every `--data` source and check it against the model's inputs."""
     batches: list[Batch] = []
     for source in sources:
@@ -128,8 +129,10 @@ def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
         raise DataError(f"{path}: not a readable .npy/.npz file ({exc})") from None
     if isinstance(loaded, np.ndarray):
         if len(inputs) != 1:
-            raise DataError(f"{path}: a .npy holds one array but the model has {len(inputs)} "
-                            "inputs; use a .npz keyed by input name")
+            raise DataError(
+                f"{path}: a .npy holds one array but the model has {len(inputs)} "
+                "inputs; use a .npz keyed by input name"
+            )
         yield [_as_samples(loaded, inputs[0], str(path))]
         return
     with loaded:
@@ -149,8 +152,10 @@ def _match_named(arrays: dict[str, np.ndarray], inputs: Sequence[InputSpec], whe
             found = next((key for key in arrays if spec.matches(key)), None)
         if found is None:
             known = ", ".join(sorted(arrays))
-            raise DataError(f"{where}: no data for input {spec.name!r} (keys: {known}; "
-                            f"use the input names or arr_0..arr_{len(inputs) - 1})")
+            raise DataError(
+                f"{where}: no data for input {spec.name!r} (keys: {known}; "
+                f"use the input names or arr_0..arr_{len(inputs) - 1})"
+            )
         batch.append(_as_samples(arrays[found], spec, f"{where}[{found}]"))
     _same_count(batch, where)
     return batch
@@ -170,8 +175,10 @@ def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
         array = array[None]
     elif array.shape[1:] != sample:
         expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
-        raise DataError(f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "
-                        f"i.e. data of shape {expected}; got {list(array.shape)}")
+        raise DataError(
+            f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "
+            f"i.e. data of shape {expected}; got {list(array.shape)}"
+        )
     if array.dtype.kind not in "fiub":
         raise DataError(f"{where}: input {spec.name!r} has non-numeric data ({array.dtype})")
     if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
@@ -179,8 +186,9 @@ def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
         raise DataError(f"{where}: input {spec.name!r} contains {bad} NaN/inf values")
     if array.dtype != spec.dtype:
         if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
-            raise DataError(f"{where}: input {spec.name!r} expects {spec.dtype} data, "
-                            f"got {array.dtype}")
+            raise DataError(
+                f"{where}: input {spec.name!r} expects {spec.dtype} data, got {array.dtype}"
+            )
         array = array.astype(spec.dtype)
     return array
 

@@ -73,8 +73,10 @@ class MinMaxObserver(RangeObserver):
             self._max[t] = max(high, self._max.get(t, high))
 
     def state(self) -> dict[str, Any]:
-        return {"kind": self.kind,
-                "ranges": {str(t): [lo, hi] for t, (lo, hi) in self.ranges().items()}}
+        return {
+            "kind": self.kind,
+            "ranges": {str(t): [lo, hi] for t, (lo, hi) in self.ranges().items()},
+        }
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> MinMaxObserver:

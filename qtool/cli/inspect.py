@@ -39,10 +39,14 @@ def render_description(info: dict, show_ops: bool = False) -> None:
             for column in ("#", "type", "inputs", "outputs"):
                 op_table.add_column(column)
             for op in subgraph["operators"]:
-                op_table.add_row(str(op["index"]), op["type"], str(op["inputs"]), str(op["outputs"]))
+                op_table.add_row(
+                    str(op["index"]), op["type"], str(op["inputs"]), str(op["outputs"])
+                )
             stdout.print(op_table)
-        table = Table(title=f"subgraph {s}" + (f" ({subgraph['name']})" if subgraph["name"] else ""),
-                      title_justify="left")
+        table = Table(
+            title=f"subgraph {s}" + (f" ({subgraph['name']})" if subgraph["name"] else ""),
+            title_justify="left",
+        )
         for column in ("#", "name", "dtype", "shape", "kind", "quantization"):
             table.add_column(column, overflow="fold")
         io = {t: "input" for t in subgraph["inputs"]} | {t: "output" for t in subgraph["outputs"]}
@@ -50,6 +54,12 @@ def render_description(info: dict, show_ops: bool = False) -> None:
             kind = io.get(tensor["index"]) or ("const" if tensor["constant"] else "")
             if tensor["sparse"]:
                 kind += " sparse"
-            table.add_row(str(tensor["index"]), tensor["name"], tensor["dtype"],
-                          str(tensor["shape"]), kind, format_quant(tensor["quantization"]))
+            table.add_row(
+                str(tensor["index"]),
+                tensor["name"],
+                tensor["dtype"],
+                str(tensor["shape"]),
+                kind,
+                format_quant(tensor["quantization"]),
+            )
         stdout.print(table)

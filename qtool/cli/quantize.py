@@ -18,50 +18,110 @@ from qtool.report import summary_counts
 @click.command("quantize")
 @click.argument("model_path", metavar="MODEL")
 @click.option("-o", "--output", help="Output model (default: <stem>_int8.tflite beside MODEL).")
-@click.option("--data", multiple=True, metavar="PATH",
-              help="Calibration data: .npy, .npz, a directory of them, or module:function "
-                   "(a generator of samples). Repeatable.")
-@click.option("--synthetic", is_flag=True,
-              help="Calibrate on random data (ranges are NOT meaningful; for smoke tests).")
+@click.option(
+    "--data",
+    multiple=True,
+    metavar="PATH",
+    help="Calibration data: .npy, .npz, a directory of them, or module:function "
+    "(a generator of samples). Repeatable.",
+)
+@click.option(
+    "--synthetic",
+    is_flag=True,
+    help="Calibrate on random data (ranges are NOT meaningful; for smoke tests).",
+)
 @click.option("--samples", type=int, help="Use at most N calibration samples.")
-@click.option("--io", "io_mode", type=click.Choice(IO_MODES), default="float", show_default=True,
-              help="Type of the model's inputs and outputs.")
-@click.option("--per-tensor-fc", is_flag=True,
-              help="Per-tensor FULLY_CONNECTED weights (TFLite Micro, NNAPI, Arm Ethos-U).")
-@click.option("--keep-float", multiple=True, metavar="PATTERN",
-              help="Keep matching ops in float: an op type (e.g. SOFTMAX) or a tensor-name glob.")
+@click.option(
+    "--io",
+    "io_mode",
+    type=click.Choice(IO_MODES),
+    default="float",
+    show_default=True,
+    help="Type of the model's inputs and outputs.",
+)
+@click.option(
+    "--per-tensor-fc",
+    is_flag=True,
+    help="Per-tensor FULLY_CONNECTED weights (TFLite Micro, NNAPI, Arm Ethos-U).",
+)
+@click.option(
+    "--keep-float",
+    multiple=True,
+    metavar="PATTERN",
+    help="Keep matching ops in float: an op type (e.g. SOFTMAX) or a tensor-name glob.",
+)
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any op has to stay float.")
 @click.option("--report", "report_path", help="Report file (default: <output stem>.report.json).")
-@click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
-              help="What runs the float model during calibration.")
-@click.option("--custom-ops", metavar="MODULE",
-              help="Python module that registers numpy kernels for custom ops.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="auto",
+    show_default=True,
+    help="What runs the float model during calibration.",
+)
+@click.option(
+    "--custom-ops",
+    metavar="MODULE",
+    help="Python module that registers numpy kernels for custom ops.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --synthetic data.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
-def quantize_command(model_path: str, output: str | None, data: tuple[str, ...], synthetic: bool,
-                     samples: int | None, io_mode: str, per_tensor_fc: bool,
-                     keep_float: tuple[str, ...], strict: bool, report_path: str | None,
-                     engine: str, custom_ops: str | None, seed: int, quiet: bool, as_json: bool,
-                     force: bool) -> None:
+def quantize_command(
+    model_path: str,
+    output: str | None,
+    data: tuple[str, ...],
+    synthetic: bool,
+    samples: int | None,
+    io_mode: str,
+    per_tensor_fc: bool,
+    keep_float: tuple[str, ...],
+    strict: bool,
+    report_path: str | None,
+    engine: str,
+    custom_ops: str | None,
+    seed: int,
+    quiet: bool,
+    as_json: bool,
+    force: bool,
+) -> None:
     """Quantize a float .tflite MODEL to int8 following the TFLite int8 spec.
 
     Exit codes: 0 written and compliant, 1 impossible under the options (--strict) or the
     written model fails the audit, 2 bad input or usage.
     """
-    job = QuantizeJob(model_path=model_path, output_path=output, report_path=report_path,
-                      data=data, synthetic=synthetic, samples=samples, seed=seed, strict=strict,
-                      force=force, custom_ops=custom_ops,
-                      options=QuantizeOptions(io=io_mode, per_tensor_fc=per_tensor_fc,
-                                              keep_float=keep_float, engine=engine))
+    job = QuantizeJob(
+        model_path=model_path,
+        output_path=output,
+        report_path=report_path,
+        data=data,
+        synthetic=synthetic,
+        samples=samples,
+        seed=seed,
+        strict=strict,
+        force=force,
+        custom_ops=custom_ops,
+        options=QuantizeOptions(
+            io=io_mode, per_tensor_fc=per_tensor_fc, keep_float=keep_float, engine=engine
+        ),
+    )
     if synthetic and not data:
-        stderr.print("[bold yellow]warning:[/] calibrating on SYNTHETIC random data: the "
-                     "activation ranges are not meaningful and accuracy will be poor")
+        stderr.print(
+            "[bold yellow]warning:[/] calibrating on SYNTHETIC random data: the "
+            "activation ranges are not meaningful and accuracy will be poor"
+        )
     show_progress = not (quiet or as_json) and stderr.is_terminal
-    with Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=stderr,
-                  disable=not show_progress, transient=True) as bar:
+    with Progress(
+        TextColumn("calibrating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=stderr,
+        disable=not show_progress,
+        transient=True,
+    ) as bar:
         task = bar.add_task("calibrate", total=None, rate="")
 
         def advance(count: int) -> None:
@@ -70,8 +130,7 @@ def quantize_command(model_path: str, output: str | None, data: tuple[str, ...],
             if elapsed:
                 bar.update(task, rate=f"{bar.tasks[task].completed / elapsed:.0f} samples/s")
 
-        outcome = quantize_file(job, progress=advance,
-                                on_total=lambda n: bar.update(task, total=n))
+        outcome = quantize_file(job, progress=advance, on_total=lambda n: bar.update(task, total=n))
     if as_json:
         print_json(outcome.report)
     elif not quiet:
@@ -88,13 +147,22 @@ def render_summary(outcome: QuantizeOutcome) -> None:
     head = Table.grid(padding=(0, 2))
     head.add_row("[bold]wrote[/]", outcome.output_path)
     head.add_row("report", outcome.report_path)
-    head.add_row("size", f"{report['input_model']['size_bytes']:,} -> "
-                         f"{report['output_model']['size_bytes']:,} bytes")
-    head.add_row("calibration", f"{calibration['samples']} samples, {calibration['engine']} "
-                                f"engine, {calibration['seconds']:.2f} s"
-                                + (" [yellow](synthetic)[/]" if calibration["synthetic"] else ""))
-    head.add_row("operators", f"{counts['int8']} int8, {counts['float']} float, "
-                              f"{counts['integer']} integer, {counts['folded']} folded")
+    head.add_row(
+        "size",
+        f"{report['input_model']['size_bytes']:,} -> "
+        f"{report['output_model']['size_bytes']:,} bytes",
+    )
+    head.add_row(
+        "calibration",
+        f"{calibration['samples']} samples, {calibration['engine']} "
+        f"engine, {calibration['seconds']:.2f} s"
+        + (" [yellow](synthetic)[/]" if calibration["synthetic"] else ""),
+    )
+    head.add_row(
+        "operators",
+        f"{counts['int8']} int8, {counts['float']} float, "
+        f"{counts['integer']} integer, {counts['folded']} folded",
+    )
     audit = report["audit"]
     status = "[green]compliant[/]" if not audit["errors"] else "[red]NOT compliant[/]"
     head.add_row("audit", f"{status}: {audit['errors']} errors, {audit['warnings']} warnings")
@@ -104,9 +172,14 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         io_table.add_column(column)
     for row in report["io"]:
         q = row["quantization"] or {}
-        io_table.add_row(row["role"], row["name"], row["dtype"], str(row["shape"]),
-                         f"{q['scale'][0]:.6g}" if "scale" in q else "-",
-                         str(q["zero_point"][0]) if "zero_point" in q else "-")
+        io_table.add_row(
+            row["role"],
+            row["name"],
+            row["dtype"],
+            str(row["shape"]),
+            f"{q['scale'][0]:.6g}" if "scale" in q else "-",
+            str(q["zero_point"][0]) if "zero_point" in q else "-",
+        )
     stdout.print(io_table)
     if report["float_ops"]:
         table = Table(title="operators left in float", title_justify="left")

@@ -25,10 +25,13 @@ class GraphBuilder:
 
     def __init__(self, model: Model | None = None, subgraph_index: int = 0) -> None:
         if model is None:
-            model = Model(version=SCHEMA_VERSION, operator_codes=[],
-                          subgraphs=[Subgraph(tensors=[], inputs=[], outputs=[], operators=[],
-                                              name="main")],
-                          buffers=[Buffer()], description="qtool")
+            model = Model(
+                version=SCHEMA_VERSION,
+                operator_codes=[],
+                subgraphs=[Subgraph(tensors=[], inputs=[], outputs=[], operators=[], name="main")],
+                buffers=[Buffer()],
+                description="qtool",
+            )
         self.model = model
         self.subgraph = model.subgraphs[subgraph_index]
 
@@ -41,17 +44,30 @@ class GraphBuilder:
         buffer: int = 0,
     ) -> int:
         code = dtype if isinstance(dtype, int) else tensor_type(dtype)
-        return self.subgraph.add_tensor(Tensor(name=name, shape=list(shape), dtype=code,
-                                               buffer=buffer, quantization=quantization))
+        return self.subgraph.add_tensor(
+            Tensor(
+                name=name, shape=list(shape), dtype=code, buffer=buffer, quantization=quantization
+            )
+        )
 
-    def input(self, name: str, shape: list[int], dtype: Any = np.float32,
-              quantization: QuantParams | None = None) -> int:
+    def input(
+        self,
+        name: str,
+        shape: list[int],
+        dtype: Any = np.float32,
+        quantization: QuantParams | None = None,
+    ) -> int:
         index = self.tensor(name, shape, dtype, quantization)
         self.subgraph.inputs.append(index)
         return index
 
-    def constant(self, name: str, values: np.ndarray, dtype: Any = None,
-                 quantization: QuantParams | None = None) -> int:
+    def constant(
+        self,
+        name: str,
+        values: np.ndarray,
+        dtype: Any = None,
+        quantization: QuantParams | None = None,
+    ) -> int:
         values = np.asarray(values if dtype is None else np.asarray(values).astype(dtype))
         buffer = self.model.add_buffer(values)
         code = tensor_type(values.dtype) if values.dtype != np.bool_ else TensorType.BOOL
@@ -73,13 +89,22 @@ class GraphBuilder:
         """Append an operator; with no `outputs`, create one output tensor and return its index."""
         created = outputs is None
         if created:
-            outputs = [self.tensor(name or f"{op_type.lower()}_{len(self.subgraph.operators)}",
-                                   output_shape or [], output_dtype)]
-        self.subgraph.operators.append(Operator(
-            opcode_index=self.model.opcode_for(op_type, version),
-            inputs=list(inputs), outputs=list(outputs), options_type=options_type,
-            options=dict(options or {}),
-        ))
+            outputs = [
+                self.tensor(
+                    name or f"{op_type.lower()}_{len(self.subgraph.operators)}",
+                    output_shape or [],
+                    output_dtype,
+                )
+            ]
+        self.subgraph.operators.append(
+            Operator(
+                opcode_index=self.model.opcode_for(op_type, version),
+                inputs=list(inputs),
+                outputs=list(outputs),
+                options_type=options_type,
+                options=dict(options or {}),
+            )
+        )
         return outputs[0] if created else len(self.subgraph.operators) - 1
 
     def finish(self, outputs: list[int]) -> Model:

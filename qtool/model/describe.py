@@ -31,13 +31,17 @@ def quant_summary(q: QuantParams | None) -> dict[str, Any] | None:
 def format_quant(q: dict[str, Any] | None) -> str:
     """One short line for a quantization summary: per-axis shown as count and range."""
     if not q or "scale" not in q:
-        return "" if not q else f"range [{q.get('min', ['?'])[0]:.4g}, {q.get('max', ['?'])[0]:.4g}]"
+        return (
+            "" if not q else f"range [{q.get('min', ['?'])[0]:.4g}, {q.get('max', ['?'])[0]:.4g}]"
+        )
     scales, zps = q["scale"], q["zero_point"]
     if len(scales) == 1:
         return f"scale {scales[0]:.6g}, zp {zps[0]}"
     zp_text = f"zp {zps[0]}" if len(set(zps)) == 1 else f"zp {min(zps)}..{max(zps)}"
-    return (f"per-axis[{q['quantized_dimension']}] x{len(scales)}: "
-            f"scale {min(scales):.4g}..{max(scales):.4g}, {zp_text}")
+    return (
+        f"per-axis[{q['quantized_dimension']}] x{len(scales)}: "
+        f"scale {min(scales):.4g}..{max(scales):.4g}, {zp_text}"
+    )
 
 
 def describe_model(model: Model, path: str | None = None) -> dict[str, Any]:
@@ -48,28 +52,38 @@ def describe_model(model: Model, path: str | None = None) -> dict[str, Any]:
         tensors = []
         for index, tensor in enumerate(subgraph.tensors):
             dtype_counts[dtype_name(tensor.dtype)] += 1
-            tensors.append({
-                "index": index,
-                "name": tensor.name,
-                "dtype": dtype_name(tensor.dtype),
-                "shape": list(tensor.shape),
-                "constant": model.is_constant(tensor),
-                "sparse": tensor.sparsity is not None,
-                "quantization": quant_summary(tensor.quantization),
-            })
+            tensors.append(
+                {
+                    "index": index,
+                    "name": tensor.name,
+                    "dtype": dtype_name(tensor.dtype),
+                    "shape": list(tensor.shape),
+                    "constant": model.is_constant(tensor),
+                    "sparse": tensor.sparsity is not None,
+                    "quantization": quant_summary(tensor.quantization),
+                }
+            )
         operators = []
         for index, op in enumerate(subgraph.operators):
             op_type = model.op_type(op)
             op_counts[op_type] += 1
-            operators.append({"index": index, "type": op_type, "inputs": list(op.inputs),
-                              "outputs": list(op.outputs)})
-        subgraphs.append({
-            "name": subgraph.name,
-            "inputs": list(subgraph.inputs),
-            "outputs": list(subgraph.outputs),
-            "operators": operators,
-            "tensors": tensors,
-        })
+            operators.append(
+                {
+                    "index": index,
+                    "type": op_type,
+                    "inputs": list(op.inputs),
+                    "outputs": list(op.outputs),
+                }
+            )
+        subgraphs.append(
+            {
+                "name": subgraph.name,
+                "inputs": list(subgraph.inputs),
+                "outputs": list(subgraph.outputs),
+                "operators": operators,
+                "tensors": tensors,
+            }
+        )
     return {
         "path": path,
         "schema_version": model.version,
@@ -94,7 +108,13 @@ def io_details(model: Model, subgraph_index: int = 0) -> list[dict[str, Any]]:
     for role, indices in (("input", subgraph.inputs), ("output", subgraph.outputs)):
         for t in indices:
             tensor = subgraph.tensors[t]
-            rows.append({"role": role, "name": tensor.name, "dtype": dtype_name(tensor.dtype),
-                         "shape": [int(d) for d in np.asarray(tensor.shape)],
-                         "quantization": quant_summary(tensor.quantization)})
+            rows.append(
+                {
+                    "role": role,
+                    "name": tensor.name,
+                    "dtype": dtype_name(tensor.dtype),
+                    "shape": [int(d) for d in np.asarray(tensor.shape)],
+                    "quantization": quant_summary(tensor.quantization),
+                }
+            )
     return rows

@@ -29,7 +29,8 @@ class NameAllocator:
 
 
 def remove_unused(model: Model) -> None:
-    """Drop tensors no operator, subgraph I/O or signature refers to, then unreferenced buffers.
+    """Drop tensors no operator, subgraph I/O or signature refers to, then unused operator codes
+    and unreferenced buffers.
 
     Indices are renumbered everywhere they appear (operators, subgraph I/O, intermediates,
     signature defs); buffer 0 stays the conventional empty buffer.
@@ -53,6 +54,12 @@ def remove_unused(model: Model) -> None:
         for sig in signatures:
             for entry in (sig["inputs"] or []) + (sig["outputs"] or []):
                 entry["tensor_index"] = remap[entry["tensor_index"]]
+    used_codes = sorted({op.opcode_index for sg in model.subgraphs for op in sg.operators})
+    remap_code = {old: new for new, old in enumerate(used_codes)}
+    model.operator_codes = [model.operator_codes[c] for c in used_codes]
+    for subgraph in model.subgraphs:
+        for op in subgraph.operators:
+            op.opcode_index = remap_code[op.opcode_index]
     used_buffers = {0} | {m["buffer"] for m in model.metadata} | set(model.metadata_buffer)
     used_buffers |= {t.buffer for sg in model.subgraphs for t in sg.tensors}
     keep_buffers = sorted(b for b in used_buffers if b < len(model.buffers))

@@ -52,9 +52,8 @@ class QuantParams:
     def same_params(self, other: QuantParams | None) -> bool:
         if other is None or not (self.is_quantized and other.is_quantized):
             return False
-        return (
-            np.array_equal(self.scale, other.scale)
-            and np.array_equal(self.zero_point, other.zero_point)
+        return np.array_equal(self.scale, other.scale) and np.array_equal(
+            self.zero_point, other.zero_point
         )
 
 

@@ -108,8 +108,16 @@ def _ints(values: Any) -> list[int]:
 def _model_from_dict(raw: dict[str, Any], data: Any) -> Model:
     known, extra = _split(
         raw,
-        ("version", "operator_codes", "subgraphs", "buffers", "description", "metadata",
-         "signature_defs", "metadata_buffer"),
+        (
+            "version",
+            "operator_codes",
+            "subgraphs",
+            "buffers",
+            "description",
+            "metadata",
+            "signature_defs",
+            "metadata_buffer",
+        ),
     )
     return Model(
         version=known["version"],
@@ -130,8 +138,9 @@ def _opcode_from_dict(raw: dict[str, Any]) -> OperatorCode:
     code = max(raw["builtin_code"], raw["deprecated_builtin_code"])
     known, extra = _split(raw, ("builtin_code", "custom_code", "version"))
     extra.pop("deprecated_builtin_code")
-    return OperatorCode(builtin_code=code, custom_code=known["custom_code"],
-                        version=known["version"], extra=extra)
+    return OperatorCode(
+        builtin_code=code, custom_code=known["custom_code"], version=known["version"], extra=extra
+    )
 
 
 def _buffer_from_dict(raw: dict[str, Any], data: Any) -> Buffer:
@@ -142,8 +151,9 @@ def _buffer_from_dict(raw: dict[str, Any], data: Any) -> Buffer:
             raise ModelError(
                 f"buffer stored at offset {offset} (+{size} bytes) lies past the end of the file"
             )
-        return Buffer(data=np.frombuffer(data, dtype=np.uint8, count=size, offset=offset),
-                      extra=extra)
+        return Buffer(
+            data=np.frombuffer(data, dtype=np.uint8, count=size, offset=offset), extra=extra
+        )
     return Buffer(data=raw["data"], extra=extra)
 
 
@@ -162,8 +172,16 @@ def _subgraph_from_dict(raw: dict[str, Any]) -> Subgraph:
 def _tensor_from_dict(raw: dict[str, Any]) -> Tensor:
     known, extra = _split(
         raw,
-        ("shape", "type", "buffer", "name", "quantization", "is_variable", "sparsity",
-         "shape_signature"),
+        (
+            "shape",
+            "type",
+            "buffer",
+            "name",
+            "quantization",
+            "is_variable",
+            "sparsity",
+            "shape_signature",
+        ),
     )
     return Tensor(
         name=known["name"] if known["name"] is not None else "",
@@ -172,7 +190,9 @@ def _tensor_from_dict(raw: dict[str, Any]) -> Tensor:
         buffer=known["buffer"],
         quantization=_quant_from_dict(known["quantization"]),
         is_variable=bool(known["is_variable"]),
-        shape_signature=None if known["shape_signature"] is None else _ints(known["shape_signature"]),
+        shape_signature=None
+        if known["shape_signature"] is None
+        else _ints(known["shape_signature"]),
         sparsity=known["sparsity"],
         extra=extra,
     )
@@ -199,8 +219,17 @@ def _quant_from_dict(raw: dict[str, Any] | None) -> QuantParams | None:
 def _operator_from_dict(raw: dict[str, Any]) -> Operator:
     known, extra = _split(
         raw,
-        ("opcode_index", "inputs", "outputs", "builtin_options_type", "builtin_options",
-         "builtin_options_2_type", "builtin_options_2", "custom_options", "intermediates"),
+        (
+            "opcode_index",
+            "inputs",
+            "outputs",
+            "builtin_options_type",
+            "builtin_options",
+            "builtin_options_2_type",
+            "builtin_options_2",
+            "custom_options",
+            "intermediates",
+        ),
     )
     custom = known["custom_options"]
     return Operator(
@@ -246,14 +275,21 @@ def validate_model(model: Model, name: str = "model") -> None:
                     fail(f"subgraph {s} {kind} refers to tensor {t}, but it has {n_tensors}")
         for i, op in enumerate(subgraph.operators):
             if not 0 <= op.opcode_index < n_codes:
-                fail(f"subgraph {s} operator {i} uses operator code {op.opcode_index}, "
-                     f"but the model has {n_codes}")
-            for kind, indices, low in (("input", op.inputs, -1), ("output", op.outputs, 0),
-                                       ("intermediate", op.intermediates, 0)):
+                fail(
+                    f"subgraph {s} operator {i} uses operator code {op.opcode_index}, "
+                    f"but the model has {n_codes}"
+                )
+            for kind, indices, low in (
+                ("input", op.inputs, -1),
+                ("output", op.outputs, 0),
+                ("intermediate", op.intermediates, 0),
+            ):
                 for t in indices:
                     if not low <= t < n_tensors:
-                        fail(f"subgraph {s} operator {i} ({model.op_type(op)}) {kind} refers to "
-                             f"tensor {t}, but the subgraph has {n_tensors}")
+                        fail(
+                            f"subgraph {s} operator {i} ({model.op_type(op)}) {kind} refers to "
+                            f"tensor {t}, but the subgraph has {n_tensors}"
+                        )
     for meta in model.metadata:
         if not 0 <= meta["buffer"] < n_buffers:
             fail(f"metadata {meta.get('name')!r} refers to buffer {meta['buffer']}")
@@ -264,8 +300,10 @@ def validate_model(model: Model, name: str = "model") -> None:
         n_tensors = len(model.subgraphs[s].tensors)
         for entry in (signature["inputs"] or []) + (signature["outputs"] or []):
             if not 0 <= entry["tensor_index"] < n_tensors:
-                fail(f"signature {signature.get('signature_key')!r} entry {entry.get('name')!r} "
-                     f"refers to tensor {entry['tensor_index']}")
+                fail(
+                    f"signature {signature.get('signature_key')!r} entry {entry.get('name')!r} "
+                    f"refers to tensor {entry['tensor_index']}"
+                )
 
 
 def _validate_constant_size(model: Model, tensor: Tensor, where: str, fail) -> None:
@@ -283,14 +321,18 @@ def _validate_constant_size(model: Model, tensor: Tensor, where: str, fail) -> N
     needed = (count + 1) // 2 if tensor.dtype == TensorType.INT4 else count * itemsize
     have = model.buffers[tensor.buffer].nbytes
     if have != needed:
-        fail(f"{where} needs {needed} bytes of {dtype_name(tensor.dtype)} data for shape "
-             f"{tensor.shape}, but its buffer {tensor.buffer} holds {have}")
+        fail(
+            f"{where} needs {needed} bytes of {dtype_name(tensor.dtype)} data for shape "
+            f"{tensor.shape}, but its buffer {tensor.buffer} holds {have}"
+        )
 
 
 # =========================================================================== writing
 
 
-def serialize_model(model: Model, inline_limit: int = INLINE_BUFFER_LIMIT) -> list[bytes | memoryview]:
+def serialize_model(
+    model: Model, inline_limit: int = INLINE_BUFFER_LIMIT
+) -> list[bytes | memoryview]:
     """Encode a model as the chunks of a .tflite file (flatbuffer, then any external buffers)."""
     total = model.weights_nbytes()
     if total <= inline_limit:
@@ -362,8 +404,13 @@ def _model_to_dict(model: Model, builder: flatbuffers.Builder, offsets: list[int
 
 def _opcode_to_dict(code: OperatorCode) -> dict:
     deprecated = min(code.builtin_code, BuiltinOperator.PLACEHOLDER_FOR_GREATER_OP_CODES)
-    return {**code.extra, "builtin_code": code.builtin_code, "deprecated_builtin_code": deprecated,
-            "custom_code": code.custom_code, "version": code.version}
+    return {
+        **code.extra,
+        "builtin_code": code.builtin_code,
+        "deprecated_builtin_code": deprecated,
+        "custom_code": code.custom_code,
+        "version": code.version,
+    }
 
 
 def _subgraph_to_dict(subgraph: Subgraph) -> dict:
@@ -381,9 +428,14 @@ def _tensor_to_dict(tensor: Tensor) -> dict:
     q = tensor.quantization
     quant = None
     if q is not None:
-        quant = {**q.extra, "scale": q.scale if len(q.scale) else None,
-                 "zero_point": q.zero_point if len(q.zero_point) else None,
-                 "quantized_dimension": q.quantized_dimension, "min": q.min, "max": q.max}
+        quant = {
+            **q.extra,
+            "scale": q.scale if len(q.scale) else None,
+            "zero_point": q.zero_point if len(q.zero_point) else None,
+            "quantized_dimension": q.quantized_dimension,
+            "min": q.min,
+            "max": q.max,
+        }
     return {
         **tensor.extra,
         "shape": tensor.shape,
@@ -404,12 +456,15 @@ def _operator_to_dict(op: Operator) -> dict:
         "inputs": op.inputs,
         "outputs": op.outputs,
         "builtin_options_type": union_codes("BuiltinOptions")[op.options_type]
-        if op.options_type else 0,
+        if op.options_type
+        else 0,
         "builtin_options": op.options if op.options_type else None,
         "builtin_options_2_type": union_codes("BuiltinOptions2")[op.options_2_type]
-        if op.options_2_type else 0,
+        if op.options_2_type
+        else 0,
         "builtin_options_2": op.options_2 if op.options_2_type else None,
-        "custom_options": None if op.custom_options is None
+        "custom_options": None
+        if op.custom_options is None
         else np.frombuffer(op.custom_options, dtype=np.uint8),
         "intermediates": op.intermediates or None,
     }

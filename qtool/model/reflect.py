@@ -123,11 +123,20 @@ def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
                 kind = "table_vector"
             else:
                 kind = "scalar_vector"
-            fields.append(Field(snake_case(method), method, slot, kind, scalar,
-                                child=child.group(1) if child else None))
+            fields.append(
+                Field(
+                    snake_case(method),
+                    method,
+                    slot,
+                    kind,
+                    scalar,
+                    child=child.group(1) if child else None,
+                )
+            )
         elif "self._tab.Union(" in body:
-            fields.append(Field(snake_case(method), method, slot, "union",
-                                child=UNION_ENUMS[(name, method)]))
+            fields.append(
+                Field(snake_case(method), method, slot, "union", child=UNION_ENUMS[(name, method)])
+            )
         elif "self._tab.String(" in body:
             fields.append(Field(snake_case(method), method, slot, "string"))
         elif child:

@@ -54,8 +54,9 @@ def fold_constants(model: Model, subgraph_index: int = 0) -> list[FoldedOp]:
             tensor.dtype = tensor_type(value.dtype) if value.dtype != np.bool_ else TensorType.BOOL
             tensor.quantization = None
             tensor.sparsity = None
-        folded.append(FoldedOp(index, code.name,
-                               tuple(subgraph.tensors[t].name for t in op.outputs)))
+        folded.append(
+            FoldedOp(index, code.name, tuple(subgraph.tensors[t].name for t in op.outputs))
+        )
     order = {id(op): position for position, op in enumerate(subgraph.operators)}
     subgraph.operators = sorted(kept, key=lambda op: order[id(op)])
     return folded

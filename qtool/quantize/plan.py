@@ -74,12 +74,12 @@ class _Groups:
         return self.fixed.get(self.find(t))
 
 
-def keep_float_match(model: Model, subgraph: Subgraph, op: Operator,
-                     patterns: tuple[str, ...]) -> str | None:
+def keep_float_match(
+    model: Model, subgraph: Subgraph, op: Operator, patterns: tuple[str, ...]
+) -> str | None:
     op_type = model.op_type(op)
     for pattern in patterns:
-        if fnmatch.fnmatchcase(op_type, pattern.upper()) or model.op_matches(op, subgraph,
-                                                                             pattern):
+        if fnmatch.fnmatchcase(op_type, pattern.upper()) or model.op_matches(op, subgraph, pattern):
             return pattern
     return None
 
@@ -88,8 +88,14 @@ def _is_float(tensor: Tensor) -> bool:
     return tensor.dtype == TensorType.FLOAT32
 
 
-def decide(model: Model, subgraph: Subgraph, op: Operator, spec: Int8Spec,
-           ranges: dict[int, tuple[float, float]], keep_float: tuple[str, ...]) -> OpDecision:
+def decide(
+    model: Model,
+    subgraph: Subgraph,
+    op: Operator,
+    spec: Int8Spec,
+    ranges: dict[int, tuple[float, float]],
+    keep_float: tuple[str, ...],
+) -> OpDecision:
     """Whether an operator can and may run in int8, and why not when it cannot."""
     tensors = subgraph.tensors
     float_inputs = [(p, t) for p, t in enumerate(op.inputs) if t >= 0 and _is_float(tensors[t])]
@@ -107,38 +113,52 @@ def decide(model: Model, subgraph: Subgraph, op: Operator, spec: Int8Spec,
         operand = rule.input_rule(position)
         constant = model.is_constant(tensors[t])
         if operand is None:
-            return OpDecision(FLOAT, f"input {position} is float but the spec has no int8 rule "
-                                     "for it")
+            return OpDecision(
+                FLOAT, f"input {position} is float but the spec has no int8 rule for it"
+            )
         if operand.role in ("weight", "bias") and not constant:
             return OpDecision(FLOAT, f"{operand.role} (input {position}) is not constant")
         if not constant and t not in ranges:
-            return OpDecision(FLOAT, f"input {position} ({tensors[t].name}) has no calibrated "
-                                     "range")
+            return OpDecision(
+                FLOAT, f"input {position} ({tensors[t].name}) has no calibrated range"
+            )
     for position, t in float_outputs:
         operand = rule.output_rule(position)
         if operand is None:
-            return OpDecision(FLOAT, f"output {position} is float but the spec has no int8 rule "
-                                     "for it")
+            return OpDecision(
+                FLOAT, f"output {position} is float but the spec has no int8 rule for it"
+            )
         if operand.fixed is None and not rule.same_scale and t not in ranges:
-            return OpDecision(FLOAT, f"output {position} ({tensors[t].name}) was never produced "
-                                     "during calibration")
+            return OpDecision(
+                FLOAT,
+                f"output {position} ({tensors[t].name}) was never produced during calibration",
+            )
     return OpDecision(INT8)
 
 
 def activation_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> list[int]:
     """Input positions of an int8 op that carry real-valued activations (constant or not)."""
-    return [p for p, t in enumerate(op.inputs)
-            if t >= 0 and _is_float(tensors[t])
-            and (r := rule.input_rule(p)) is not None and r.role == "activation"]
+    return [
+        p
+        for p, t in enumerate(op.inputs)
+        if t >= 0
+        and _is_float(tensors[t])
+        and (r := rule.input_rule(p)) is not None
+        and r.role == "activation"
+    ]
 
 
-def make_plan(model: Model, spec: Int8Spec, ranges: dict[int, tuple[float, float]],
-              keep_float: tuple[str, ...], source_index: dict[int, int],
-              subgraph_index: int = 0) -> Plan:
+def make_plan(
+    model: Model,
+    spec: Int8Spec,
+    ranges: dict[int, tuple[float, float]],
+    keep_float: tuple[str, ...],
+    source_index: dict[int, int],
+    subgraph_index: int = 0,
+) -> Plan:
     subgraph = model.subgraphs[subgraph_index]
     decisions = {
-        id(op): decide(model, subgraph, op, spec, ranges, keep_float)
-        for op in subgraph.operators
+        id(op): decide(model, subgraph, op, spec, ranges, keep_float) for op in subgraph.operators
     }
     for op in subgraph.operators:
         decisions[id(op)].source_index = source_index.get(id(op))
@@ -171,8 +191,11 @@ def make_plan(model: Model, spec: Int8Spec, ranges: dict[int, tuple[float, float
         anchor = outputs[0]
         for position in positions:
             t = op.inputs[position]
-            if (groups.pinned(t) is not None and groups.find(t) != groups.find(anchor)
-                    and not model.is_constant(subgraph.tensors[t])):
+            if (
+                groups.pinned(t) is not None
+                and groups.find(t) != groups.find(anchor)
+                and not model.is_constant(subgraph.tensors[t])
+            ):
                 t = _insert_requantize(model, subgraph, op, position, names, plan)
             groups.union(anchor, t)
         for out in outputs[1:]:
@@ -182,20 +205,30 @@ def make_plan(model: Model, spec: Int8Spec, ranges: dict[int, tuple[float, float
 
 
 def _real_outputs(rule: OpRule, op: Operator, subgraph: Subgraph) -> list[int]:
-    return [t for p, t in enumerate(op.outputs)
-            if rule.output_rule(p) is not None and _is_float(subgraph.tensors[t])]
+    return [
+        t
+        for p, t in enumerate(op.outputs)
+        if rule.output_rule(p) is not None and _is_float(subgraph.tensors[t])
+    ]
 
 
-def _insert_requantize(model: Model, subgraph: Subgraph, op: Operator, position: int,
-                       names: NameAllocator, plan: Plan) -> int:
+def _insert_requantize(
+    model: Model, subgraph: Subgraph, op: Operator, position: int, names: NameAllocator, plan: Plan
+) -> int:
     """Give `op` a private copy of input `position`, produced by a QUANTIZE (int8 -> int8)."""
     source = op.inputs[position]
     original = subgraph.tensors[source]
-    copy = subgraph.add_tensor(Tensor(name=names(f"{original.name}/requantized"),
-                                      shape=list(original.shape), dtype=TensorType.FLOAT32,
-                                      shape_signature=original.shape_signature))
-    requantize = Operator(opcode_index=model.opcode_for("QUANTIZE"), inputs=[source],
-                          outputs=[copy])
+    copy = subgraph.add_tensor(
+        Tensor(
+            name=names(f"{original.name}/requantized"),
+            shape=list(original.shape),
+            dtype=TensorType.FLOAT32,
+            shape_signature=original.shape_signature,
+        )
+    )
+    requantize = Operator(
+        opcode_index=model.opcode_for("QUANTIZE"), inputs=[source], outputs=[copy]
+    )
     subgraph.operators.insert(subgraph.operators.index(op), requantize)
     plan.decisions[id(requantize)] = OpDecision(INT8)
     op.inputs[position] = copy
@@ -230,8 +263,9 @@ def _assign_params(model: Model, subgraph: Subgraph, plan: Plan, groups: _Groups
             plan.params[t] = activation_params(low, high)
 
 
-def _value_range(model: Model, subgraph: Subgraph, t: int,
-                 ranges: dict[int, tuple[float, float]]) -> tuple[float, float] | None:
+def _value_range(
+    model: Model, subgraph: Subgraph, t: int, ranges: dict[int, tuple[float, float]]
+) -> tuple[float, float] | None:
     if t in ranges:
         return ranges[t]
     data = model.tensor_data(subgraph.tensors[t])

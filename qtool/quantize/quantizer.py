@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from qtool.calibrate import CalibrationResult, Dataset, calibrate
 from qtool.errors import UsageError
 from qtool.model import Model
-from qtool.model.edit import clone_model
+from qtool.model.edit import clone_model, remove_unused
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, Plan, make_plan
 from qtool.quantize.rewrite import RewriteNotes, rewrite
@@ -57,6 +57,7 @@ def prepare_float_model(model: Model) -> tuple[Model, list[FoldedOp], dict[int, 
     work = clone_model(model)
     source_index = {id(op): i for i, op in enumerate(work.subgraphs[0].operators)}
     folded = fold_constants(work)
+    remove_unused(work)
     return work, folded, source_index
 
 
@@ -68,17 +69,18 @@ def quantize_model(
 ) -> QuantizeResult:
     """Quantize subgraph 0 of a float model to int8 per the spec; `model` is left unchanged."""
     if len(model.subgraphs) > 1:
-        raise UsageError(f"the model has {len(model.subgraphs)} subgraphs; qtool quantizes "
-                         "single-subgraph models (control flow and multi-signature models are "
-                         "not supported yet)")
+        raise UsageError(
+            f"the model has {len(model.subgraphs)} subgraphs; qtool quantizes "
+            "single-subgraph models (control flow and multi-signature models are "
+            "not supported yet)"
+        )
     spec = load_spec(options.profiles)
     float_model, folded, source_index = prepare_float_model(model)
     calibration = calibrate(float_model, dataset, engine=options.engine, progress=progress)
     work = clone_model(float_model)
     # clone_model copies operators, so map the originals' indices onto the copies by position.
     source_by_position = [source_index[id(op)] for op in float_model.subgraphs[0].operators]
-    work_index = {id(op): source_by_position[i]
-                  for i, op in enumerate(work.subgraphs[0].operators)}
+    work_index = {id(op): source_by_position[i] for i, op in enumerate(work.subgraphs[0].operators)}
     plan = make_plan(work, spec, calibration.ranges, options.keep_float, work_index)
     float_ops = [
         FloatOp(decision.source_index, work.op_type(op), decision.reason or "")
@@ -88,8 +90,18 @@ def quantize_model(
     notes = rewrite(work, plan, spec, io=options.io)
     warnings = list(notes.warnings)
     if dataset.synthetic:
-        warnings.insert(0, "calibrated on synthetic random data: activation ranges do not "
-                           "reflect real inputs, so accuracy is not meaningful")
-    return QuantizeResult(model=work, float_model=float_model, calibration=calibration,
-                          plan=plan, folded=folded, float_ops=float_ops, notes=notes,
-                          warnings=warnings)
+        warnings.insert(
+            0,
+            "calibrated on synthetic random data: activation ranges do not "
+            "reflect real inputs, so accuracy is not meaningful",
+        )
+    return QuantizeResult(
+        model=work,
+        float_model=float_model,
+        calibration=calibration,
+        plan=plan,
+        folded=folded,
+        float_ops=float_ops,
+        notes=notes,
+        warnings=warnings,
+    )

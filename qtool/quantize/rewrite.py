@@ -43,8 +43,9 @@ class RewriteNotes:
 
 
 class _Rewriter:
-    def __init__(self, model: Model, plan: Plan, spec: Int8Spec, io: str,
-                 subgraph_index: int) -> None:
+    def __init__(
+        self, model: Model, plan: Plan, spec: Int8Spec, io: str, subgraph_index: int
+    ) -> None:
         self.model = model
         self.plan = plan
         self.spec = spec
@@ -80,9 +81,14 @@ class _Rewriter:
 
     def _copy_tensor(self, t: int, domain: str) -> int:
         original = self.subgraph.tensors[t]
-        return self.subgraph.add_tensor(Tensor(
-            name=self.names(f"{original.name}_{domain}"), shape=list(original.shape),
-            dtype=TensorType.FLOAT32, shape_signature=original.shape_signature))
+        return self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}_{domain}"),
+                shape=list(original.shape),
+                dtype=TensorType.FLOAT32,
+                shape_signature=original.shape_signature,
+            )
+        )
 
     def _set_domain(self, t: int, domain: str, source: int) -> None:
         """Give tensor `t` the dtype and params of `domain`, for the activation `source`."""
@@ -104,26 +110,38 @@ class _Rewriter:
         source = versions[home] if home in versions else next(iter(versions.values()))
         target = self._copy_tensor(t, domain)
         versions[domain] = target
-        self._emit_converter(source, target, src_domain=home, dst_domain=domain)
+        self._emit_converter(source, target, dst_domain=domain)
         return target
 
-    def _emit_converter(self, source: int, target: int, src_domain: str, dst_domain: str) -> None:
+    def _emit_converter(self, source: int, target: int, dst_domain: str) -> None:
         op_type = "DEQUANTIZE" if dst_domain == FLOAT else "QUANTIZE"
-        version = 2 if src_domain == INT8 or dst_domain == INT8 else 1
-        self.emitted.append(Operator(opcode_index=self.model.opcode_for(op_type, version),
-                                     inputs=[source], outputs=[target]))
+        version = self.spec.rule(op_type).int8_version
+        self.emitted.append(
+            Operator(
+                opcode_index=self.model.opcode_for(op_type, version),
+                inputs=[source],
+                outputs=[target],
+            )
+        )
 
     # ------------------------------------------------------------------ constants
 
-    def _constant_copy(self, t: int, key: tuple, values: np.ndarray, dtype: int,
-                       params: QuantParams, suffix: str) -> int:
+    def _constant_copy(
+        self, t: int, key: tuple, values: np.ndarray, dtype: int, params: QuantParams, suffix: str
+    ) -> int:
         cache_key = (t, *key)
         if cache_key in self.constant_copies:
             return self.constant_copies[cache_key]
         original = self.subgraph.tensors[t]
-        copy = self.subgraph.add_tensor(Tensor(
-            name=self.names(f"{original.name}{suffix}"), shape=list(values.shape), dtype=dtype,
-            buffer=self.model.add_buffer(values), quantization=params))
+        copy = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}{suffix}"),
+                shape=list(values.shape),
+                dtype=dtype,
+                buffer=self.model.add_buffer(values),
+                quantization=params,
+            )
+        )
         self.constant_copies[cache_key] = copy
         return copy
 
@@ -133,9 +151,14 @@ class _Rewriter:
         if params is None:
             params = activation_params(float(np.min(values)), float(np.max(values)))
         data = quantize(values, params, dtype=np.int8)
-        return self._constant_copy(t, ("act", params.scale.tobytes(), params.zero_point.tobytes()),
-                                   data, TensorType.INT8,
-                                   QuantParams.of(params.scale, params.zero_point), "_int8")
+        return self._constant_copy(
+            t,
+            ("act", params.scale.tobytes(), params.zero_point.tobytes()),
+            data,
+            TensorType.INT8,
+            QuantParams.of(params.scale, params.zero_point),
+            "_int8",
+        )
 
     def _quantize_weights_and_bias(self, op: Operator, rule: OpRule, position: int) -> None:
         weight_rule = rule.input_rule(position)
@@ -146,8 +169,11 @@ class _Rewriter:
         scale = params.scale
         bias_rule = rule.bias_rule()
         bias_position = bias_rule.index if bias_rule is not None else None
-        bias_t = op.inputs[bias_position] if bias_position is not None and bias_position < len(
-            op.inputs) else -1
+        bias_t = (
+            op.inputs[bias_position]
+            if bias_position is not None and bias_position < len(op.inputs)
+            else -1
+        )
         input_scale = None
         if bias_t >= 0:
             input_position = bias_rule.bias_scale_inputs[0]
@@ -156,36 +182,61 @@ class _Rewriter:
             overflow, enlarged = bias_overflow(bias, input_scale, scale)
             if overflow.any():
                 channels = np.flatnonzero(overflow).tolist()
-                self.notes.enlarged_weight_scales.append({
-                    "op_index": self.plan.decision(op).source_index,
-                    "tensor": self.subgraph.tensors[t].name, "channels": channels})
+                self.notes.enlarged_weight_scales.append(
+                    {
+                        "op_index": self.plan.decision(op).source_index,
+                        "tensor": self.subgraph.tensors[t].name,
+                        "channels": channels,
+                    }
+                )
                 self.notes.warnings.append(
                     f"op {self.plan.decision(op).source_index} ({self.model.op_type(op)}): bias "
                     f"would overflow int32 in {len(channels)} channel(s); their weight scales "
-                    "were enlarged")
+                    "were enlarged"
+                )
                 scale = enlarged
         dim = axis if axis is not None else 0
-        data = quantize(weights, scale, np.zeros(scale.shape, np.int64), dtype=np.int8,
-                        axis=axis, narrow_range=True)
+        data = quantize(
+            weights,
+            scale,
+            np.zeros(scale.shape, np.int64),
+            dtype=np.int8,
+            axis=axis,
+            narrow_range=True,
+        )
         op.inputs[position] = self._constant_copy(
-            t, ("weight", scale.tobytes()), data, TensorType.INT8,
-            QuantParams.of(scale, 0, quantized_dimension=dim), "_int8")
+            t,
+            ("weight", scale.tobytes()),
+            data,
+            TensorType.INT8,
+            QuantParams.of(scale, 0, quantized_dimension=dim),
+            "_int8",
+        )
         if bias_t >= 0:
             bias_values = quantize_bias(bias, input_scale, scale)
             op.inputs[bias_position] = self._constant_copy(
-                bias_t, ("bias", input_scale.tobytes(), scale.tobytes()), bias_values,
+                bias_t,
+                ("bias", input_scale.tobytes(), scale.tobytes()),
+                bias_values,
                 TensorType.INT32,
                 QuantParams.of(bias_scale(input_scale, scale), 0, quantized_dimension=0),
-                "_int32")
+                "_int32",
+            )
 
     # ------------------------------------------------------------------ operators
 
     def _rewrite_int8(self, op: Operator) -> None:
         rule = self.spec.rule(self.model.op_type(op))
         tensors = self.subgraph.tensors
+        code = self.model.operator_codes[op.opcode_index]
+        code.version = max(code.version, rule.int8_version)
         weight_rule = rule.weight_rule()
-        if weight_rule is not None and isinstance(weight_rule.index, int) and len(
-                op.inputs) > weight_rule.index and op.inputs[weight_rule.index] >= 0:
+        if (
+            weight_rule is not None
+            and isinstance(weight_rule.index, int)
+            and len(op.inputs) > weight_rule.index
+            and op.inputs[weight_rule.index] >= 0
+        ):
             self._quantize_weights_and_bias(op, rule, weight_rule.index)
         for position in activation_positions(rule, op, tensors):
             t = op.inputs[position]
@@ -220,7 +271,7 @@ class _Rewriter:
             for t in boundary_outputs:
                 home = self.home[t]
                 boundary = next(d for d, index in self.versions[t].items() if index == t)
-                self._emit_converter(self.versions[t][home], t, home, boundary)
+                self._emit_converter(self.versions[t][home], t, boundary)
         for t, versions in self.versions.items():
             for domain, index in versions.items():
                 self._set_domain(index, domain, t)
@@ -229,8 +280,8 @@ class _Rewriter:
         return self.notes
 
 
-def rewrite(model: Model, plan: Plan, spec: Int8Spec, io: str = "float",
-            subgraph_index: int = 0) -> RewriteNotes:
+def rewrite(
+    model: Model, plan: Plan, spec: Int8Spec, io: str = "float", subgraph_index: int = 0
+) -> RewriteNotes:
     """Turn the planned float graph (in place) into its int8 form."""
     return _Rewriter(model, plan, spec, io, subgraph_index).run()
-

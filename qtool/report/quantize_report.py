@@ -29,22 +29,33 @@ def file_facts(path: str | Path) -> dict[str, Any]:
 def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
     rows: dict[int, dict[str, Any]] = {}
     for folded in result.folded:
-        rows[folded.index] = {"index": folded.index, "op": folded.op_type, "mode": "folded",
-                              "reason": "constant inputs: evaluated once and stored as a "
-                                        "float constant before quantization"}
+        rows[folded.index] = {
+            "index": folded.index,
+            "op": folded.op_type,
+            "mode": "folded",
+            "reason": "constant inputs: evaluated once and stored as a "
+            "float constant before quantization",
+        }
     for op in result.plan.decisions.values():
         if op.source_index is None:
             continue
-        rows[op.source_index] = {"index": op.source_index,
-                                 "op": source.op_type(source.subgraphs[0].operators[
-                                     op.source_index]),
-                                 "mode": op.mode, "reason": op.reason}
+        rows[op.source_index] = {
+            "index": op.source_index,
+            "op": source.op_type(source.subgraphs[0].operators[op.source_index]),
+            "mode": op.mode,
+            "reason": op.reason,
+        }
     inserted = sum(1 for d in result.plan.decisions.values() if d.source_index is None)
     ordered = [rows[i] for i in sorted(rows)]
     if inserted:
-        ordered.append({"index": None, "op": "QUANTIZE", "mode": "inserted",
-                        "reason": f"{inserted} int8 -> int8 requantization(s) in front of "
-                                  "same-scale ops"})
+        ordered.append(
+            {
+                "index": None,
+                "op": "QUANTIZE",
+                "mode": "inserted",
+                "reason": f"{inserted} int8 -> int8 requantization(s) in front of same-scale ops",
+            }
+        )
     return ordered
 
 
@@ -58,22 +69,32 @@ def _tensor_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
     for tensor in result.model.subgraphs[0].tensors:
         original = before.get(tensor.name)
         span = calibrated.get(tensor.name)
-        rows.append({
-            "name": tensor.name,
-            "shape": [int(d) for d in tensor.shape],
-            "dtype_before": dtype_name(original.dtype) if original is not None else None,
-            "dtype_after": dtype_name(tensor.dtype),
-            "calibrated_min": None if span is None else float(span[0]),
-            "calibrated_max": None if span is None else float(span[1]),
-            "quantization": quant_summary(tensor.quantization),
-        })
+        rows.append(
+            {
+                "name": tensor.name,
+                "shape": [int(d) for d in tensor.shape],
+                "dtype_before": dtype_name(original.dtype) if original is not None else None,
+                "dtype_after": dtype_name(tensor.dtype),
+                "calibrated_min": None if span is None else float(span[0]),
+                "calibrated_max": None if span is None else float(span[1]),
+                "quantization": quant_summary(tensor.quantization),
+            }
+        )
     return rows
 
 
-def build_report(result: QuantizeResult, source: Model, options: QuantizeOptions, *,
-                 input_path: str, output_path: str, data_sources: list[str],
-                 samples_limit: int | None, seed: int | None,
-                 audit: dict[str, Any]) -> dict[str, Any]:
+def build_report(
+    result: QuantizeResult,
+    source: Model,
+    options: QuantizeOptions,
+    *,
+    input_path: str,
+    output_path: str,
+    data_sources: list[str],
+    samples_limit: int | None,
+    seed: int | None,
+    audit: dict[str, Any],
+) -> dict[str, Any]:
     calibration = result.calibration
     return {
         "report_version": REPORT_VERSION,
@@ -101,8 +122,9 @@ def build_report(result: QuantizeResult, source: Model, options: QuantizeOptions
         },
         "io": io_details(result.model),
         "ops": _op_rows(result, source),
-        "float_ops": [{"index": f.index, "op": f.op_type, "reason": f.reason}
-                      for f in result.float_ops],
+        "float_ops": [
+            {"index": f.index, "op": f.op_type, "reason": f.reason} for f in result.float_ops
+        ],
         "tensors": _tensor_rows(result, source),
         "enlarged_weight_scales": result.notes.enlarged_weight_scales,
         "warnings": result.warnings,
@@ -116,5 +138,7 @@ def summary_counts(report: dict[str, Any]) -> dict[str, int]:
 
 
 def size_ratio(report: dict[str, Any]) -> float:
-    return float(np.float64(report["output_model"]["size_bytes"])
-                 / max(report["input_model"]["size_bytes"], 1))
+    return float(
+        np.float64(report["output_model"]["size_bytes"])
+        / max(report["input_model"]["size_bytes"], 1)
+    )

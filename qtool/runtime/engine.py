@@ -53,7 +53,8 @@ class Engine:
             if value is not None:  # sparse tensors hold their stored values; DENSIFY expands them
                 self.constants[index] = value
         produced = set(self.subgraph.inputs) | {
-            t for op in self.subgraph.operators for t in op.outputs}
+            t for op in self.subgraph.operators for t in op.outputs
+        }
         for index, tensor in enumerate(self.subgraph.tensors):
             # An empty constant (e.g. an empty axis list) has no bytes, hence no buffer data.
             if index not in produced and index not in self.constants and 0 in tensor.shape:
@@ -69,6 +70,13 @@ class Engine:
         shape = self.subgraph.tensors[tensor_index].shape
         return len(shape) >= 1 and shape[0] == 1
 
+    def _has_leading_axis(self, tensor_index: int) -> bool:
+        return len(self.subgraph.tensors[tensor_index].shape) >= 1
+
+    def _rows(self, tensor_index: int) -> int:
+        """Rows of one sample along axis 0 (the declared leading dimension)."""
+        return max(1, self.subgraph.tensors[tensor_index].shape[0])
+
     def _entry(self, op_index: int) -> KernelEntry:
         op = self.subgraph.operators[op_index]
         code = self.model.operator_codes[op.opcode_index]
@@ -76,10 +84,12 @@ class Engine:
         op_type = code.name
         entry = lookup(op_type, is_custom)
         if entry is None:
-            how = (f"register a numpy kernel with qtool.runtime.register_custom_op({op_type!r}, fn) "
-                   "in a module passed with --custom-ops MODULE"
-                   if is_custom else "no numpy kernel exists for this builtin yet; "
-                   "try --engine litert")
+            how = (
+                f"register a numpy kernel with qtool.runtime.register_custom_op({op_type!r}, fn) "
+                "in a module passed with --custom-ops MODULE"
+                if is_custom
+                else "no numpy kernel exists for this builtin yet; try --engine litert"
+            )
             raise UnsupportedOpError(
                 f"operator {op_index} ({op_type}) in subgraph {self.subgraph_index} has no kernel: "
                 f"{how}"
@@ -97,14 +107,20 @@ class Engine:
             if not live_inputs and op.inputs:
                 self._fold_constant(op_index, entry)
                 continue
-            ctx = OpContext(self.model, self.subgraph, op_index, op,
-                            [self.constants.get(t) if t >= 0 else None for t in op.inputs])
-            if any(t in batched for t in live_inputs):
-                if entry.batch_rule(ctx):
+            ctx = OpContext(
+                self.model,
+                self.subgraph,
+                op_index,
+                op,
+                [self.constants.get(t) if t >= 0 else None for t in op.inputs],
+            )
+            batched_inputs = [t for t in live_inputs if t in batched]
+            if batched_inputs:
+                # Batch rules assume the sample axis replaced a declared 1; a tensor declared
+                # [k, ...] is held sample-major as [N * k, ...] and only loops split it again.
+                if all(self._leading_one(t) for t in batched_inputs) and entry.batch_rule(ctx):
                     mode = "batch"
-                elif all(self._leading_one(t) for t in op.outputs) and all(
-                    self._leading_one(t) for t in live_inputs if t in batched
-                ):
+                elif all(self._has_leading_axis(t) for t in op.outputs + batched_inputs):
                     mode = "loop"
                 else:
                     self.serial = True
@@ -124,15 +140,19 @@ class Engine:
             if t not in keep:
                 frees.setdefault(position, []).append(t)
         self.steps = [
-            _Step(op_index, entry, "batch" if self.serial else mode,
-                  tuple(frees.get(position, ())))
+            _Step(op_index, entry, "batch" if self.serial else mode, tuple(frees.get(position, ())))
             for position, (op_index, entry, mode) in enumerate(runtime_steps)
         ]
 
     def _fold_constant(self, op_index: int, entry: KernelEntry) -> None:
         op = self.subgraph.operators[op_index]
-        ctx = OpContext(self.model, self.subgraph, op_index, op,
-                        [self.constants[t] if t >= 0 else None for t in op.inputs])
+        ctx = OpContext(
+            self.model,
+            self.subgraph,
+            op_index,
+            op,
+            [self.constants[t] if t >= 0 else None for t in op.inputs],
+        )
         for t, value in zip(op.outputs, _as_list(entry.fn(ctx)), strict=True):
             self.constants[t] = value
 
@@ -161,18 +181,23 @@ class Engine:
         step = 1 if self.serial else max(1, chunk)
         results: list[list[np.ndarray]] = []
         for start in range(0, n, step):
-            part = [f[start:start + step] for f in feeds]
+            part = [f[start : start + step] for f in feeds]
             if not self.batched_inputs:
                 part = [p[0] for p in part]  # the sample is the whole declared tensor
             results.append(self._run_chunk(part, observers, replace))
-        return [self._join([r[i] for r in results], t)
-                for i, t in enumerate(self.subgraph.outputs)]
+        return [
+            self._join([r[i] for r in results], t, n) for i, t in enumerate(self.subgraph.outputs)
+        ]
 
-    def _join(self, parts: list[np.ndarray], tensor_index: int) -> np.ndarray:
-        """Samples of an output back together: along the batch axis when it has one."""
-        if self.batched_inputs and self._leading_one(tensor_index) and parts[0].ndim:
-            return parts[0] if len(parts) == 1 else np.concatenate(parts)
-        return np.stack(parts)
+    def _join(self, parts: list[np.ndarray], tensor_index: int, n: int) -> np.ndarray:
+        """Samples of an output back together as (N, ...): its declared batch-1 axis holds them,
+        any other leading axis gets a sample axis in front of it."""
+        if not self.batched_inputs or not parts[0].ndim:
+            return np.stack(parts)
+        joined = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if self.subgraph.tensors[tensor_index].shape[0] == 1:
+            return joined
+        return joined.reshape(n, joined.shape[0] // max(n, 1), *joined.shape[1:])
 
     def _check_feeds(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         inputs = self.subgraph.inputs
@@ -184,8 +209,9 @@ class Engine:
             tensor = self.subgraph.tensors[t]
             feed = np.asarray(feed)
             expected = self.sample_shape(position)
-            if list(feed.shape[1:]) != expected and not _matches_dynamic(feed.shape[1:], tensor,
-                                                                          self.batched_inputs):
+            if list(feed.shape[1:]) != expected and not _matches_dynamic(
+                feed.shape[1:], tensor, self.batched_inputs
+            ):
                 raise DataError(
                     f"input {tensor.name!r}: expected samples of shape {expected} "
                     f"(data shape (N, {', '.join(map(str, expected))})), got {list(feed.shape)}"
@@ -193,8 +219,10 @@ class Engine:
             dtype = numpy_dtype(tensor.dtype)
             if feed.dtype != dtype:
                 if not np.can_cast(feed.dtype, dtype, casting="same_kind"):
-                    raise DataError(f"input {tensor.name!r}: expected {dtype_name(tensor.dtype)} "
-                                    f"data, got {feed.dtype}")
+                    raise DataError(
+                        f"input {tensor.name!r}: expected {dtype_name(tensor.dtype)} "
+                        f"data, got {feed.dtype}"
+                    )
                 feed = feed.astype(dtype)
             counts.add(feed.shape[0])
             checked.append(feed)
@@ -202,8 +230,9 @@ class Engine:
             raise DataError(f"inputs have different sample counts: {sorted(counts)}")
         return checked
 
-    def _run_chunk(self, feeds: list[np.ndarray], observers: Sequence[Observer],
-                   replace: Replacer | None) -> list[np.ndarray]:
+    def _run_chunk(
+        self, feeds: list[np.ndarray], observers: Sequence[Observer], replace: Replacer | None
+    ) -> list[np.ndarray]:
         values: dict[int, np.ndarray] = {}
         batch = feeds[0].shape[0] if feeds and self.batched_inputs else 1
         for t, feed in zip(self.subgraph.inputs, feeds, strict=True):
@@ -211,8 +240,9 @@ class Engine:
         constants = self.constants
         for step in self.steps:
             op = self.subgraph.operators[step.index]
-            inputs = [None if t < 0 else (values[t] if t in values else constants[t])
-                      for t in op.inputs]
+            inputs = [
+                None if t < 0 else (values[t] if t in values else constants[t]) for t in op.inputs
+            ]
             if step.mode == "loop" and batch > 1:
                 outputs = self._run_looped(step, op, inputs, batch)
             else:
@@ -226,15 +256,20 @@ class Engine:
 
     def _run_looped(self, step: _Step, op, inputs: list, batch: int) -> list[np.ndarray]:
         per_sample = []
-        live = {i for i, t in enumerate(op.inputs) if t >= 0 and t not in self.constants}
+        rows = {
+            i: self._rows(t) for i, t in enumerate(op.inputs) if t >= 0 and t not in self.constants
+        }
         for s in range(batch):
-            sliced = [x[s:s + 1] if i in live else x for i, x in enumerate(inputs)]
+            sliced = [
+                x[s * rows[i] : (s + 1) * rows[i]] if i in rows else x for i, x in enumerate(inputs)
+            ]
             ctx = OpContext(self.model, self.subgraph, step.index, op, sliced, 1)
             per_sample.append(_as_list(step.entry.fn(ctx)))
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
-    def _emit(self, t: int, value: np.ndarray, observers: Sequence[Observer],
-              replace: Replacer | None) -> np.ndarray:
+    def _emit(
+        self, t: int, value: np.ndarray, observers: Sequence[Observer], replace: Replacer | None
+    ) -> np.ndarray:
         if replace is not None:
             value = replace(t, value)
         for observe in observers:

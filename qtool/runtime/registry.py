@@ -41,8 +41,15 @@ class OpContext:
 
     __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "subgraph")
 
-    def __init__(self, model: Model, subgraph: Subgraph, index: int, op: Operator,
-                 inputs: list[np.ndarray | None], batch: int = 1) -> None:
+    def __init__(
+        self,
+        model: Model,
+        subgraph: Subgraph,
+        index: int,
+        op: Operator,
+        inputs: list[np.ndarray | None],
+        batch: int = 1,
+    ) -> None:
         self.model = model
         self.subgraph = subgraph
         self.index = index
@@ -179,8 +186,11 @@ def fused(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     activation, so an inf result saturates to +-FLT_MAX; NaN stays. An operator written without
     its options table (LiteRT accepts that) has no activation.
     """
-    code = (ctx.option("fused_activation_function") if ctx.op.options_type is not None
-            else ActivationFunctionType.NONE)
+    code = (
+        ctx.option("fused_activation_function")
+        if ctx.op.options_type is not None
+        else ActivationFunctionType.NONE
+    )
     low, high = _ACTIVATION_RANGES.get(code, (None, None))
     if x.dtype.kind == "f":
         finite = np.finfo(x.dtype)

@@ -20,8 +20,9 @@ SMALL = MODELS / "mlp.tflite"
 
 
 def run_qtool(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qtool", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "qtool", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
@@ -65,18 +66,28 @@ CASES = {
     "directory": (lambda d: d, "is a directory"),
     "empty": (lambda d: _write(d / "e.tflite", b""), "empty file"),
     "truncated": (lambda d: _write(d / "t.tflite", SMALL.read_bytes()[:200]), "corrupt"),
-    "random": (lambda d: _write(d / "r.tflite", np.random.default_rng(0).bytes(5000)),
-               "not a TFLite model"),
-    "foreign flatbuffer": (lambda d: _write(d / "f.tflite", b"\x0c\x00\x00\x00ABCD" + bytes(64)),
-                           "not a TFLite model"),
-    "tensor buffer index": (lambda d: _write(d / "b.tflite", mutated(_bad_tensor_buffer)),
-                            "refers to buffer"),
+    "random": (
+        lambda d: _write(d / "r.tflite", np.random.default_rng(0).bytes(5000)),
+        "not a TFLite model",
+    ),
+    "foreign flatbuffer": (
+        lambda d: _write(d / "f.tflite", b"\x0c\x00\x00\x00ABCD" + bytes(64)),
+        "not a TFLite model",
+    ),
+    "tensor buffer index": (
+        lambda d: _write(d / "b.tflite", mutated(_bad_tensor_buffer)),
+        "refers to buffer",
+    ),
     "opcode index": (lambda d: _write(d / "o.tflite", mutated(_bad_opcode)), "operator code"),
-    "op input index": (lambda d: _write(d / "i.tflite", mutated(_bad_op_input)),
-                       "refers to tensor 1000"),
+    "op input index": (
+        lambda d: _write(d / "i.tflite", mutated(_bad_op_input)),
+        "refers to tensor 1000",
+    ),
     "short buffer": (lambda d: _write(d / "s.tflite", mutated(_short_buffer)), "holds"),
-    "subgraph output": (lambda d: _write(d / "g.tflite", mutated(_bad_subgraph_output)),
-                        "refers to tensor 12345"),
+    "subgraph output": (
+        lambda d: _write(d / "g.tflite", mutated(_bad_subgraph_output)),
+        "refers to tensor 12345",
+    ),
 }
 
 

@@ -20,8 +20,9 @@ def plain(value):
     if isinstance(value, np.ndarray):
         return ("array", str(value.dtype), value.tolist())
     if hasattr(value, "__dataclass_fields__"):
-        return {k: plain(getattr(value, k)) for k in value.__dataclass_fields__
-                if k != "source_path"}
+        return {
+            k: plain(getattr(value, k)) for k in value.__dataclass_fields__ if k != "source_path"
+        }
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -85,8 +86,9 @@ def test_every_options_table_round_trips(union: str, slot: int) -> None:
         model = options_model(member, options, slot)
         again = parse_model(model_to_bytes(model))
         op = again.subgraphs[0].operators[0]
-        got_type, got = (op.options_type, op.options) if slot == 1 else (op.options_2_type,
-                                                                          op.options_2)
+        got_type, got = (
+            (op.options_type, op.options) if slot == 1 else (op.options_2_type, op.options_2)
+        )
         assert got_type == member
         expected = {f.name: f.default for f in table_layout(member)[0] if f.kind == "scalar"}
         expected.update({f.name: None for f in table_layout(member)[0] if f.kind != "scalar"})
@@ -118,8 +120,9 @@ def test_litert_outputs_bit_identical_after_rewrite(path) -> None:
                 value = rng.integers(-100, 100, detail["shape"]).astype(detail["dtype"])
             interpreter.set_tensor(detail["index"], value)
         interpreter.invoke()
-        outputs.append([interpreter.get_tensor(d["index"]).copy()
-                        for d in interpreter.get_output_details()])
+        outputs.append(
+            [interpreter.get_tensor(d["index"]).copy() for d in interpreter.get_output_details()]
+        )
     for a, b in zip(*outputs, strict=True):
         assert a.tobytes() == b.tobytes()
 

@@ -25,8 +25,9 @@ def holdout_feeds(name: str, model: Model) -> list[np.ndarray]:
 
 
 @functools.cache
-def quantized(name: str, io: str = "float", per_tensor_fc: bool = False,
-              keep_float: tuple[str, ...] = ()) -> QuantizeResult:
+def quantized(
+    name: str, io: str = "float", per_tensor_fc: bool = False, keep_float: tuple[str, ...] = ()
+) -> QuantizeResult:
     model = load_model(fixture_path(name))
     dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
     options = QuantizeOptions(io=io, per_tensor_fc=per_tensor_fc, keep_float=keep_float)

@@ -18,10 +18,17 @@ from tests.conftest import DATA, MODELS, ROOT
 MLP_INPUT = "serving_default_features:0"
 
 
-def qtool(*args: str, cwd: Path | None = None, env: dict | None = None
-          ) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "qtool", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd, env={**os.environ, **(env or {})})
+def qtool(
+    *args: str, cwd: Path | None = None, env: dict | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "qtool", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture
@@ -71,13 +78,16 @@ def test_existing_output_needs_force_and_input_is_never_overwritten(mlp: Path) -
 
 
 def test_json_output(mlp: Path) -> None:
-    result = qtool("quantize", str(mlp), "--data", str(DATA / "mlp_calib.npz"), "--json",
-                   "--io", "int8")
+    result = qtool(
+        "quantize", str(mlp), "--data", str(DATA / "mlp_calib.npz"), "--json", "--io", "int8"
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["settings"]["io"] == "int8"
-    assert {row["role"]: row["dtype"] for row in report["io"]} == {"input": "INT8",
-                                                                   "output": "INT8"}
+    assert {row["role"]: row["dtype"] for row in report["io"]} == {
+        "input": "INT8",
+        "output": "INT8",
+    }
     assert all(row["quantization"]["scale"][0] > 0 for row in report["io"])
 
 
@@ -106,15 +116,27 @@ def test_npy_npz_positional_directory_and_generator(mlp: Path, tmp_path: Path) -
         f"DATA = np.load({str(tmp_path / 'calib.npy')!r})\n"
         "def samples():\n"
         "    for row in DATA[:10]:\n"
-        "        yield [row[None]]\n")
-    sources = {"npy": str(tmp_path / "calib.npy"), "arr_0": str(tmp_path / "positional.npz"),
-               "named": str(tmp_path / "named.npz"), "dir": str(per_sample),
-               "generator": "calib_gen:samples"}
+        "        yield [row[None]]\n"
+    )
+    sources = {
+        "npy": str(tmp_path / "calib.npy"),
+        "arr_0": str(tmp_path / "positional.npz"),
+        "named": str(tmp_path / "named.npz"),
+        "dir": str(per_sample),
+        "generator": "calib_gen:samples",
+    }
     expected = {"npy": 64, "arr_0": 64, "named": 64, "dir": 5, "generator": 10}
     for label, source in sources.items():
         out = tmp_path / f"{label}.tflite"
-        result = qtool("quantize", str(mlp), "--data", source, "-o", str(out),
-                       env={"PYTHONPATH": str(tmp_path)})
+        result = qtool(
+            "quantize",
+            str(mlp),
+            "--data",
+            source,
+            "-o",
+            str(out),
+            env={"PYTHONPATH": str(tmp_path)},
+        )
         assert result.returncode == 0, (label, result.stderr)
         report = json.loads(out.with_name(f"{label}.report.json").read_text())
         assert report["calibration"]["samples"] == expected[label], label
@@ -144,18 +166,29 @@ def test_data_errors(mlp: Path, tmp_path: Path) -> None:
 
 def test_bad_model_and_usage(tmp_path: Path) -> None:
     (tmp_path / "junk.tflite").write_bytes(b"\x00" * 64)
-    assert_error(qtool("quantize", str(tmp_path / "junk.tflite"), "--synthetic"),
-                 "not a TFLite model")
+    assert_error(
+        qtool("quantize", str(tmp_path / "junk.tflite"), "--synthetic"), "not a TFLite model"
+    )
     result = qtool("quantize", str(MODELS / "mlp.tflite"), "--io", "int4")
     assert result.returncode == 2
 
 
 def test_strict_fails_when_an_op_stays_float(mlp: Path, tmp_path: Path) -> None:
     out = tmp_path / "strict.tflite"
-    result = qtool("quantize", str(mlp), "--data", str(DATA / "mlp_calib.npz"), "--strict",
-                   "--keep-float", "FULLY_CONNECTED", "-o", str(out))
+    result = qtool(
+        "quantize",
+        str(mlp),
+        "--data",
+        str(DATA / "mlp_calib.npz"),
+        "--strict",
+        "--keep-float",
+        "FULLY_CONNECTED",
+        "-o",
+        str(out),
+    )
     assert_error(result, "--strict", code=1)
     assert not out.exists()
-    result = qtool("quantize", str(mlp), "--data", str(DATA / "mlp_calib.npz"), "--strict",
-                   "-o", str(out))
+    result = qtool(
+        "quantize", str(mlp), "--data", str(DATA / "mlp_calib.npz"), "--strict", "-o", str(out)
+    )
     assert result.returncode == 0, result.stderr

@@ -25,8 +25,11 @@ def test_fixture_quantizes_and_audit_is_clean(name: str) -> None:
     assert result.float_ops == []
     interpreter = make_interpreter(model_to_bytes(model))
     interpreter.invoke()
-    weights = [t for t in model.subgraphs[0].tensors if model.is_constant(t)
-               and t.dtype == TensorType.FLOAT32]
+    weights = [
+        t
+        for t in model.subgraphs[0].tensors
+        if model.is_constant(t) and t.dtype == TensorType.FLOAT32
+    ]
     assert weights == [], "no float weights may remain in a fully int8 model"
 
 
@@ -47,8 +50,10 @@ def test_float16_and_sparse_weights_are_folded() -> None:
         assert any(f.op_type == folded_type for f in result.folded)
         types = {result.model.op_type(op) for op in result.model.subgraphs[0].operators}
         assert "DENSIFY" not in types
-        assert all(t.sparsity is None and t.dtype != TensorType.FLOAT16
-                   for t in result.model.subgraphs[0].tensors)
+        assert all(
+            t.sparsity is None and t.dtype != TensorType.FLOAT16
+            for t in result.model.subgraphs[0].tensors
+        )
 
 
 def test_signatures_names_and_metadata_are_kept() -> None:
@@ -59,7 +64,8 @@ def test_signatures_names_and_metadata_are_kept() -> None:
         source = load_model(fixture_path(name))
         model = reparsed(quantized(name))
         assert [s["signature_key"] for s in model.signature_defs] == [
-            s["signature_key"] for s in source.signature_defs]
+            s["signature_key"] for s in source.signature_defs
+        ]
         for before, after in zip(source.signature_defs, model.signature_defs, strict=True):
             for role in ("inputs", "outputs"):
                 for b, a in zip(before[role], after[role], strict=True):
@@ -76,3 +82,17 @@ def test_no_signature_model_runs() -> None:
     assert result.model.signature_defs == []
     sqnr = output_sqnr("no_signature", model_to_bytes(result.model))
     assert min(sqnr) >= MIN_SQNR_DB
+
+
+@pytest.mark.parametrize("name", ["cnn", "mixed_ops", "multi_io", "mlp", "spec_ops"])
+def test_operator_versions_match_tensorflow(name: str) -> None:
+    """Runtimes dispatch int8 kernels on the op version: write what TF's converter writes."""
+    from qtool.model import load_model
+    from tests.conftest import MODELS
+
+    theirs = {
+        c.name: c.version
+        for c in load_model(MODELS / "tf_int8" / f"{name}_int8.tflite").operator_codes
+    }
+    ours = {c.name: c.version for c in reparsed(quantized(name)).operator_codes}
+    assert ours == theirs

@@ -99,8 +99,10 @@ def test_per_tensor_fc_profile() -> None:
         bias = model.subgraphs[0].tensors[op.inputs[2]]
         assert len(bias.quantization.scale) == 1
     default = reparsed(quantized("mlp"))
-    assert all(len(default.subgraphs[0].tensors[op.inputs[1]].quantization.scale) > 1
-               for op in ops_of(default, "FULLY_CONNECTED"))
+    assert all(
+        len(default.subgraphs[0].tensors[op.inputs[1]].quantization.scale) > 1
+        for op in ops_of(default, "FULLY_CONNECTED")
+    )
     make_interpreter(model_to_bytes(model)).invoke()
 
 
@@ -119,13 +121,27 @@ def single_input_dataset(samples: np.ndarray) -> Dataset:
     return Dataset(batches=[[samples.astype(np.float32)]], source="test")
 
 
-def fc(builder: GraphBuilder, x: int, rng: np.random.Generator, n_in: int, n_out: int,
-       name: str, bias: np.ndarray | None = None) -> int:
+def fc(
+    builder: GraphBuilder,
+    x: int,
+    rng: np.random.Generator,
+    n_in: int,
+    n_out: int,
+    name: str,
+    bias: np.ndarray | None = None,
+) -> int:
     w = builder.constant(f"{name}/w", rng.standard_normal((n_out, n_in)).astype(np.float32))
-    b = builder.constant(f"{name}/b", bias if bias is not None
-                         else rng.standard_normal(n_out).astype(np.float32))
-    return builder.op("FULLY_CONNECTED", [x, w, b], output_shape=[1, n_out], name=name,
-                      options_type="FullyConnectedOptions", options={})
+    b = builder.constant(
+        f"{name}/b", bias if bias is not None else rng.standard_normal(n_out).astype(np.float32)
+    )
+    return builder.op(
+        "FULLY_CONNECTED",
+        [x, w, b],
+        output_shape=[1, n_out],
+        name=name,
+        options_type="FullyConnectedOptions",
+        options={},
+    )
 
 
 def fc_exp_fc_model() -> Model:
@@ -145,8 +161,15 @@ def test_unsupported_op_stays_float_between_converters() -> None:
     assert [(f.index, f.op_type) for f in result.float_ops] == [(1, "EXP")]
     assert "int8 spec" in result.float_ops[0].reason
     types = [result.model.op_type(op) for op in result.model.subgraphs[0].operators]
-    assert types == ["QUANTIZE", "FULLY_CONNECTED", "DEQUANTIZE", "EXP", "QUANTIZE",
-                     "FULLY_CONNECTED", "DEQUANTIZE"]
+    assert types == [
+        "QUANTIZE",
+        "FULLY_CONNECTED",
+        "DEQUANTIZE",
+        "EXP",
+        "QUANTIZE",
+        "FULLY_CONNECTED",
+        "DEQUANTIZE",
+    ]
     blob = model_to_bytes(result.model)
     reference = run_litert_samples(model_to_bytes(model), [data])[0]
     got = run_litert_samples(blob, [data])[0]
@@ -174,15 +197,22 @@ def test_integer_io(io: str, dtype: type) -> None:
     source = parse_model(fixture_path("cnn").read_bytes())
     feeds = holdout_feeds("cnn", source)
     info = np.iinfo(dtype)
-    quantized_input = np.clip(np.round(feeds[0] / qin.scale[0]) + qin.zero_point[0],
-                              info.min, info.max).astype(dtype)
+    quantized_input = np.clip(
+        np.round(feeds[0] / qin.scale[0]) + qin.zero_point[0], info.min, info.max
+    ).astype(dtype)
     raw = run_litert_samples(model_to_bytes(model), [quantized_input])[0]
     got = (raw.astype(np.float32) - qout.zero_point[0]) * qout.scale[0]
     reference = run_litert_samples(fixture_path("cnn").read_bytes(), feeds)[0]
     assert sqnr_db(reference, got) > 20
     if io == "uint8":
-        assert qin.zero_point[0] == 128 + quantized("cnn", io="int8").model.subgraphs[0].tensors[
-            quantized("cnn", io="int8").model.subgraphs[0].inputs[0]].quantization.zero_point[0]
+        assert (
+            qin.zero_point[0]
+            == 128
+            + quantized("cnn", io="int8")
+            .model.subgraphs[0]
+            .tensors[quantized("cnn", io="int8").model.subgraphs[0].inputs[0]]
+            .quantization.zero_point[0]
+        )
 
 
 def test_concat_of_fixed_output_is_requantized() -> None:
@@ -191,10 +221,17 @@ def test_concat_of_fixed_output_is_requantized() -> None:
     x = builder.input("x", [1, 4])
     s = builder.op("LOGISTIC", [x], output_shape=[1, 4], name="sigmoid")
     scale = builder.constant("three", np.float32(3.0))
-    wide = builder.op("MUL", [x, scale], output_shape=[1, 4], name="wide",
-                      options_type="MulOptions", options={})
-    y = builder.op("CONCATENATION", [s, wide], output_shape=[1, 8], name="concat",
-                   options_type="ConcatenationOptions", options={"axis": 1})
+    wide = builder.op(
+        "MUL", [x, scale], output_shape=[1, 4], name="wide", options_type="MulOptions", options={}
+    )
+    y = builder.op(
+        "CONCATENATION",
+        [s, wide],
+        output_shape=[1, 8],
+        name="concat",
+        options_type="ConcatenationOptions",
+        options={"axis": 1},
+    )
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = np.random.default_rng(2).uniform(-2, 2, (32, 4)).astype(np.float32)
     result = quantize_model(model, single_input_dataset(data))
@@ -203,8 +240,10 @@ def test_concat_of_fixed_output_is_requantized() -> None:
     assert types.count("QUANTIZE") == 2  # model input, and the requantization of the sigmoid
     (concat,) = ops_of(out, "CONCATENATION")
     tensors = out.subgraphs[0].tensors
-    params = {(tensors[t].quantization.scale[0], tensors[t].quantization.zero_point[0])
-              for t in concat.inputs + concat.outputs}
+    params = {
+        (tensors[t].quantization.scale[0], tensors[t].quantization.zero_point[0])
+        for t in concat.inputs + concat.outputs
+    }
     assert len(params) == 1
     (sigmoid,) = ops_of(out, "LOGISTIC")
     q = tensors[sigmoid.outputs[0]].quantization
@@ -220,8 +259,14 @@ def test_bias_overflow_enlarges_weight_scale() -> None:
     x = builder.input("x", [1, 4])
     w = builder.constant("w", (rng.standard_normal((2, 4)) * 1e-6).astype(np.float32))
     b = builder.constant("b", np.array([5e4, 1e-6], np.float32))
-    y = builder.op("FULLY_CONNECTED", [x, w, b], output_shape=[1, 2], name="fc",
-                   options_type="FullyConnectedOptions", options={})
+    y = builder.op(
+        "FULLY_CONNECTED",
+        [x, w, b],
+        output_shape=[1, 2],
+        name="fc",
+        options_type="FullyConnectedOptions",
+        options={},
+    )
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = rng.uniform(-1e-3, 1e-3, (16, 4)).astype(np.float32)
     result = quantize_model(model, single_input_dataset(data))
@@ -241,10 +286,22 @@ def test_shared_bias_is_duplicated_per_op() -> None:
     b = builder.constant("shared_bias", rng.standard_normal(4).astype(np.float32))
     w1 = builder.constant("w1", rng.standard_normal((4, 4)).astype(np.float32))
     w2 = builder.constant("w2", (rng.standard_normal((4, 4)) * 3).astype(np.float32))
-    h = builder.op("FULLY_CONNECTED", [x, w1, b], output_shape=[1, 4], name="fc1",
-                   options_type="FullyConnectedOptions", options={})
-    y = builder.op("FULLY_CONNECTED", [h, w2, b], output_shape=[1, 4], name="fc2",
-                   options_type="FullyConnectedOptions", options={})
+    h = builder.op(
+        "FULLY_CONNECTED",
+        [x, w1, b],
+        output_shape=[1, 4],
+        name="fc1",
+        options_type="FullyConnectedOptions",
+        options={},
+    )
+    y = builder.op(
+        "FULLY_CONNECTED",
+        [h, w2, b],
+        output_shape=[1, 4],
+        name="fc2",
+        options_type="FullyConnectedOptions",
+        options={},
+    )
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = rng.standard_normal((16, 4)).astype(np.float32)
     out = reparsed(quantize_model(model, single_input_dataset(data), QuantizeOptions()))

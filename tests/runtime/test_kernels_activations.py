@@ -46,8 +46,12 @@ def test_piecewise_linear(op: str, shape: tuple[int, ...]) -> None:
 @pytest.mark.parametrize("shape", SHAPES.values(), ids=SHAPES.keys())
 def test_leaky_relu(shape: tuple[int, ...], alpha: float) -> None:
     # alpha > 1 tells `x > 0 ? x : alpha x` apart from max(x, alpha x).
-    check_op("LEAKY_RELU", [Act(normal(shape, 3))], options_type="LeakyReluOptions",
-             options={"alpha": alpha})
+    check_op(
+        "LEAKY_RELU",
+        [Act(normal(shape, 3))],
+        options_type="LeakyReluOptions",
+        options={"alpha": alpha},
+    )
 
 
 # Alpha shapes against an input [1, 4, 5, 3] (LiteRT wants the output of the input's shape). An
@@ -80,15 +84,21 @@ def test_sigmoid_like(op: str, span: tuple[float, float]) -> None:
     check_op(op, [Act(uniform((N, 6, 50), *span))])
 
 
-@pytest.mark.parametrize("span", [(-4, 4), (-1e-3, 1e-3), (-30, 30), (-6, -3), (-12.5, -8),
-                                  (3, 30)], ids=["bulk", "tiny", "wide", "tail", "far-tail",
-                                                 "right"])
+@pytest.mark.parametrize(
+    "span",
+    [(-4, 4), (-1e-3, 1e-3), (-30, 30), (-6, -3), (-12.5, -8), (3, 30)],
+    ids=["bulk", "tiny", "wide", "tail", "far-tail", "right"],
+)
 @pytest.mark.parametrize("approximate", [False, True], ids=["erf", "tanh"])
 def test_gelu(approximate: bool, span: tuple[float, float]) -> None:
     # In the left tails the output is a few ulps of 0.5 x (1 + tanh) or a tiny erfc: there
     # LiteRT's Eigen tanh and erfc, not the exact functions, set the reference.
-    check_op("GELU", [Act(uniform((N, 8, 64), *span))], options_type="GeluOptions",
-             options={"approximate": approximate})
+    check_op(
+        "GELU",
+        [Act(uniform((N, 8, 64), *span))],
+        options_type="GeluOptions",
+        options={"approximate": approximate},
+    )
 
 
 @pytest.mark.parametrize("span", [(-4, 4), (-30, 5), (-1e-3, 1e-3)], ids=["bulk", "wide", "tiny"])
@@ -105,8 +115,9 @@ NORM_SHAPES = {"2d": (N, 10), "3d": (N, 4, 7), "4d": (N, 2, 3, 5), "rank-1": (N,
 @pytest.mark.parametrize("beta", [1.0, 0.5, 2.0, 0.0])
 @pytest.mark.parametrize("shape", NORM_SHAPES.values(), ids=NORM_SHAPES.keys())
 def test_softmax(shape: tuple[int, ...], beta: float) -> None:
-    check_op("SOFTMAX", [Act(normal(shape, 5))], options_type="SoftmaxOptions",
-             options={"beta": beta})
+    check_op(
+        "SOFTMAX", [Act(normal(shape, 5))], options_type="SoftmaxOptions", options={"beta": beta}
+    )
 
 
 @pytest.mark.parametrize("shape", NORM_SHAPES.values(), ids=NORM_SHAPES.keys())
@@ -115,14 +126,18 @@ def test_log_softmax(shape: tuple[int, ...]) -> None:
 
 
 ACTIVATION_REJECTED = pytest.mark.skip(
-    reason="LiteRT rejects fused activations on L2_NORMALIZATION")
+    reason="LiteRT rejects fused activations on L2_NORMALIZATION"
+)
 
 
-@pytest.mark.parametrize("activation", [
-    ActivationFunctionType.NONE,
-    pytest.param(ActivationFunctionType.RELU, marks=ACTIVATION_REJECTED),
-    pytest.param(ActivationFunctionType.RELU6, marks=ACTIVATION_REJECTED),
-])
+@pytest.mark.parametrize(
+    "activation",
+    [
+        ActivationFunctionType.NONE,
+        pytest.param(ActivationFunctionType.RELU, marks=ACTIVATION_REJECTED),
+        pytest.param(ActivationFunctionType.RELU6, marks=ACTIVATION_REJECTED),
+    ],
+)
 @pytest.mark.parametrize("shape", NORM_SHAPES.values(), ids=NORM_SHAPES.keys())
 def test_l2_normalization(shape: tuple[int, ...], activation: int) -> None:
     x = normal(shape, 2)
@@ -130,24 +145,31 @@ def test_l2_normalization(shape: tuple[int, ...], activation: int) -> None:
         rows = x.reshape(-1, shape[-1])
         rows[0] = 0
         rows[-1] *= 1e-8
-    check_op("L2_NORMALIZATION", [Act(x)], options_type="L2NormOptions",
-             options={"fused_activation_function": activation})
+    check_op(
+        "L2_NORMALIZATION",
+        [Act(x)],
+        options_type="L2NormOptions",
+        options={"fused_activation_function": activation},
+    )
 
 
 def act(*shape: int) -> Act:
     return Act(np.zeros((N, *shape), np.float32))
 
 
-@pytest.mark.parametrize(("op", "inputs", "out_shape", "mode"), [
-    ("SOFTMAX", [act(10)], [1, 10], "batch"),
-    ("SOFTMAX", [act()], [1], "loop"),
-    ("LOG_SOFTMAX", [act()], [1], "loop"),
-    ("L2_NORMALIZATION", [act()], [1], "loop"),
-    ("L2_NORMALIZATION", [act(2, 3)], [1, 2, 3], "batch"),
-    ("TANH", [act()], [1], "batch"),
-    ("PRELU", [act(4, 3), Const(np.zeros((4, 3), np.float32))], [1, 4, 3], "batch"),
-    ("PRELU", [act(4, 3), act(3)], [1, 4, 3], "loop"),
-])
+@pytest.mark.parametrize(
+    ("op", "inputs", "out_shape", "mode"),
+    [
+        ("SOFTMAX", [act(10)], [1, 10], "batch"),
+        ("SOFTMAX", [act()], [1], "loop"),
+        ("LOG_SOFTMAX", [act()], [1], "loop"),
+        ("L2_NORMALIZATION", [act()], [1], "loop"),
+        ("L2_NORMALIZATION", [act(2, 3)], [1, 2, 3], "batch"),
+        ("TANH", [act()], [1], "batch"),
+        ("PRELU", [act(4, 3), Const(np.zeros((4, 3), np.float32))], [1, 4, 3], "batch"),
+        ("PRELU", [act(4, 3), act(3)], [1, 4, 3], "loop"),
+    ],
+)
 def test_batch_rule(op: str, inputs: list[Act | Const], out_shape: list[int], mode: str) -> None:
     """Normalising along the last axis is per sample unless that axis is the sample axis."""
     model = build_single_op(op, inputs, output_shapes=[out_shape])
@@ -164,5 +186,6 @@ def test_shared_helpers() -> None:
     np.testing.assert_allclose(probabilities, expected, rtol=1e-5)
     s = sigmoid(np.array([-50, -9.5, 0, 3, 16.7, 100], np.float32))
     assert s.dtype == np.float32
-    np.testing.assert_allclose(s, [np.exp(-50), np.exp(-9.5), 0.5, 1 / (1 + np.exp(-3)), 1, 1],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        s, [np.exp(-50), np.exp(-9.5), 0.5, 1 / (1 + np.exp(-3)), 1, 1], rtol=1e-6
+    )

@@ -305,8 +305,8 @@ FC_CASES = [
     ((3, 16), (8, 16), True, "const", RELU, "batch"),
     ((2, 3, 16), (5, 16), True, "minus_one", NONE, "batch"),
     # Without keep_num_dims a [1, 3, 16] input is 3 rows: the output [3, 8] has no sample axis.
-    ((3, 16), (8, 16), False, "const", NONE, "serial"),
-    ((4, 4), (6, 4), False, "const", NONE, "serial"),
+    ((3, 16), (8, 16), False, "const", NONE, "loop"),
+    ((4, 4), (6, 4), False, "const", NONE, "loop"),
     # A [1, 2, 2, 4] sample against 16 in_features is a single row.
     ((2, 2, 4), (6, 16), False, "const", RELU, "batch"),
     ((1, 1, 32), (10, 32), False, "const", NONE, "batch"),
@@ -383,14 +383,14 @@ BATCH_MATMUL_CASES = [
     (("act", (4, 5)), ("act", (3, 4)), True, True, "batch"),
     (("const", (4, 5)), ("act", (5, 3)), False, False, "batch"),
     # The constant's leading batch axis of 2 cannot broadcast against the samples.
-    (("act", (4, 5)), ("const", (2, 5, 3)), False, False, "serial"),
+    (("act", (4, 5)), ("const", (2, 5, 3)), False, False, "loop"),
     # A live operand of lower rank than the output has its sample axis broadcast, not kept.
     (("act", (4, 5)), ("const", (1, 1, 5, 3)), False, False, "loop"),
-    (("act", (4, 5)), ("const", (2, 1, 5, 3)), False, False, "serial"),
+    (("act", (4, 5)), ("const", (2, 1, 5, 3)), False, False, "loop"),
     # A 2-D lhs: its [1, K] rows are the output rows...
     (("act", (5,)), ("const", (5, 3)), False, False, "batch"),
     # ...but not when it is transposed ([K=1, M]).
-    (("act", (4,)), ("const", (1, 3)), True, False, "serial"),
+    (("act", (4,)), ("const", (1, 3)), True, False, "loop"),
 ]
 
 

@@ -43,8 +43,9 @@ ACTIVATIONS = {
 }
 
 
-def sample(shape: tuple[int, ...], dtype: type = np.float32, seed: int = 0,
-           kind: str = "normal") -> np.ndarray:
+def sample(
+    shape: tuple[int, ...], dtype: type = np.float32, seed: int = 0, kind: str = "normal"
+) -> np.ndarray:
     """Test data: "normal", "nonzero" (safe divisors), "positive", "small" (ties likely)."""
     rng = np.random.default_rng(seed)
     if dtype == np.bool_:
@@ -62,8 +63,9 @@ def sample(shape: tuple[int, ...], dtype: type = np.float32, seed: int = 0,
     return np.asarray(value).astype(dtype)
 
 
-def operands(layout: str, dtype: type = np.float32,
-             kinds: tuple[str, ...] = ("normal", "normal")) -> list[Act | Const]:
+def operands(
+    layout: str, dtype: type = np.float32, kinds: tuple[str, ...] = ("normal", "normal")
+) -> list[Act | Const]:
     items: list[Act | Const] = []
     for k, ((role, shape), kind) in enumerate(zip(BROADCASTS[layout], kinds, strict=True)):
         value = sample(shape, dtype, seed=k, kind=kind)
@@ -79,8 +81,9 @@ def builtin_litert(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def run_exact(op: str, values: list[np.ndarray], **kwargs) -> None:
     """One sample through LiteRT and the engine, compared bit for bit (NaN equal to NaN)."""
-    model = build_single_op(op, [Act(v, batched=False) for v in values],
-                            output_shapes=[list(values[0].shape)], **kwargs)
+    model = build_single_op(
+        op, [Act(v, batched=False) for v in values], output_shapes=[list(values[0].shape)], **kwargs
+    )
     expected = run_litert(model_to_bytes(model), values)[0]
     got = Engine(model).run([v[None] for v in values])[0][0]
     assert got.dtype == expected.dtype
@@ -90,15 +93,16 @@ def run_exact(op: str, values: list[np.ndarray], **kwargs) -> None:
 # ------------------------------------------------------------------ arithmetic
 
 ARITHMETIC = ["ADD", "SUB", "MUL", "DIV"]
-ARITHMETIC_CASES = (
-    [pytest.param(layout, "none", id=layout) for layout in BROADCASTS]
-    + [pytest.param("act-act", name, id=f"act-act-{name}") for name in ACTIVATIONS if name != "none"]
-)
+ARITHMETIC_CASES = [pytest.param(layout, "none", id=layout) for layout in BROADCASTS] + [
+    pytest.param("act-act", name, id=f"act-act-{name}") for name in ACTIVATIONS if name != "none"
+]
 
 
 def arithmetic_options(op: str, activation: str) -> dict:
-    return {"options_type": f"{op.capitalize()}Options",
-            "options": {"fused_activation_function": ACTIVATIONS[activation]}}
+    return {
+        "options_type": f"{op.capitalize()}Options",
+        "options": {"fused_activation_function": ACTIVATIONS[activation]},
+    }
 
 
 @pytest.mark.parametrize(("layout", "activation"), ARITHMETIC_CASES)
@@ -117,8 +121,12 @@ INT_ARITHMETIC = [(op, np.int32) for op in ARITHMETIC] + [(op, np.int64) for op 
 def test_integer_arithmetic(op: str, dtype: type, layout: str, activation: str) -> None:
     # Shape arithmetic; DIV truncates toward zero like C++ (-7 / 2 == -3).
     kinds = ("normal", "nonzero" if op == "DIV" else "normal")
-    check_op(op, operands(layout, dtype, kinds), output_dtypes=[dtype],
-             **arithmetic_options(op, activation))
+    check_op(
+        op,
+        operands(layout, dtype, kinds),
+        output_dtypes=[dtype],
+        **arithmetic_options(op, activation),
+    )
 
 
 # ------------------------------------------------------------------ other binary math
@@ -133,8 +141,18 @@ BINARY_MATH = {  # op: operand kinds
 }
 
 
-@pytest.mark.parametrize("layout", ["same", "act-act", "const-vector", "const-first",
-                                    "const-scalar", "const-leading-3", "act-lower-rank"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        "same",
+        "act-act",
+        "const-vector",
+        "const-first",
+        "const-scalar",
+        "const-leading-3",
+        "act-lower-rank",
+    ],
+)
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
 @pytest.mark.parametrize("op", list(BINARY_MATH))
 def test_binary_math(op: str, dtype: type, layout: str) -> None:
@@ -144,18 +162,25 @@ def test_binary_math(op: str, dtype: type, layout: str) -> None:
     check_op(op, operands(layout, dtype, kinds), output_dtypes=[dtype])
 
 
-@pytest.mark.parametrize(("op", "x", "y"), [
-    # float32 7 / 0.1 rounds to 70, TFLite divides in double: 69.
-    ("FLOOR_DIV", [7.0, -7.0, 1.0, 0.3, 10.0, -5.0, 5.0], [0.1, 0.1, 0.1, 0.1, 0.1, 2.0, -2.0]),
-    ("FLOOR_MOD", [7.0, -7.0, 1.0, -0.0, 10.0, -5.0, 5.0], [0.1, 0.1, -0.1, 3.0, 0.1, 2.0, -2.0]),
-    ("MAXIMUM", [np.nan, 1.0, -0.0, 0.0, np.inf], [1.0, np.nan, 0.0, -0.0, np.nan]),
-    ("MINIMUM", [np.nan, 1.0, -0.0, 0.0, -np.inf], [1.0, np.nan, 0.0, -0.0, np.nan]),
-    # Arithmetic saturates inf to +-FLT_MAX even without a fused activation; NaN stays.
-    ("DIV", [1.0, -1.0, 0.0, np.inf], [0.0, 0.0, 0.0, 2.0]),
-    ("ADD", [3e38, -3e38, np.inf, np.nan], [3e38, -3e38, -np.inf, 1.0]),
-    ("SUB", [3e38, -3e38, np.inf, np.nan], [-3e38, 3e38, np.inf, 1.0]),
-    ("MUL", [3e38, -3e38, np.inf, np.nan], [3e38, 3e38, 0.0, 1.0]),
-])
+@pytest.mark.parametrize(
+    ("op", "x", "y"),
+    [
+        # float32 7 / 0.1 rounds to 70, TFLite divides in double: 69.
+        ("FLOOR_DIV", [7.0, -7.0, 1.0, 0.3, 10.0, -5.0, 5.0], [0.1, 0.1, 0.1, 0.1, 0.1, 2.0, -2.0]),
+        (
+            "FLOOR_MOD",
+            [7.0, -7.0, 1.0, -0.0, 10.0, -5.0, 5.0],
+            [0.1, 0.1, -0.1, 3.0, 0.1, 2.0, -2.0],
+        ),
+        ("MAXIMUM", [np.nan, 1.0, -0.0, 0.0, np.inf], [1.0, np.nan, 0.0, -0.0, np.nan]),
+        ("MINIMUM", [np.nan, 1.0, -0.0, 0.0, -np.inf], [1.0, np.nan, 0.0, -0.0, np.nan]),
+        # Arithmetic saturates inf to +-FLT_MAX even without a fused activation; NaN stays.
+        ("DIV", [1.0, -1.0, 0.0, np.inf], [0.0, 0.0, 0.0, 2.0]),
+        ("ADD", [3e38, -3e38, np.inf, np.nan], [3e38, -3e38, -np.inf, 1.0]),
+        ("SUB", [3e38, -3e38, np.inf, np.nan], [-3e38, 3e38, np.inf, 1.0]),
+        ("MUL", [3e38, -3e38, np.inf, np.nan], [3e38, 3e38, 0.0, 1.0]),
+    ],
+)
 def test_binary_special_values(op: str, x: list[float], y: list[float]) -> None:
     run_exact(op, [np.array(x, np.float32), np.array(y, np.float32)])
 
@@ -170,16 +195,20 @@ COMPARISON_CASES = [(op, dtype) for op in COMPARISONS for dtype in (np.float32, 
 COMPARISON_CASES += [("EQUAL", np.bool_), ("NOT_EQUAL", np.bool_)]
 
 
-@pytest.mark.parametrize("layout", ["same", "act-act", "const-vector", "const-first",
-                                    "const-leading-3", "act-lower-rank"])
+@pytest.mark.parametrize(
+    "layout",
+    ["same", "act-act", "const-vector", "const-first", "const-leading-3", "act-lower-rank"],
+)
 @pytest.mark.parametrize(("op", "dtype"), COMPARISON_CASES)
 def test_comparison(op: str, dtype: type, layout: str) -> None:
     # Values in -2..2 so that ties, where the <= / < variants differ, are frequent.
     check_op(op, operands(layout, dtype, ("small", "small")), output_dtypes=[np.bool_])
 
 
-@pytest.mark.parametrize("layout", ["same", "act-act", "const-vector", "const-scalar",
-                                    "const-leading-3", "act-lower-rank"])
+@pytest.mark.parametrize(
+    "layout",
+    ["same", "act-act", "const-vector", "const-scalar", "const-leading-3", "act-lower-rank"],
+)
 @pytest.mark.parametrize("op", ["LOGICAL_AND", "LOGICAL_OR"])
 def test_logical_binary(op: str, layout: str) -> None:
     check_op(op, operands(layout, np.bool_), output_dtypes=[np.bool_])
@@ -221,9 +250,10 @@ def select_operands(layout: list[tuple[str, tuple[int, ...]]], dtype: type) -> l
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32])
-@pytest.mark.parametrize(("op", "layout"),
-                         [("SELECT", name) for name in SELECT_CASES]
-                         + [("SELECT_V2", name) for name in SELECT_V2_CASES])
+@pytest.mark.parametrize(
+    ("op", "layout"),
+    [("SELECT", name) for name in SELECT_CASES] + [("SELECT_V2", name) for name in SELECT_V2_CASES],
+)
 def test_select(op: str, layout: str, dtype: type) -> None:
     cases = SELECT_CASES if op == "SELECT" else SELECT_V2_CASES
     check_op(op, select_operands(cases[layout], dtype), output_dtypes=[dtype])
@@ -240,17 +270,30 @@ def unary_data(op: str, shape: tuple[int, ...], low: float, high: float) -> np.n
 
 
 UNARY_FLOAT = [  # op, input range
-    ("ABS", -5, 5), ("NEG", -5, 5), ("FLOOR", -5, 5), ("CEIL", -5, 5), ("ROUND", -5, 5),
-    ("EXP", -20, 20), ("EXP", 80, 88), ("EXP", -100, -80),  # the top of float32, denormals
-    ("LOG", 1e-3, 100), ("SQRT", 0, 100), ("RSQRT", 1e-3, 100), ("SQUARE", -10, 10),
-    ("SIN", -10, 10), ("COS", -10, 10), ("SIGN", -2, 2), ("ZEROS_LIKE", -5, 5),
+    ("ABS", -5, 5),
+    ("NEG", -5, 5),
+    ("FLOOR", -5, 5),
+    ("CEIL", -5, 5),
+    ("ROUND", -5, 5),
+    ("EXP", -20, 20),
+    ("EXP", 80, 88),
+    ("EXP", -100, -80),  # the top of float32, denormals
+    ("LOG", 1e-3, 100),
+    ("SQRT", 0, 100),
+    ("RSQRT", 1e-3, 100),
+    ("SQUARE", -10, 10),
+    ("SIN", -10, 10),
+    ("COS", -10, 10),
+    ("SIGN", -2, 2),
+    ("ZEROS_LIKE", -5, 5),
 ]
 
 
 @pytest.mark.parametrize("shape", [(N, 4, 5, 3), (N, 7)], ids=["4d", "2d"])
 @pytest.mark.parametrize(("op", "low", "high"), UNARY_FLOAT)
-def test_unary_float(op: str, low: float, high: float, shape: tuple[int, ...],
-                     request: pytest.FixtureRequest) -> None:
+def test_unary_float(
+    op: str, low: float, high: float, shape: tuple[int, ...], request: pytest.FixtureRequest
+) -> None:
     if op in ("CEIL", "ROUND"):
         request.getfixturevalue("builtin_litert")
     check_op(op, [Act(unary_data(op, shape, low, high))])
@@ -259,20 +302,46 @@ def test_unary_float(op: str, low: float, high: float, shape: tuple[int, ...],
 NO_INT64 = pytest.mark.skip(reason="LiteRT's ABS and SIGN take no int64 (the kernel does)")
 
 
-@pytest.mark.parametrize(("op", "dtype"), [
-    *[(op, np.int32) for op in ("ABS", "NEG", "SIGN", "ZEROS_LIKE")],
-    pytest.param("ABS", np.int64, marks=NO_INT64), pytest.param("SIGN", np.int64, marks=NO_INT64),
-    ("NEG", np.int64), ("ZEROS_LIKE", np.int64),
-])
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [
+        *[(op, np.int32) for op in ("ABS", "NEG", "SIGN", "ZEROS_LIKE")],
+        pytest.param("ABS", np.int64, marks=NO_INT64),
+        pytest.param("SIGN", np.int64, marks=NO_INT64),
+        ("NEG", np.int64),
+        ("ZEROS_LIKE", np.int64),
+    ],
+)
 def test_unary_integer(op: str, dtype: type) -> None:
     check_op(op, [Act(sample((N, 4, 5), dtype))], output_dtypes=[dtype])
 
 
 # ------------------------------------------------------------------ cast
 
-FLOAT_SPECIALS = [0.0, -0.0, 0.5, -0.5, 1.9, -1.9, 2.5, 127.7, -128.9, 255.9, 300.0, -300.0,
-                  70000.5, -70000.5, 3e9, -3e9, 1e30, -1e30, np.inf, -np.inf, np.nan]
-INT_SPECIALS = [0, 1, -1, 127, 128, -129, 255, 256, 300, -300, 70000, 2**31 - 1, -2**31]
+FLOAT_SPECIALS = [
+    0.0,
+    -0.0,
+    0.5,
+    -0.5,
+    1.9,
+    -1.9,
+    2.5,
+    127.7,
+    -128.9,
+    255.9,
+    300.0,
+    -300.0,
+    70000.5,
+    -70000.5,
+    3e9,
+    -3e9,
+    1e30,
+    -1e30,
+    np.inf,
+    -np.inf,
+    np.nan,
+]
+INT_SPECIALS = [0, 1, -1, 127, 128, -129, 255, 256, 300, -300, 70000, 2**31 - 1, -(2**31)]
 
 
 def cast_input(src: type, dst: type) -> np.ndarray:
@@ -292,22 +361,50 @@ def cast_input(src: type, dst: type) -> np.ndarray:
     return np.stack(rows).astype(src)
 
 
-CASTS = ([(np.float32, d) for d in (np.int32, np.int64, np.int16, np.uint16, np.uint8, np.int8,
-                                    np.uint32, np.bool_, np.float16)]
-         + [(np.int32, d) for d in (np.float32, np.int64, np.int16, np.uint8, np.int8, np.bool_)]
-         + [(np.int64, np.int32), (np.int64, np.float32), (np.uint8, np.int8),
-            (np.uint8, np.float32), (np.int16, np.float32), (np.bool_, np.float32),
-            (np.bool_, np.int32), (np.float16, np.float32), (np.float16, np.int32)])
+CASTS = (
+    [
+        (np.float32, d)
+        for d in (
+            np.int32,
+            np.int64,
+            np.int16,
+            np.uint16,
+            np.uint8,
+            np.int8,
+            np.uint32,
+            np.bool_,
+            np.float16,
+        )
+    ]
+    + [(np.int32, d) for d in (np.float32, np.int64, np.int16, np.uint8, np.int8, np.bool_)]
+    + [
+        (np.int64, np.int32),
+        (np.int64, np.float32),
+        (np.uint8, np.int8),
+        (np.uint8, np.float32),
+        (np.int16, np.float32),
+        (np.bool_, np.float32),
+        (np.bool_, np.int32),
+        (np.float16, np.float32),
+        (np.float16, np.int32),
+    ]
+)
 
 
 @pytest.mark.parametrize("with_options", [False, True], ids=["tensor-types", "options"])
-@pytest.mark.parametrize(("src", "dst"), CASTS,
-                         ids=[f"{np.dtype(s).name}-{np.dtype(d).name}" for s, d in CASTS])
+@pytest.mark.parametrize(
+    ("src", "dst"), CASTS, ids=[f"{np.dtype(s).name}-{np.dtype(d).name}" for s, d in CASTS]
+)
 def test_cast(src: type, dst: type, with_options: bool) -> None:
     x = cast_input(src, dst)
-    options = ({"options_type": "CastOptions",
-                "options": {"in_data_type": tensor_type(src), "out_data_type": tensor_type(dst)}}
-               if with_options else {})
+    options = (
+        {
+            "options_type": "CastOptions",
+            "options": {"in_data_type": tensor_type(src), "out_data_type": tensor_type(dst)},
+        }
+        if with_options
+        else {}
+    )
     check_op("CAST", [Act(x)], output_dtypes=[dst], **options)
 
 
@@ -318,20 +415,39 @@ def zeros(*shape: int, dtype: type = np.float32) -> np.ndarray:
     return np.zeros(shape, dtype)
 
 
-@pytest.mark.parametrize(("op", "inputs", "out_shape", "mode"), [
-    ("ADD", [Act(zeros(N, 4)), Const(zeros(4))], [1, 4], "batch"),
-    ("ADD", [Const(zeros(1, 1, 4)), Act(zeros(N, 2, 4))], [1, 2, 4], "batch"),
-    ("ADD", [Act(zeros(N, 4)), Const(zeros(1, 3, 4))], [1, 3, 4], "loop"),
-    ("ADD", [Act(zeros(N, 4)), Const(zeros(3, 4))], [3, 4], "serial"),
-    ("SELECT", [Act(zeros(N, dtype=bool)), Act(zeros(N, 4)), Const(zeros(1, 4))], [1, 4],
-     "batch"),
-    ("SELECT_V2", [Const(zeros(4, dtype=bool)), Act(zeros(N, 1)), Const(zeros())], [1, 4],
-     "batch"),
-    ("SELECT_V2", [Act(zeros(N, 4, dtype=bool)), Act(zeros(N, 4)), Const(zeros(2, 1, 4))],
-     [2, 1, 4], "serial"),
-    ("SELECT_V2", [Act(zeros(N, 4, dtype=bool)), Act(zeros(N, 3, 4)), Const(zeros())],
-     [1, 3, 4], "loop"),
-])
+@pytest.mark.parametrize(
+    ("op", "inputs", "out_shape", "mode"),
+    [
+        ("ADD", [Act(zeros(N, 4)), Const(zeros(4))], [1, 4], "batch"),
+        ("ADD", [Const(zeros(1, 1, 4)), Act(zeros(N, 2, 4))], [1, 2, 4], "batch"),
+        ("ADD", [Act(zeros(N, 4)), Const(zeros(1, 3, 4))], [1, 3, 4], "loop"),
+        ("ADD", [Act(zeros(N, 4)), Const(zeros(3, 4))], [3, 4], "loop"),
+        (
+            "SELECT",
+            [Act(zeros(N, dtype=bool)), Act(zeros(N, 4)), Const(zeros(1, 4))],
+            [1, 4],
+            "batch",
+        ),
+        (
+            "SELECT_V2",
+            [Const(zeros(4, dtype=bool)), Act(zeros(N, 1)), Const(zeros())],
+            [1, 4],
+            "batch",
+        ),
+        (
+            "SELECT_V2",
+            [Act(zeros(N, 4, dtype=bool)), Act(zeros(N, 4)), Const(zeros(2, 1, 4))],
+            [2, 1, 4],
+            "loop",
+        ),
+        (
+            "SELECT_V2",
+            [Act(zeros(N, 4, dtype=bool)), Act(zeros(N, 3, 4)), Const(zeros())],
+            [1, 3, 4],
+            "loop",
+        ),
+    ],
+)
 def test_batch_rule(op: str, inputs: list[Act | Const], out_shape: list[int], mode: str) -> None:
     """The plan the rules lead to: batched when per-sample correct, never more pessimistic."""
     model = build_single_op(op, inputs, output_shapes=[out_shape])
@@ -343,14 +459,28 @@ def test_folded_scalar_arithmetic() -> None:
     """Scalar shape arithmetic, folded at engine build, feeding a batched op."""
     b = GraphBuilder()
     x = b.input("x", [1, 3])
-    total = b.op("ADD", [b.constant("two", np.int32(2)), b.constant("five", np.int32(5))],
-                 output_shape=[], output_dtype=np.int32, options_type="AddOptions")
-    half = b.op("DIV", [total, b.constant("minus_two", np.int32(-2))], output_shape=[],
-                output_dtype=np.int32, options_type="DivOptions")  # -3, truncated
+    total = b.op(
+        "ADD",
+        [b.constant("two", np.int32(2)), b.constant("five", np.int32(5))],
+        output_shape=[],
+        output_dtype=np.int32,
+        options_type="AddOptions",
+    )
+    half = b.op(
+        "DIV",
+        [total, b.constant("minus_two", np.int32(-2))],
+        output_shape=[],
+        output_dtype=np.int32,
+        options_type="DivOptions",
+    )  # -3, truncated
     scale = b.op("CAST", [half], output_shape=[], output_dtype=np.float32)
-    offset = b.op("ADD", [b.constant("big", np.float32(3e38)), b.constant("big2", np.float32(3e38))],
-                  output_shape=[], options_type="AddOptions",
-                  options={"fused_activation_function": ActivationFunctionType.RELU6})
+    offset = b.op(
+        "ADD",
+        [b.constant("big", np.float32(3e38)), b.constant("big2", np.float32(3e38))],
+        output_shape=[],
+        options_type="AddOptions",
+        options={"fused_activation_function": ActivationFunctionType.RELU6},
+    )
     scaled = b.op("MUL", [x, scale], output_shape=[1, 3], options_type="MulOptions")
     y = b.op("SUB", [scaled, offset], output_shape=[1, 3], options_type="SubOptions")
     model = b.finish([y])

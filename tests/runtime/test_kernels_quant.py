@@ -45,8 +45,13 @@ def random_ints(dtype: type, shape: tuple[int, ...], rng: np.random.Generator) -
 def add_to_input(builder: GraphBuilder, value: int, shape: list[int]) -> Model:
     """Finish a model whose output is a model input plus the float32 tensor `value`."""
     x = builder.input("x", [1, *shape])
-    y = builder.op("ADD", [x, value], output_shape=[1, *shape], options_type="AddOptions",
-                   options={"fused_activation_function": 0})
+    y = builder.op(
+        "ADD",
+        [x, value],
+        output_shape=[1, *shape],
+        options_type="AddOptions",
+        options={"fused_activation_function": 0},
+    )
     return builder.finish([y])
 
 
@@ -69,8 +74,14 @@ DEQUANTIZE_CASES = [
 NO_INT16_AXIS = pytest.mark.skip(reason="LiteRT has no per-axis int16 DEQUANTIZE")
 
 
-def quant_params(dtype: str, scale: float | None, zero_point: int | None, axis: int | None,
-                 shape: list[int], rng: np.random.Generator) -> QuantParams:
+def quant_params(
+    dtype: str,
+    scale: float | None,
+    zero_point: int | None,
+    axis: int | None,
+    shape: list[int],
+    rng: np.random.Generator,
+) -> QuantParams:
     if axis is None:
         return QuantParams.of(scale, zero_point)
     n = shape[axis]
@@ -80,8 +91,14 @@ def quant_params(dtype: str, scale: float | None, zero_point: int | None, axis: 
     return QuantParams.of(rng.uniform(0.001, 0.1, n), zero, quantized_dimension=axis)
 
 
-def quantized_tensor(builder: GraphBuilder, dtype: str, quant: QuantParams | None,
-                     shape: list[int], rng: np.random.Generator, constant: bool) -> int:
+def quantized_tensor(
+    builder: GraphBuilder,
+    dtype: str,
+    quant: QuantParams | None,
+    shape: list[int],
+    rng: np.random.Generator,
+    constant: bool,
+) -> int:
     """A float16/integer model input, or a constant with random contents (int4: packed)."""
     if not constant:
         np_dtype = np.float16 if dtype == "float16" else INT_TYPES[dtype]
@@ -90,25 +107,30 @@ def quantized_tensor(builder: GraphBuilder, dtype: str, quant: QuantParams | Non
         return builder.constant("w", rng.standard_normal(shape).astype(np.float16))
     if dtype == "int4":
         packed = pack_int4(rng.integers(-8, 8, shape))
-        return builder.tensor("w", shape, TensorType.INT4, quant,
-                              buffer=builder.model.add_buffer(packed))
-    return builder.constant("w", random_ints(INT_TYPES[dtype], tuple(shape), rng),
-                            quantization=quant)
+        return builder.tensor(
+            "w", shape, TensorType.INT4, quant, buffer=builder.model.add_buffer(packed)
+        )
+    return builder.constant(
+        "w", random_ints(INT_TYPES[dtype], tuple(shape), rng), quantization=quant
+    )
 
 
-@pytest.mark.parametrize(("dtype", "scale", "zero_point", "axis", "constant"), [
-    *((*case, constant) for case in DEQUANTIZE_CASES for constant in (False, True)),
-    pytest.param("int16", None, None, 3, False, marks=NO_INT16_AXIS),
-    ("int4", 0.1, 0, None, True),
-    ("int4", 0.3, -2, None, True),
-    ("int4", None, None, 2, True),
-])
-def test_dequantize(dtype: str, scale: float | None, zero_point: int | None, axis: int | None,
-                    constant: bool) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "scale", "zero_point", "axis", "constant"),
+    [
+        *((*case, constant) for case in DEQUANTIZE_CASES for constant in (False, True)),
+        pytest.param("int16", None, None, 3, False, marks=NO_INT16_AXIS),
+        ("int4", 0.1, 0, None, True),
+        ("int4", 0.3, -2, None, True),
+        ("int4", None, None, 2, True),
+    ],
+)
+def test_dequantize(
+    dtype: str, scale: float | None, zero_point: int | None, axis: int | None, constant: bool
+) -> None:
     rng = np.random.default_rng(1)
     shape = [1, *SHAPE]
-    quant = None if dtype == "float16" else quant_params(dtype, scale, zero_point, axis, shape,
-                                                         rng)
+    quant = None if dtype == "float16" else quant_params(dtype, scale, zero_point, axis, shape, rng)
     builder = GraphBuilder()
     source = quantized_tensor(builder, dtype, quant, shape, rng, constant)
     dequantized = builder.op("DEQUANTIZE", [source], output_shape=shape)
@@ -117,8 +139,11 @@ def test_dequantize(dtype: str, scale: float | None, zero_point: int | None, axi
         feeds = [rng.standard_normal((SAMPLES, *SHAPE)).astype(np.float32)]
     else:
         model = builder.finish([dequantized])
-        feeds = [rng.standard_normal((SAMPLES, *SHAPE)).astype(np.float16) if dtype == "float16"
-                 else random_ints(INT_TYPES[dtype], (SAMPLES, *SHAPE), rng)]
+        feeds = [
+            rng.standard_normal((SAMPLES, *SHAPE)).astype(np.float16)
+            if dtype == "float16"
+            else random_ints(INT_TYPES[dtype], (SAMPLES, *SHAPE), rng)
+        ]
     compare(model, feeds)
 
 
@@ -140,8 +165,9 @@ QUANTIZE_CASES = [
 
 
 @pytest.mark.parametrize(("dtype", "scale", "zero_point", "axis"), QUANTIZE_CASES)
-def test_quantize(dtype: str, scale: float | None, zero_point: int | None,
-                  axis: int | None) -> None:
+def test_quantize(
+    dtype: str, scale: float | None, zero_point: int | None, axis: int | None
+) -> None:
     rng = np.random.default_rng(2)
     shape = [1, *SHAPE]
     quant = quant_params(dtype, scale, zero_point, axis, shape, rng)
@@ -173,10 +199,12 @@ REQUANTIZE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("in_dtype", "in_scale", "in_zero", "out_dtype", "out_scale", "out_zero"),
-                         REQUANTIZE_CASES)
-def test_requantize(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str,
-                    out_scale: float, out_zero: int) -> None:
+@pytest.mark.parametrize(
+    ("in_dtype", "in_scale", "in_zero", "out_dtype", "out_scale", "out_zero"), REQUANTIZE_CASES
+)
+def test_requantize(
+    in_dtype: str, in_scale: float, in_zero: int, out_dtype: str, out_scale: float, out_zero: int
+) -> None:
     rng = np.random.default_rng(3)
     info = np.iinfo(INT_TYPES[in_dtype])
     # Every 8-bit value appears (the fixed-point roundings differ on few of them).
@@ -187,8 +215,9 @@ def test_requantize(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str
         x[:, 1:] = random_ints(info.dtype, (SAMPLES, *SHAPE), rng)[:, 1:]
     builder = GraphBuilder()
     inp = builder.input("x", [1, *SHAPE], INT_TYPES[in_dtype], QuantParams.of(in_scale, in_zero))
-    out = builder.tensor("q", [1, *SHAPE], INT_TYPES[out_dtype],
-                         QuantParams.of(out_scale, out_zero))
+    out = builder.tensor(
+        "q", [1, *SHAPE], INT_TYPES[out_dtype], QuantParams.of(out_scale, out_zero)
+    )
     builder.op("QUANTIZE", [inp], [out])
     compare(builder.finish([out]), [x])
 
@@ -196,9 +225,14 @@ def test_requantize(in_dtype: str, in_scale: float, in_zero: int, out_dtype: str
 # ------------------------------------------------------------------------------------- DENSIFY
 
 
-def encode_sparse(dense: np.ndarray, order: list[int], block_map: list[int],
-                  block_sizes: list[int], formats: list[int], index_type: int
-                  ) -> tuple[np.ndarray, dict[str, Any]]:
+def encode_sparse(
+    dense: np.ndarray,
+    order: list[int],
+    block_map: list[int],
+    block_sizes: list[int],
+    formats: list[int],
+    index_type: int,
+) -> tuple[np.ndarray, dict[str, Any]]:
     """A dense array in TFLite's sparse format: (stored values, SparsityParameters dict).
 
     A CSR level keeps the coordinates whose sub-tensor holds a nonzero; a DENSE level keeps all.
@@ -238,17 +272,30 @@ def encode_sparse(dense: np.ndarray, order: list[int], block_map: list[int],
         return {"values": np.array(items, index_dtype)}
 
     metadata = [
-        {"format": DENSE, "dense_size": levels.shape[k], "array_segments_type": 0,
-         "array_segments": None, "array_indices_type": 0, "array_indices": None}
-        if fmt == DENSE else
-        {"format": CSR, "dense_size": 0, "array_segments_type": index_type,
-         "array_segments": vector(segments[k]), "array_indices_type": index_type,
-         "array_indices": vector(indices[k])}
+        {
+            "format": DENSE,
+            "dense_size": levels.shape[k],
+            "array_segments_type": 0,
+            "array_segments": None,
+            "array_indices_type": 0,
+            "array_indices": None,
+        }
+        if fmt == DENSE
+        else {
+            "format": CSR,
+            "dense_size": 0,
+            "array_segments_type": index_type,
+            "array_segments": vector(segments[k]),
+            "array_indices_type": index_type,
+            "array_indices": vector(indices[k]),
+        }
         for k, fmt in enumerate(formats)
     ]
-    sparsity = {"traversal_order": np.array(order, np.int32),
-                "block_map": np.array(block_map, np.int32) if block_map else None,
-                "dim_metadata": metadata}
+    sparsity = {
+        "traversal_order": np.array(order, np.int32),
+        "block_map": np.array(block_map, np.int32) if block_map else None,
+        "dim_metadata": metadata,
+    }
     return np.array(values, dense.dtype).reshape(-1), sparsity
 
 
@@ -279,8 +326,9 @@ MISREAD_BY_LITERT = [
 ]
 
 
-def sparse_dense(shape: list[int], block_map: list[int], block_sizes: list[int],
-                 rng: np.random.Generator) -> np.ndarray:
+def sparse_dense(
+    shape: list[int], block_map: list[int], block_sizes: list[int], rng: np.random.Generator
+) -> np.ndarray:
     """Random weights where whole blocks (and some whole rows) are zero, plus scattered zeros."""
     dense = rng.standard_normal(shape)
     block_shape = [1] * len(shape)
@@ -294,13 +342,21 @@ def sparse_dense(shape: list[int], block_map: list[int], block_sizes: list[int],
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8])
-@pytest.mark.parametrize(("shape", "order", "block_map", "block_sizes", "formats", "index_type",
-                          "litert"),
-                         [(*case, True) for case in DENSIFY_CASES]
-                         + [(*case, False) for case in MISREAD_BY_LITERT], ids=str)
-def test_densify(shape: list[int], order: list[int], block_map: list[int],
-                 block_sizes: list[int], formats: list[int], index_type: int, litert: bool,
-                 dtype: type) -> None:
+@pytest.mark.parametrize(
+    ("shape", "order", "block_map", "block_sizes", "formats", "index_type", "litert"),
+    [(*case, True) for case in DENSIFY_CASES] + [(*case, False) for case in MISREAD_BY_LITERT],
+    ids=str,
+)
+def test_densify(
+    shape: list[int],
+    order: list[int],
+    block_map: list[int],
+    block_sizes: list[int],
+    formats: list[int],
+    index_type: int,
+    litert: bool,
+    dtype: type,
+) -> None:
     rng = np.random.default_rng(4)
     dense = sparse_dense(shape, block_map, block_sizes, rng)
     dense = (dense * 40).astype(dtype) if dtype == np.int8 else dense.astype(dtype)

@@ -14,11 +14,27 @@ SHAPE = (3, 4, 5, 6)  # three samples of [1, 4, 5, 6]
 
 # Axis lists as a converter writes them, plus the odd ones TFLite accepts: negative, duplicated,
 # unordered; those naming axis 0 make the engine run per sample or serially.
-AXES = [[1], [2], [-1], [1, 2], [2, 1], [1, -1], [3, 3], [-1, 3, 1], [1, 2, 3], [0], [0, 2],
-        [-4, 1, 2, 3]]
+AXES = [
+    [1],
+    [2],
+    [-1],
+    [1, 2],
+    [2, 1],
+    [1, -1],
+    [3, 3],
+    [-1, 3, 1],
+    [1, 2, 3],
+    [0],
+    [0, 2],
+    [-4, 1, 2, 3],
+]
 # A full reduction without keep_dims gives a scalar per sample, which no batch can stack.
-REDUCE_CASES = [pytest.param(axes, keep, id=f"{axes}-{'keep' if keep else 'drop'}")
-                for axes in AXES for keep in (False, True) if keep or len(axes) < 4]
+REDUCE_CASES = [
+    pytest.param(axes, keep, id=f"{axes}-{'keep' if keep else 'drop'}")
+    for axes in AXES
+    for keep in (False, True)
+    if keep or len(axes) < 4
+]
 
 
 def data(dtype: type = np.float32, shape: tuple[int, ...] = SHAPE, seed: int = 0) -> np.ndarray:
@@ -32,9 +48,13 @@ def data(dtype: type = np.float32, shape: tuple[int, ...] = SHAPE, seed: int = 0
 
 def check_reduce(op: str, x: np.ndarray, axes: list[int], keep_dims: bool) -> None:
     out_dtype = x.dtype if x.dtype != np.float32 else None
-    check_op(op, [Act(x), Const(np.array(axes, np.int32))], options_type="ReducerOptions",
-             options={"keep_dims": keep_dims},
-             output_dtypes=None if out_dtype is None else [out_dtype])
+    check_op(
+        op,
+        [Act(x), Const(np.array(axes, np.int32))],
+        options_type="ReducerOptions",
+        options={"keep_dims": keep_dims},
+        output_dtypes=None if out_dtype is None else [out_dtype],
+    )
 
 
 reduce_cases = pytest.mark.parametrize(("axes", "keep_dims"), REDUCE_CASES)
@@ -92,14 +112,23 @@ ARG_CASES = [(SHAPE, axis) for axis in (1, 2, 3, -1, -3, 0)] + [((4, 7), 1), ((4
 @pytest.mark.parametrize(("shape", "axis"), ARG_CASES, ids=str)
 @pytest.mark.parametrize("op", ["ARG_MAX", "ARG_MIN"])
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint8, np.int8, "ties"])
-def test_arg_min_max(op: str, dtype, shape: tuple[int, ...], axis: int, axis_dtype: type,
-                     output_type: int) -> None:
+def test_arg_min_max(
+    op: str, dtype, shape: tuple[int, ...], axis: int, axis_dtype: type, output_type: int
+) -> None:
     # "ties": few distinct values, so that the first-index rule decides most outputs.
-    x = data(np.int8, shape).clip(-2, 2).astype(np.float32) if dtype == "ties" else data(dtype, shape)
+    x = (
+        data(np.int8, shape).clip(-2, 2).astype(np.float32)
+        if dtype == "ties"
+        else data(dtype, shape)
+    )
     out = np.int32 if output_type == TensorType.INT32 else np.int64
-    check_op(op, [Act(x), Const(np.array([axis], axis_dtype))],
-             options_type=f"{op.title().replace('_', '')}Options",
-             options={"output_type": output_type}, output_dtypes=[out])
+    check_op(
+        op,
+        [Act(x), Const(np.array([axis], axis_dtype))],
+        options_type=f"{op.title().replace('_', '')}Options",
+        options={"output_type": output_type},
+        output_dtypes=[out],
+    )
 
 
 @pytest.mark.parametrize("reverse", [False, True])
@@ -108,18 +137,28 @@ def test_arg_min_max(op: str, dtype, shape: tuple[int, ...], axis: int, axis_dty
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
 def test_cumsum(dtype: type, axis: int, exclusive: bool, reverse: bool) -> None:
     x = data(dtype)
-    check_op("CUMSUM", [Act(x), Const(np.array(axis, np.int32))], options_type="CumsumOptions",
-             options={"exclusive": exclusive, "reverse": reverse},
-             output_dtypes=None if dtype == np.float32 else [dtype])
+    check_op(
+        "CUMSUM",
+        [Act(x), Const(np.array(axis, np.int32))],
+        options_type="CumsumOptions",
+        options={"exclusive": exclusive, "reverse": reverse},
+        output_dtypes=None if dtype == np.float32 else [dtype],
+    )
 
 
-@pytest.mark.parametrize(("op", "axes", "expected"), [
-    ("SUM", [1, -1], True), ("SUM", [-4], False), ("SUM", [], True),
-    ("ARG_MAX", [2], True), ("ARG_MAX", [0], False), ("CUMSUM", [-4], False),
-])
+@pytest.mark.parametrize(
+    ("op", "axes", "expected"),
+    [
+        ("SUM", [1, -1], True),
+        ("SUM", [-4], False),
+        ("SUM", [], True),
+        ("ARG_MAX", [2], True),
+        ("ARG_MAX", [0], False),
+        ("CUMSUM", [-4], False),
+    ],
+)
 def test_batch_rule(op: str, axes: list[int], expected: bool) -> None:
-    model = build_single_op(op, [Act(data()), Const(np.array(axes, np.int32))],
-                            output_shapes=[[]])
+    model = build_single_op(op, [Act(data()), Const(np.array(axes, np.int32))], output_shapes=[[]])
     engine = Engine(model)
     subgraph = engine.subgraph
     ctx = OpContext(model, subgraph, 0, subgraph.operators[0], [None, np.array(axes, np.int32)])

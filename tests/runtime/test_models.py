@@ -71,8 +71,7 @@ def test_replace_hook_changes_downstream_values() -> None:
     engine = Engine(model)
     baseline = engine.run(feeds)[0]
     first_hidden = model.subgraphs[0].operators[0].outputs[0]
-    zeroed = engine.run(feeds, replace=lambda t, v: np.zeros_like(v) if t == first_hidden
-                        else v)[0]
+    zeroed = engine.run(feeds, replace=lambda t, v: np.zeros_like(v) if t == first_hidden else v)[0]
     assert not np.allclose(baseline, zeroed)
     assert np.allclose(zeroed, zeroed[0])  # every sample now sees the same hidden state
 
@@ -90,7 +89,8 @@ def test_numpy_and_litert_calibration_ranges_agree(name: str) -> None:
         scale = max(abs(ref_lo), abs(ref_hi), 1e-6)
         assert abs(lo - ref_lo) <= 1e-5 * scale and abs(hi - ref_hi) <= 1e-5 * scale, (
             f"{name} tensor {model.subgraphs[0].tensors[t].name}: numpy {lo, hi} "
-            f"vs LiteRT {ref_lo, ref_hi}")
+            f"vs LiteRT {ref_lo, ref_hi}"
+        )
 
 
 def test_missing_kernel_error_names_op_and_how_to_register() -> None:
@@ -98,8 +98,9 @@ def test_missing_kernel_error_names_op_and_how_to_register() -> None:
     x = builder.input("x", [1, 4])
     builder.model.operator_codes.append(OperatorCode(builtin_code=32, custom_code="MyCustomOp"))
     out = builder.tensor("y", [1, 4])
-    builder.subgraph.operators.append(Operator(opcode_index=len(builder.model.operator_codes) - 1,
-                                               inputs=[x], outputs=[out]))
+    builder.subgraph.operators.append(
+        Operator(opcode_index=len(builder.model.operator_codes) - 1, inputs=[x], outputs=[out])
+    )
     model = builder.finish([out])
     with pytest.raises(UnsupportedOpError, match=r"operator 0 \(MyCustomOp\).*register_custom_op"):
         Engine(model)
@@ -111,8 +112,9 @@ def test_custom_op_registry() -> None:
     x = builder.input("x", [1, 3])
     builder.model.operator_codes.append(OperatorCode(builtin_code=32, custom_code="TimesTwo"))
     out = builder.tensor("y", [1, 3])
-    builder.subgraph.operators.append(Operator(opcode_index=len(builder.model.operator_codes) - 1,
-                                               inputs=[x], outputs=[out]))
+    builder.subgraph.operators.append(
+        Operator(opcode_index=len(builder.model.operator_codes) - 1, inputs=[x], outputs=[out])
+    )
     model = builder.finish([out])
     data = np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_array_equal(Engine(model).run([data])[0], data * 2)

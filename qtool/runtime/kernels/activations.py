@@ -32,7 +32,7 @@ def _blockwise(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndar
     out = np.empty(x.shape, x.dtype)
     flat_x, flat_out = x.reshape(-1), out.reshape(-1)
     for start in range(0, x.size, _BLOCK):
-        flat_out[start:start + _BLOCK] = fn(flat_x[start:start + _BLOCK])
+        flat_out[start : start + _BLOCK] = fn(flat_x[start : start + _BLOCK])
     return out
 
 
@@ -126,10 +126,12 @@ def elu(ctx: OpContext) -> np.ndarray:
 # approximation whose argument is clamped where it reaches exactly +-1. Its few-ulp differences
 # from the true tanh matter in the left tail, where 1 + tanh cancels down to those ulps.
 _EIGEN_TANH_CLAMP = np.float32(7.90738964080810547)
-_EIGEN_TANH_P = np.array([1.394553628e-8, 2.102733560e-5, 3.520756727e-3, 1.340216100e-1],
-                         np.float32)  # odd numerator x + x^3 * P(x^2), highest power first
-_EIGEN_TANH_Q = np.array([8.015776984e-7, 3.326951409e-4, 2.597254514e-2, 4.673548340e-1, 1.0],
-                         np.float32)  # even denominator Q(x^2)
+_EIGEN_TANH_P = np.array(
+    [1.394553628e-8, 2.102733560e-5, 3.520756727e-3, 1.340216100e-1], np.float32
+)  # odd numerator x + x^3 * P(x^2), highest power first
+_EIGEN_TANH_Q = np.array(
+    [8.015776984e-7, 3.326951409e-4, 2.597254514e-2, 4.673548340e-1, 1.0], np.float32
+)  # even denominator Q(x^2)
 
 
 def _horner(coefficients: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -148,8 +150,20 @@ def _eigen_tanh(x: np.ndarray) -> np.ndarray:
 
 # erfc from the Chebyshev fit of Press et al. (Numerical Recipes, "erfcc"): relative error below
 # 1.2e-7 over the whole line, including the far tail GELU needs (no scipy at run time).
-_ERFC_FIT = np.array([0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806,
-                      0.09678418, 0.37409196, 1.00002368, -1.26551223])
+_ERFC_FIT = np.array(
+    [
+        0.17087277,
+        -0.82215223,
+        1.48851587,
+        -1.13520398,
+        0.27886807,
+        -0.18628806,
+        0.09678418,
+        0.37409196,
+        1.00002368,
+        -1.26551223,
+    ]
+)
 
 
 def _erfc(x: np.ndarray) -> np.ndarray:

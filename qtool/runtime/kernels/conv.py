@@ -24,6 +24,7 @@ _TAP_BLOCK_BYTES = 1 << 20
 # Below this many input channels im2col copies channel planes rather than pixels.
 _PIXEL_MAJOR_CHANNELS = 16
 
+
 def out_size_and_padding(
     padding: int, size: int, kernel: int, stride: int, dilation: int = 1
 ) -> tuple[int, int]:

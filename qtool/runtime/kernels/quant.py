@@ -81,8 +81,12 @@ def quantize(ctx: OpContext) -> np.ndarray:
     if in_axis is not None or out_axis is not None:
         raise ModelError(f"{_where(ctx)}: requantization takes per-tensor parameters only")
     multiplier, shift = quantize_multiplier(np.float64(in_scale[0]) / np.float64(out_scale[0]))
-    q = _multiply_by_quantized_multiplier(x.astype(np.int64) - in_zero[0], int(multiplier),
-                                          int(shift)) + out_zero[0]
+    q = (
+        _multiply_by_quantized_multiplier(
+            x.astype(np.int64) - in_zero[0], int(multiplier), int(shift)
+        )
+        + out_zero[0]
+    )
     info = np.iinfo(out_dtype)
     return np.clip(q, info.min, info.max).astype(out_dtype)
 
@@ -103,23 +107,29 @@ def densify(values: np.ndarray, shape: Sequence[int], sparsity: dict[str, Any]) 
     shape = [int(d) for d in shape]
     rank = len(shape)
     order = [int(d) for d in sparsity["traversal_order"]]
-    block_map = [int(d) for d in (() if sparsity.get("block_map") is None
-                                  else sparsity["block_map"])]
+    block_map = [
+        int(d) for d in (() if sparsity.get("block_map") is None else sparsity["block_map"])
+    ]
     levels = sparsity["dim_metadata"] or []
-    if (sorted(order[:rank]) != list(range(rank))
-            or sorted(order) != list(range(rank + len(block_map)))
-            or len(levels) != len(order)
-            or len(set(block_map)) != len(block_map)
-            or not all(0 <= d < rank for d in block_map)):
-        raise ModelError(f"sparse tensor of shape {shape}: inconsistent traversal_order {order}, "
-                         f"block_map {block_map} and {len(levels)} dim_metadata levels")
+    if (
+        sorted(order[:rank]) != list(range(rank))
+        or sorted(order) != list(range(rank + len(block_map)))
+        or len(levels) != len(order)
+        or len(set(block_map)) != len(block_map)
+        or not all(0 <= d < rank for d in block_map)
+    ):
+        raise ModelError(
+            f"sparse tensor of shape {shape}: inconsistent traversal_order {order}, "
+            f"block_map {block_map} and {len(levels)} dim_metadata levels"
+        )
     level_of = {dim: level for level, dim in enumerate(order)}
-    block_size = {d: int(levels[level_of[rank + k]]["dense_size"]) for k, d in
-                  enumerate(block_map)}
+    block_size = {d: int(levels[level_of[rank + k]]["dense_size"]) for k, d in enumerate(block_map)}
     if any(size <= 0 or shape[d] % size for d, size in block_size.items()):
-        raise ModelError(f"sparse tensor of shape {shape}: block sizes {block_size} do not "
-                         "divide their dimensions")
-    strides = [int(np.prod(shape[d + 1:], dtype=np.int64)) for d in range(rank)]
+        raise ModelError(
+            f"sparse tensor of shape {shape}: block sizes {block_size} do not "
+            "divide their dimensions"
+        )
+    strides = [int(np.prod(shape[d + 1 :], dtype=np.int64)) for d in range(rank)]
     # Per level: how many coordinates it has, and how far one step moves in the dense array.
     extents, steps = [], []
     for dim in order:
@@ -144,8 +154,10 @@ def densify(values: np.ndarray, shape: Sequence[int], sparsity: dict[str, Any]) 
             segments = _index_vector(meta["array_segments"], where)
             indices = _index_vector(meta["array_indices"], where)
             if position.size and position[-1] + 1 >= segments.size:
-                raise ModelError(f"{where}: {segments.size} segment bounds for "
-                                 f"{position[-1] + 1} parent positions")
+                raise ModelError(
+                    f"{where}: {segments.size} segment bounds for "
+                    f"{position[-1] + 1} parent positions"
+                )
             starts = segments[position]
             counts = segments[position + 1] - starts
             if np.any(counts < 0) or (starts.size and np.max(starts + counts) > indices.size):
@@ -162,10 +174,12 @@ def densify(values: np.ndarray, shape: Sequence[int], sparsity: dict[str, Any]) 
         offset = offset + coords * step
     values = np.asarray(values).reshape(-1)
     if values.size < offset.size:
-        raise ModelError(f"sparse tensor of shape {shape}: {values.size} stored values for "
-                         f"{offset.size} encoded elements")
+        raise ModelError(
+            f"sparse tensor of shape {shape}: {values.size} stored values for "
+            f"{offset.size} encoded elements"
+        )
     dense = np.zeros(int(np.prod(shape, dtype=np.int64)), values.dtype)
-    dense[offset] = values[:offset.size]
+    dense[offset] = values[: offset.size]
     return dense.reshape(shape)
 
 

@@ -24,16 +24,20 @@ def _axes(ctx: OpContext) -> tuple[int, ...]:
     rank = _rank(ctx)
     axes = np.asarray(ctx.inputs[1]).reshape(-1).astype(np.int64)
     if np.any((axes < -rank) | (axes >= max(rank, 1))):
-        raise ModelError(f"{ctx.op_type} (operator {ctx.index}): axis {axes.tolist()} out of "
-                         f"range for a tensor of rank {rank}")
+        raise ModelError(
+            f"{ctx.op_type} (operator {ctx.index}): axis {axes.tolist()} out of "
+            f"range for a tensor of rank {rank}"
+        )
     return tuple(sorted({int(a) % rank for a in axes})) if rank else ()
 
 
 def _single_axis(ctx: OpContext) -> int:
     axis = np.asarray(ctx.inputs[1])
     if axis.size != 1 or _rank(ctx) == 0:
-        raise ModelError(f"{ctx.op_type} (operator {ctx.index}): needs one axis of a tensor of "
-                         f"rank >= 1, got axis {axis.tolist()} for rank {_rank(ctx)}")
+        raise ModelError(
+            f"{ctx.op_type} (operator {ctx.index}): needs one axis of a tensor of "
+            f"rank >= 1, got axis {axis.tolist()} for rank {_rank(ctx)}"
+        )
     return _axes(ctx)[0]
 
 
@@ -70,8 +74,10 @@ def mean(ctx: OpContext) -> np.ndarray:
     if np.issubdtype(x.dtype, np.floating):
         return np.asarray(np.mean(x, axis=axes, keepdims=keep, dtype=x.dtype), dtype=x.dtype)
     if x.dtype not in (np.int32, np.int64):
-        raise UnsupportedOpError(f"MEAN (operator {ctx.index}) on {x.dtype} data is a quantized "
-                                 "reduction, which the float engine does not run")
+        raise UnsupportedOpError(
+            f"MEAN (operator {ctx.index}) on {x.dtype} data is a quantized "
+            "reduction, which the float engine does not run"
+        )
     # Integer mean: an int64 sum divided by the count with C++'s truncation toward zero.
     total = np.sum(x, axis=axes, keepdims=keep, dtype=np.int64)
     count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
@@ -83,8 +89,10 @@ def mean(ctx: OpContext) -> np.ndarray:
 def arg_min_max(ctx: OpContext) -> np.ndarray:
     output_type = ctx.option("output_type")
     if output_type not in (TensorType.INT32, TensorType.INT64):
-        raise ModelError(f"{ctx.op_type} (operator {ctx.index}): output_type must be INT32 or "
-                         f"INT64, not {output_type}")
+        raise ModelError(
+            f"{ctx.op_type} (operator {ctx.index}): output_type must be INT32 or "
+            f"INT64, not {output_type}"
+        )
     fn = np.argmax if ctx.op_type == "ARG_MAX" else np.argmin  # both keep the first of ties
     return fn(ctx.inputs[0], axis=_single_axis(ctx)).astype(numpy_dtype(output_type))
 

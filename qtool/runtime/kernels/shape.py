@@ -63,12 +63,15 @@ def _per_sample(ctx: OpContext, arrays: Sequence[np.ndarray]) -> list[np.ndarray
     """
     if ctx.batch == 1:
         return list(arrays)
-    return [np.broadcast_to(a, (ctx.batch, *a.shape[1:])) if a.ndim and a.shape[0] == 1 else a
-            for a in arrays]
+    return [
+        np.broadcast_to(a, (ctx.batch, *a.shape[1:])) if a.ndim and a.shape[0] == 1 else a
+        for a in arrays
+    ]
 
 
-def _keeps_leading_axis(ctx: OpContext, value_input: int, axis_input: int,
-                        rank_offset: int = 0) -> bool:
+def _keeps_leading_axis(
+    ctx: OpContext, value_input: int, axis_input: int, rank_offset: int = 0
+) -> bool:
     """Batch rule of ops with a constant axis input: safe unless that axis is the sample axis."""
     if not _static(ctx, axis_input):
         return False
@@ -103,8 +106,11 @@ def _reshape_target(ctx: OpContext) -> list[int] | None:
     it falls back to the `new_shape` option, where the legacy value [0] means a scalar.
     """
     shape_tensor = ctx.input_tensor(1)
-    if (shape_tensor is not None and len(shape_tensor.shape) == 1
-            and shape_tensor.dtype == TensorType.INT32):
+    if (
+        shape_tensor is not None
+        and len(shape_tensor.shape) == 1
+        and shape_tensor.dtype == TensorType.INT32
+    ):
         value = ctx.input(1)
         return None if value is None else _ints(value)
     target = _ints(_option(ctx, "new_shape", []))
@@ -119,8 +125,11 @@ def _reshape_batch(ctx: OpContext) -> bool:
         return True
     # [-1, rest...] keeps the sample axis when `rest` covers exactly one sample.
     rest = target[1:]
-    return (target[0] == -1 and -1 not in rest
-            and math.prod(rest) == math.prod(ctx.input_shape(0)[1:]) > 0)
+    return (
+        target[0] == -1
+        and -1 not in rest
+        and math.prod(rest) == math.prod(ctx.input_shape(0)[1:]) > 0
+    )
 
 
 @kernel("RESHAPE", batch=_reshape_batch)
@@ -131,8 +140,11 @@ def reshape(ctx: OpContext) -> np.ndarray:
         # numpy cannot infer a dimension of an empty array; TFLite makes it 0 unless the other
         # target dimensions hold a 0 too, then it divides the non-zero sizes.
         known = [d for d in target if d != -1]
-        stretch = 0 if math.prod(known) else (math.prod(d for d in x.shape if d)
-                                              // math.prod(d for d in known if d))
+        stretch = (
+            0
+            if math.prod(known)
+            else (math.prod(d for d in x.shape if d) // math.prod(d for d in known if d))
+        )
         target = [stretch if d == -1 else d for d in target]
     return x.reshape(target)
 
@@ -247,8 +259,10 @@ _WHOLE = _SliceAxis()
 def _strided_slice_axes(ctx: OpContext, rank: int) -> list[_SliceAxis]:
     """TFLite's expansion of the sparse slice spec (ellipsis, new axes) to one entry per axis."""
     begin, end, strides = (_ints(ctx.input(i)) for i in (1, 2, 3))
-    masks = {name: int(_option(ctx, name, 0)) for name in
-             ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
+    masks = {
+        name: int(_option(ctx, name, 0))
+        for name in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
+    }
 
     def bit(name: str, i: int) -> bool:
         return i >= 0 and bool(masks[name] >> i & 1)
@@ -275,9 +289,16 @@ def _strided_slice_axes(ctx: OpContext, rank: int) -> list[_SliceAxis]:
         elif spec >= count:
             axes.append(_WHOLE)
         else:
-            axes.append(_SliceAxis(begin[spec], end[spec], strides[spec],
-                                   bit("begin_mask", spec), bit("end_mask", spec),
-                                   bit("shrink_axis_mask", spec)))
+            axes.append(
+                _SliceAxis(
+                    begin[spec],
+                    end[spec],
+                    strides[spec],
+                    bit("begin_mask", spec),
+                    bit("end_mask", spec),
+                    bit("shrink_axis_mask", spec),
+                )
+            )
         i += 1
     return axes
 
@@ -309,9 +330,13 @@ def _strided_slice_batch(ctx: OpContext) -> bool:
     first = _strided_slice_axes(ctx, _rank(ctx, 0))[0]
     # The sample axis must be taken whole: begin 0, any end >= 1 (clamped to the one declared
     # sample), stride 1, not shrunk, and no new axis in front of it.
-    return (not first.new_axis and not first.shrink and first.stride == 1
-            and (first.begin_mask or first.begin == 0)
-            and (first.end_mask or first.end >= 1))
+    return (
+        not first.new_axis
+        and not first.shrink
+        and first.stride == 1
+        and (first.begin_mask or first.begin == 0)
+        and (first.end_mask or first.end >= 1)
+    )
 
 
 @kernel("STRIDED_SLICE", batch=_strided_slice_batch)
@@ -361,12 +386,16 @@ def gather(ctx: OpContext) -> np.ndarray:
     params, indices = _per_sample(ctx, [params, indices])
     lead = params.shape[:batch_dims]
     groups, outer = math.prod(lead), math.prod(params.shape[batch_dims:axis])
-    inner = math.prod(params.shape[axis + 1:])
+    inner = math.prod(params.shape[axis + 1 :])
     table = params.reshape(groups, outer, params.shape[axis], inner)
     picks = indices.reshape(groups, 1, -1)
     gathered = table[np.arange(groups)[:, None, None], np.arange(outer)[None, :, None], picks]
-    return gathered.reshape(*lead, *params.shape[batch_dims:axis], *indices.shape[batch_dims:],
-                            *params.shape[axis + 1:])
+    return gathered.reshape(
+        *lead,
+        *params.shape[batch_dims:axis],
+        *indices.shape[batch_dims:],
+        *params.shape[axis + 1 :],
+    )
 
 
 def _gather_nd_batch(ctx: OpContext) -> bool:
@@ -392,8 +421,10 @@ def pad(ctx: OpContext) -> np.ndarray:
     return np.pad(ctx.inputs[0], _pad_widths(ctx))
 
 
-@kernel("PADV2", batch=lambda ctx: _first_pair_zero(ctx)
-        and (ctx.input_tensor(2) is None or _static(ctx, 2)))
+@kernel(
+    "PADV2",
+    batch=lambda ctx: _first_pair_zero(ctx) and (ctx.input_tensor(2) is None or _static(ctx, 2)),
+)
 def padv2(ctx: OpContext) -> np.ndarray:
     x = ctx.inputs[0]
     value = ctx.input(2)
@@ -416,8 +447,12 @@ def tile(ctx: OpContext) -> np.ndarray:
 
 def _broadcast_to_batch(ctx: OpContext) -> bool:
     # The input's leading 1 must line up with the target's (same rank) and stay a 1 there.
-    return (_static(ctx, 1) and _leading_one(ctx, 0)
-            and _ints(ctx.input(1))[:1] == [1] and len(_ints(ctx.input(1))) == _rank(ctx, 0))
+    return (
+        _static(ctx, 1)
+        and _leading_one(ctx, 0)
+        and _ints(ctx.input(1))[:1] == [1]
+        and len(_ints(ctx.input(1))) == _rank(ctx, 0)
+    )
 
 
 @kernel("BROADCAST_TO", batch=_broadcast_to_batch)
@@ -453,7 +488,7 @@ def space_to_batch_nd(ctx: OpContext) -> np.ndarray:
     m = len(block)
     widths = [(0, 0), *np.asarray(ctx.inputs[2]).reshape(m, 2).tolist()]
     x = np.pad(x, widths + [(0, 0)] * (x.ndim - 1 - m))
-    n, spatial, rest = x.shape[0], x.shape[1:1 + m], x.shape[1 + m:]
+    n, spatial, rest = x.shape[0], x.shape[1 : 1 + m], x.shape[1 + m :]
     split_shape = [n]
     for size, k in zip(spatial, block, strict=True):
         split_shape += [size // k, k]
@@ -461,8 +496,9 @@ def space_to_batch_nd(ctx: OpContext) -> np.ndarray:
     # the major part of the output batch index.
     x = x.reshape(*split_shape, *rest)
     x = x.transpose(*range(2, 2 * m + 1, 2), 0, *range(1, 2 * m, 2), *range(2 * m + 1, x.ndim))
-    return x.reshape(n * math.prod(block), *(s // k for s, k in zip(spatial, block, strict=True)),
-                     *rest)
+    return x.reshape(
+        n * math.prod(block), *(s // k for s, k in zip(spatial, block, strict=True)), *rest
+    )
 
 
 @kernel("BATCH_TO_SPACE_ND", batch=never)
@@ -472,7 +508,7 @@ def batch_to_space_nd(ctx: OpContext) -> np.ndarray:
     m = len(block)
     crops = np.asarray(ctx.inputs[2]).reshape(m, 2)
     n = x.shape[0] // math.prod(block)
-    spatial, rest = x.shape[1:1 + m], x.shape[1 + m:]
+    spatial, rest = x.shape[1 : 1 + m], x.shape[1 + m :]
     # [k1, ..., km, n, s1, ..., sm, rest] -> [n, s1, k1, s2, k2, ..., rest]
     x = x.reshape(*block, n, *spatial, *rest)
     interleaved = [a for i in range(m) for a in (m + 1 + i, i)]
