@@ -95,9 +95,32 @@ def choose_engine(model: Model, requested: str) -> str:
         Engine(model)
     except UnsupportedOpError:
         if litert_available():
-            return "litert"
+            try:
+                _litert_interpreter(model)
+            except UnsupportedOpError:
+                pass  # neither engine runs it: the numpy error says how to add a kernel
+            else:
+                return "litert"
         raise
     return "numpy"
+
+
+def _litert_interpreter(model: Model):
+    """A LiteRT interpreter that keeps every intermediate tensor readable after invoke()."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    # Without default delegates XNNPACK cannot fuse tensors away.
+    try:
+        interpreter = Interpreter(
+            model_content=model_to_bytes(model),
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            experimental_preserve_all_tensors=True,
+        )
+        interpreter.allocate_tensors()
+    except (RuntimeError, ValueError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsupportedOpError(f"LiteRT cannot run the model: {detail}") from None
+    return interpreter
 
 
 def calibrate(
@@ -134,16 +157,7 @@ def calibrate(
 def _run_litert(
     model: Model, dataset: Dataset, observer: RangeObserver, progress: Progress | None
 ) -> None:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    # Without default delegates XNNPACK cannot fuse tensors away, and preserve_all_tensors keeps
-    # every intermediate readable after invoke().
-    interpreter = Interpreter(
-        model_content=model_to_bytes(model),
-        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-        experimental_preserve_all_tensors=True,
-    )
-    interpreter.allocate_tensors()
+    interpreter = _litert_interpreter(model)
     inputs = [d["index"] for d in interpreter.get_input_details()]
     observed = sorted(observer.tensors)
     subgraph = model.subgraphs[0]

@@ -13,6 +13,8 @@ import jsonschema
 import numpy as np
 import pytest
 
+from qtool.model import Operator, OperatorCode, model_to_bytes
+from qtool.model.build import GraphBuilder
 from tests.conftest import DATA, MODELS, ROOT
 
 MLP_INPUT = "serving_default_features:0"
@@ -192,3 +194,46 @@ def test_strict_fails_when_an_op_stays_float(mlp: Path, tmp_path: Path) -> None:
         "quantize", str(mlp), "--data", str(DATA / "mlp_calib.npz"), "--strict", "-o", str(out)
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_custom_op_kernel_from_the_command_line(tmp_path: Path) -> None:
+    """A custom op runs in calibration through --custom-ops and stays float (no int8 rule)."""
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 4])
+    weights = builder.constant("w", np.eye(4, dtype=np.float32))
+    bias = builder.constant("b", np.zeros(4, np.float32))
+    hidden = builder.op(
+        "FULLY_CONNECTED",
+        [x, weights, bias],
+        output_shape=[1, 4],
+        name="fc",
+        options_type="FullyConnectedOptions",
+        options={},
+    )
+    builder.model.operator_codes.append(OperatorCode(builtin_code=32, custom_code="Cube"))
+    out = builder.tensor("cube", [1, 4])
+    builder.subgraph.operators.append(
+        Operator(opcode_index=len(builder.model.operator_codes) - 1, inputs=[hidden], outputs=[out])
+    )
+    model_path = tmp_path / "custom.tflite"
+    model_path.write_bytes(model_to_bytes(builder.finish([out])))
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32))
+    (tmp_path / "cube_kernel.py").write_text(
+        "from qtool.runtime import register_custom_op\n"
+        "register_custom_op('Cube', lambda ctx: ctx.inputs[0] ** 3)\n"
+    )
+    args = ["quantize", str(model_path), "--data", str(tmp_path / "x.npy"), "--json"]
+    missing = qtool(*args, "-o", str(tmp_path / "a.tflite"))
+    assert_error(missing, "register_custom_op")
+    result = qtool(
+        *args,
+        "-o",
+        str(tmp_path / "b.tflite"),
+        "--custom-ops",
+        "cube_kernel",
+        env={"PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert [(row["op"], row["index"]) for row in report["float_ops"]] == [("Cube", 1)]
+    assert report["calibration"]["engine"] == "numpy"
