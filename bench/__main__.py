@@ -89,7 +89,7 @@ def bench_calibration() -> None:
     ratios = []
     for path in sorted((FIXTURES / "models").glob("*.tflite")):
         name = path.stem
-        model, _, _ = prepare_float_model(load_model(path))
+        model = prepare_float_model(load_model(path)).model
         dataset = load_dataset([str(FIXTURES / "data" / f"{name}_calib.npz")], model_inputs(model))
         feeds = dataset.batches[0]
         tensors = activation_tensors(model)

@@ -17,7 +17,7 @@ from typing import Any
 from qtool.calibrate import load_dataset, model_inputs, synthetic_dataset
 from qtool.check.audit import audit_model
 from qtool.errors import QtoolError, UsageError
-from qtool.model import load_model, model_to_bytes, write_atomic
+from qtool.model import Model, load_model, model_to_bytes, write_atomic
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from qtool.report import build_report
 from qtool.runtime import load_custom_ops
@@ -84,6 +84,35 @@ def _check_destinations(job: QuantizeJob, output: Path, report: Path) -> None:
         raise UsageError("the model and the report cannot be written to the same file")
 
 
+def entry_subgraphs(model: Model) -> dict[int, str | None]:
+    """Subgraphs to calibrate and their signature keys: each signature's entry point, or
+    subgraph 0 alone in a model without signatures."""
+    entries = {sig["subgraph_index"]: sig["signature_key"] for sig in model.signature_defs}
+    return dict(sorted(entries.items())) or {0: None}
+
+
+def split_sources(sources: tuple[str, ...], entries: dict[int, str | None]) -> dict[int, list[str]]:
+    """Assign `--data` sources to subgraphs: `KEY=PATH` names a signature; a plain PATH feeds
+    the only entry point (a model with several signatures needs a KEY on each source)."""
+    by_key = {key: s for s, key in entries.items() if key is not None}
+    assigned: dict[int, list[str]] = {}
+    for source in sources:
+        key, separator, path = source.partition("=")
+        if separator and key in by_key:
+            assigned.setdefault(by_key[key], []).append(path)
+        elif len(entries) == 1:
+            assigned.setdefault(next(iter(entries)), []).append(source)
+        else:
+            raise UsageError(
+                f"--data {source}: the model has signatures {', '.join(sorted(by_key))}; give "
+                "each source as KEY=PATH"
+            )
+    missing = [key or f"subgraph {s}" for s, key in entries.items() if s not in assigned]
+    if missing:
+        raise UsageError(f"no --data for signature(s) {', '.join(missing)} (give KEY=PATH)")
+    return assigned
+
+
 def quantize_file(
     job: QuantizeJob,
     progress: Callable[[int], None] | None = None,
@@ -96,19 +125,24 @@ def quantize_file(
     if job.custom_ops:
         load_custom_ops(job.custom_ops)
     model = load_model(job.model_path)
-    inputs = model_inputs(model)
+    entries = entry_subgraphs(model)
     if job.data:
-        dataset = load_dataset(job.data, inputs, limit=job.samples)
+        sources = split_sources(job.data, entries)
+        datasets = {
+            s: load_dataset(paths, model_inputs(model, s), limit=job.samples)
+            for s, paths in sources.items()
+        }
     elif job.synthetic:
-        dataset = synthetic_dataset(inputs, job.samples or DEFAULT_SYNTHETIC_SAMPLES, job.seed)
+        count = job.samples or DEFAULT_SYNTHETIC_SAMPLES
+        datasets = {s: synthetic_dataset(model_inputs(model, s), count, job.seed) for s in entries}
     else:
         raise UsageError(
             "calibration needs data: give --data PATH (or --synthetic to "
             "calibrate on random data, which gives meaningless ranges)"
         )
     if on_total:
-        on_total(dataset.num_samples)
-    result = quantize_model(model, dataset, job.options, progress=progress)
+        on_total(sum(d.num_samples for d in datasets.values()))
+    result = quantize_model(model, datasets, job.options, progress=progress)
     if job.strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
         raise StrictModeError(

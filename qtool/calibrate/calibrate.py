@@ -82,7 +82,7 @@ def litert_available() -> bool:
     return importlib.util.find_spec("ai_edge_litert") is not None
 
 
-def choose_engine(model: Model, requested: str) -> str:
+def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     if requested not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "litert" and not litert_available():
@@ -92,7 +92,7 @@ def choose_engine(model: Model, requested: str) -> str:
     if requested != "auto":
         return requested
     try:
-        Engine(model)
+        Engine(model, subgraph_index)
     except UnsupportedOpError:
         if litert_available():
             try:
@@ -130,19 +130,20 @@ def calibrate(
     observer: RangeObserver | None = None,
     progress: Progress | None = None,
     chunk: int = 32,
+    subgraph_index: int = 0,
 ) -> CalibrationResult:
-    """Observe every float activation of subgraph 0 over the whole dataset."""
-    observer = observer or MinMaxObserver(activation_tensors(model))
-    chosen = choose_engine(model, engine)
+    """Observe every float activation of one subgraph over the whole dataset."""
+    observer = observer or MinMaxObserver(activation_tensors(model, subgraph_index))
+    chosen = choose_engine(model, engine, subgraph_index)
     started = time.perf_counter()
     if chosen == "numpy":
-        runner = Engine(model)
+        runner = Engine(model, subgraph_index)
         for batch in dataset.iter_chunks(chunk):
             runner.run(batch, observers=[observer], chunk=chunk)
             if progress:
                 progress(batch[0].shape[0])
     else:
-        _run_litert(model, dataset, observer, progress)
+        _run_litert(model, dataset, observer, progress, subgraph_index)
     return CalibrationResult(
         ranges=observer.ranges(),
         samples=dataset.num_samples,
@@ -155,19 +156,47 @@ def calibrate(
 
 
 def _run_litert(
-    model: Model, dataset: Dataset, observer: RangeObserver, progress: Progress | None
+    model: Model,
+    dataset: Dataset,
+    observer: RangeObserver,
+    progress: Progress | None,
+    subgraph_index: int,
 ) -> None:
     interpreter = _litert_interpreter(model)
-    inputs = [d["index"] for d in interpreter.get_input_details()]
-    observed = sorted(observer.tensors)
-    subgraph = model.subgraphs[0]
+    subgraph = model.subgraphs[subgraph_index]
     batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
+    feed = _litert_feeder(model, interpreter, subgraph_index)
+    observed = sorted(observer.tensors)
     for batch in dataset.iter_chunks(64):
         for i in range(batch[0].shape[0]):
-            for index, values in zip(inputs, batch, strict=True):
-                interpreter.set_tensor(index, values[i : i + 1] if batched else values[i])
-            interpreter.invoke()
+            feed([values[i : i + 1] if batched else values[i] for values in batch])
             for t in observed:
-                observer(t, np.asarray(interpreter.get_tensor(t)))
+                observer(t, np.asarray(interpreter.get_tensor(t, subgraph_index)))
         if progress:
             progress(batch[0].shape[0])
+
+
+def _litert_feeder(model: Model, interpreter, subgraph_index: int) -> Callable[[list], None]:
+    """A function running one sample (inputs in subgraph order) through the subgraph.
+
+    Subgraph 0 runs through the interpreter itself; other subgraphs only through the signature
+    whose entry point they are.
+    """
+    if subgraph_index == 0:
+        indices = [d["index"] for d in interpreter.get_input_details()]
+
+        def run_main(values: list) -> None:
+            for index, value in zip(indices, values, strict=True):
+                interpreter.set_tensor(index, value)
+            interpreter.invoke()
+
+        return run_main
+    signature = next(s for s in model.signature_defs if s["subgraph_index"] == subgraph_index)
+    runner = interpreter.get_signature_runner(signature["signature_key"])
+    by_tensor = {entry["tensor_index"]: entry["name"] for entry in signature["inputs"]}
+    names = [by_tensor[t] for t in model.subgraphs[subgraph_index].inputs]
+
+    def run_signature(values: list) -> None:
+        runner(**dict(zip(names, values, strict=True)))
+
+    return run_signature

@@ -143,7 +143,11 @@ def quantize_command(
 def render_summary(outcome: QuantizeOutcome) -> None:
     report = outcome.report
     counts = summary_counts(report)
-    calibration = report["calibration"]
+    calibrations = report["calibration"]
+    samples = sum(c["samples"] for c in calibrations)
+    engines = "/".join(sorted({c["engine"] for c in calibrations}))
+    seconds = sum(c["seconds"] for c in calibrations)
+    synthetic = any(c["synthetic"] for c in calibrations)
     head = Table.grid(padding=(0, 2))
     head.add_row("[bold]wrote[/]", outcome.output_path)
     head.add_row("report", outcome.report_path)
@@ -154,9 +158,9 @@ def render_summary(outcome: QuantizeOutcome) -> None:
     )
     head.add_row(
         "calibration",
-        f"{calibration['samples']} samples, {calibration['engine']} "
-        f"engine, {calibration['seconds']:.2f} s"
-        + (" [yellow](synthetic)[/]" if calibration["synthetic"] else ""),
+        f"{samples} samples, {engines} engine, {seconds:.2f} s"
+        + (" [yellow](synthetic)[/]" if synthetic else "")
+        + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
     )
     head.add_row(
         "operators",

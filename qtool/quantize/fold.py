@@ -19,6 +19,7 @@ from qtool.runtime.registry import OpContext, lookup
 
 @dataclass(frozen=True)
 class FoldedOp:
+    subgraph: int
     index: int  # operator index in the original subgraph
     op_type: str
     outputs: tuple[str, ...]
@@ -55,7 +56,12 @@ def fold_constants(model: Model, subgraph_index: int = 0) -> list[FoldedOp]:
             tensor.quantization = None
             tensor.sparsity = None
         folded.append(
-            FoldedOp(index, code.name, tuple(subgraph.tensors[t].name for t in op.outputs))
+            FoldedOp(
+                subgraph_index,
+                index,
+                code.name,
+                tuple(subgraph.tensors[t].name for t in op.outputs),
+            )
         )
     order = {id(op): position for position, op in enumerate(subgraph.operators)}
     subgraph.operators = sorted(kept, key=lambda op: order[id(op)])

@@ -153,15 +153,19 @@ def make_plan(
     spec: Int8Spec,
     ranges: dict[int, tuple[float, float]],
     keep_float: tuple[str, ...],
-    source_index: dict[int, int],
+    source_index: list[int],
     subgraph_index: int = 0,
 ) -> Plan:
+    """Decide every operator of a subgraph and the params of its activations.
+
+    `source_index[i]` is the input-model index of the subgraph's operator i (for reports).
+    """
     subgraph = model.subgraphs[subgraph_index]
     decisions = {
         id(op): decide(model, subgraph, op, spec, ranges, keep_float) for op in subgraph.operators
     }
-    for op in subgraph.operators:
-        decisions[id(op)].source_index = source_index.get(id(op))
+    for position, op in enumerate(subgraph.operators):
+        decisions[id(op)].source_index = source_index[position]
     plan = Plan(decisions=decisions, params={}, ranges=dict(ranges))
     groups = _Groups()
     int8_ops = [op for op in subgraph.operators if decisions[id(op)].mode == INT8]

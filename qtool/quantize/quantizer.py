@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from qtool.calibrate import CalibrationResult, Dataset, calibrate
@@ -35,6 +35,7 @@ class QuantizeOptions:
 
 @dataclass
 class FloatOp:
+    subgraph: int
     index: int | None  # operator index in the input model
     op_type: str
     reason: str
@@ -44,52 +45,79 @@ class FloatOp:
 class QuantizeResult:
     model: Model  # the int8 model
     float_model: Model  # the float model after constant folding (what was calibrated)
-    calibration: CalibrationResult
-    plan: Plan
+    calibrations: dict[int, CalibrationResult]  # per quantized subgraph
+    plans: dict[int, Plan]
     folded: list[FoldedOp]
     float_ops: list[FloatOp]
     notes: RewriteNotes
     warnings: list[str] = field(default_factory=list)
 
 
-def prepare_float_model(model: Model) -> tuple[Model, list[FoldedOp], dict[int, int]]:
-    """A copy of `model` with constant operators folded, and each operator's original index."""
+@dataclass
+class FloatModel:
+    """A float model ready for calibration, with constant operators folded away."""
+
+    model: Model
+    folded: list[FoldedOp]
+    source_index: list[list[int]]  # per subgraph: input-model index of each operator
+
+
+def prepare_float_model(model: Model) -> FloatModel:
+    """A copy of `model` with constant operators folded in every subgraph."""
     work = clone_model(model)
-    source_index = {id(op): i for i, op in enumerate(work.subgraphs[0].operators)}
-    folded = fold_constants(work)
+    positions = [{id(op): i for i, op in enumerate(sg.operators)} for sg in work.subgraphs]
+    folded = [op for s in range(len(work.subgraphs)) for op in fold_constants(work, s)]
     remove_unused(work)
-    return work, folded, source_index
+    source_index = [
+        [positions[s][id(op)] for op in sg.operators] for s, sg in enumerate(work.subgraphs)
+    ]
+    return FloatModel(work, folded, source_index)
 
 
 def quantize_model(
     model: Model,
-    dataset: Dataset,
+    data: Dataset | Mapping[int, Dataset],
     options: QuantizeOptions = QuantizeOptions(),
     progress: Callable[[int], None] | None = None,
 ) -> QuantizeResult:
-    """Quantize subgraph 0 of a float model to int8 per the spec; `model` is left unchanged."""
-    if len(model.subgraphs) > 1:
-        raise UsageError(
-            f"the model has {len(model.subgraphs)} subgraphs; qtool quantizes "
-            "single-subgraph models (control flow and multi-signature models are "
-            "not supported yet)"
-        )
+    """Quantize every subgraph that has calibration data; `model` is left unchanged.
+
+    `data` is one Dataset for subgraph 0, or a Dataset per subgraph index (one per signature of
+    a multi-signature model). Subgraphs without data (e.g. control-flow bodies) stay float and
+    are named in the warnings.
+    """
+    datasets = {0: data} if isinstance(data, Dataset) else dict(data)
     spec = load_spec(options.profiles)
-    float_model, folded, source_index = prepare_float_model(model)
-    calibration = calibrate(float_model, dataset, engine=options.engine, progress=progress)
-    work = clone_model(float_model)
-    # clone_model copies operators, so map the originals' indices onto the copies by position.
-    source_by_position = [source_index[id(op)] for op in float_model.subgraphs[0].operators]
-    work_index = {id(op): source_by_position[i] for i, op in enumerate(work.subgraphs[0].operators)}
-    plan = make_plan(work, spec, calibration.ranges, options.keep_float, work_index)
-    float_ops = [
-        FloatOp(decision.source_index, work.op_type(op), decision.reason or "")
-        for op in work.subgraphs[0].operators
-        if (decision := plan.decision(op)).mode == FLOAT
-    ]
-    notes = rewrite(work, plan, spec, io=options.io)
+    prepared = prepare_float_model(model)
+    calibrations = {
+        s: calibrate(
+            prepared.model, dataset, engine=options.engine, progress=progress, subgraph_index=s
+        )
+        for s, dataset in sorted(datasets.items())
+    }
+    work = clone_model(prepared.model)
+    plans, float_ops = {}, []
+    notes = RewriteNotes()
+    for s, calibration in calibrations.items():
+        plan = make_plan(
+            work, spec, calibration.ranges, options.keep_float, prepared.source_index[s], s
+        )
+        float_ops += [
+            FloatOp(s, decision.source_index, work.op_type(op), decision.reason or "")
+            for op in work.subgraphs[s].operators
+            if (decision := plan.decision(op)).mode == FLOAT
+        ]
+        rewrite(work, plan, spec, io=options.io, subgraph_index=s, notes=notes)
+        plans[s] = plan
+    remove_unused(work)
     warnings = list(notes.warnings)
-    if dataset.synthetic:
+    for s, subgraph in enumerate(work.subgraphs):
+        if s not in calibrations:
+            warnings.append(
+                f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
+                "data (not a signature's entry point): kept in float"
+            )
+    if any(d.synthetic for d in datasets.values()):
         warnings.insert(
             0,
             "calibrated on synthetic random data: activation ranges do not "
@@ -97,10 +125,10 @@ def quantize_model(
         )
     return QuantizeResult(
         model=work,
-        float_model=float_model,
-        calibration=calibration,
-        plan=plan,
-        folded=folded,
+        float_model=prepared.model,
+        calibrations=calibrations,
+        plans=plans,
+        folded=prepared.folded,
         float_ops=float_ops,
         notes=notes,
         warnings=warnings,

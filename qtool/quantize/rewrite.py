@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
-from qtool.model.edit import NameAllocator, remove_unused
+from qtool.model.edit import NameAllocator
 from qtool.numerics import (
     activation_params,
     bias_overflow,
@@ -44,19 +44,26 @@ class RewriteNotes:
 
 class _Rewriter:
     def __init__(
-        self, model: Model, plan: Plan, spec: Int8Spec, io: str, subgraph_index: int
+        self,
+        model: Model,
+        plan: Plan,
+        spec: Int8Spec,
+        io: str,
+        subgraph_index: int,
+        notes: RewriteNotes,
     ) -> None:
         self.model = model
         self.plan = plan
         self.spec = spec
         self.io = {"float": FLOAT, "int8": INT8, "uint8": UINT8}[io]
+        self.subgraph_index = subgraph_index
         self.subgraph: Subgraph = model.subgraphs[subgraph_index]
         self.names = NameAllocator(self.subgraph)
         self.versions: dict[int, dict[str, int]] = {}
         self.home: dict[int, str] = {}
         self.emitted: list[Operator] = []
         self.constant_copies: dict[tuple, int] = {}
-        self.notes = RewriteNotes()
+        self.notes = notes
 
     # ------------------------------------------------------------------ domains
 
@@ -184,13 +191,15 @@ class _Rewriter:
                 channels = np.flatnonzero(overflow).tolist()
                 self.notes.enlarged_weight_scales.append(
                     {
+                        "subgraph": self.subgraph_index,
                         "op_index": self.plan.decision(op).source_index,
                         "tensor": self.subgraph.tensors[t].name,
                         "channels": channels,
                     }
                 )
                 self.notes.warnings.append(
-                    f"op {self.plan.decision(op).source_index} ({self.model.op_type(op)}): bias "
+                    f"subgraph {self.subgraph_index} op {self.plan.decision(op).source_index} "
+                    f"({self.model.op_type(op)}): bias "
                     f"would overflow int32 in {len(channels)} channel(s); their weight scales "
                     "were enlarged"
                 )
@@ -276,12 +285,20 @@ class _Rewriter:
             for domain, index in versions.items():
                 self._set_domain(index, domain, t)
         self.subgraph.operators = self.emitted
-        remove_unused(self.model)
         return self.notes
 
 
 def rewrite(
-    model: Model, plan: Plan, spec: Int8Spec, io: str = "float", subgraph_index: int = 0
+    model: Model,
+    plan: Plan,
+    spec: Int8Spec,
+    io: str = "float",
+    subgraph_index: int = 0,
+    notes: RewriteNotes | None = None,
 ) -> RewriteNotes:
-    """Turn the planned float graph (in place) into its int8 form."""
-    return _Rewriter(model, plan, spec, io, subgraph_index).run()
+    """Turn a planned float subgraph (in place) into its int8 form.
+
+    Tensor indices stay valid (the float originals remain, unused) so that several subgraphs can
+    be rewritten one after the other; `remove_unused` drops the leftovers at the end.
+    """
+    return _Rewriter(model, plan, spec, io, subgraph_index, notes or RewriteNotes()).run()

@@ -7,14 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from qtool import __version__
 from qtool.model import Model, dtype_name
 from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 def file_facts(path: str | Path) -> dict[str, Any]:
@@ -27,60 +25,89 @@ def file_facts(path: str | Path) -> dict[str, Any]:
 
 
 def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
-    rows: dict[int, dict[str, Any]] = {}
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
     for folded in result.folded:
-        rows[folded.index] = {
+        rows[(folded.subgraph, folded.index)] = {
+            "subgraph": folded.subgraph,
             "index": folded.index,
             "op": folded.op_type,
             "mode": "folded",
-            "reason": "constant inputs: evaluated once and stored as a "
-            "float constant before quantization",
+            "reason": "constant inputs: evaluated once and stored as a float constant",
         }
-    for op in result.plan.decisions.values():
-        if op.source_index is None:
-            continue
-        rows[op.source_index] = {
-            "index": op.source_index,
-            "op": source.op_type(source.subgraphs[0].operators[op.source_index]),
-            "mode": op.mode,
-            "reason": op.reason,
-        }
-    inserted = sum(1 for d in result.plan.decisions.values() if d.source_index is None)
-    ordered = [rows[i] for i in sorted(rows)]
-    if inserted:
+    inserted: dict[int, int] = {}
+    for s, plan in result.plans.items():
+        for decision in plan.decisions.values():
+            if decision.source_index is None:
+                inserted[s] = inserted.get(s, 0) + 1
+                continue
+            op = source.subgraphs[s].operators[decision.source_index]
+            rows[(s, decision.source_index)] = {
+                "subgraph": s,
+                "index": decision.source_index,
+                "op": source.op_type(op),
+                "mode": decision.mode,
+                "reason": decision.reason,
+            }
+    ordered = [rows[key] for key in sorted(rows)]
+    for s, count in sorted(inserted.items()):
         ordered.append(
             {
+                "subgraph": s,
                 "index": None,
                 "op": "QUANTIZE",
                 "mode": "inserted",
-                "reason": f"{inserted} int8 -> int8 requantization(s) in front of same-scale ops",
+                "reason": f"{count} int8 -> int8 requantization(s) in front of same-scale ops",
             }
         )
     return ordered
 
 
 def _tensor_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
-    before = {t.name: t for t in source.subgraphs[0].tensors}
-    calibrated = {
-        result.float_model.subgraphs[0].tensors[t].name: span
-        for t, span in result.calibration.ranges.items()
-    }
     rows = []
-    for tensor in result.model.subgraphs[0].tensors:
-        original = before.get(tensor.name)
-        span = calibrated.get(tensor.name)
-        rows.append(
-            {
-                "name": tensor.name,
-                "shape": [int(d) for d in tensor.shape],
-                "dtype_before": dtype_name(original.dtype) if original is not None else None,
-                "dtype_after": dtype_name(tensor.dtype),
-                "calibrated_min": None if span is None else float(span[0]),
-                "calibrated_max": None if span is None else float(span[1]),
-                "quantization": quant_summary(tensor.quantization),
+    for s, subgraph in enumerate(result.model.subgraphs):
+        before = {t.name: t for t in source.subgraphs[s].tensors}
+        calibration = result.calibrations.get(s)
+        calibrated = (
+            {}
+            if calibration is None
+            else {
+                result.float_model.subgraphs[s].tensors[t].name: span
+                for t, span in calibration.ranges.items()
             }
         )
+        for tensor in subgraph.tensors:
+            original = before.get(tensor.name)
+            span = calibrated.get(tensor.name)
+            rows.append(
+                {
+                    "subgraph": s,
+                    "name": tensor.name,
+                    "shape": [int(d) for d in tensor.shape],
+                    "dtype_before": dtype_name(original.dtype) if original is not None else None,
+                    "dtype_after": dtype_name(tensor.dtype),
+                    "calibrated_min": None if span is None else float(span[0]),
+                    "calibrated_max": None if span is None else float(span[1]),
+                    "quantization": quant_summary(tensor.quantization),
+                }
+            )
     return rows
+
+
+def _calibration_rows(result: QuantizeResult, model: Model) -> list[dict[str, Any]]:
+    keys = {sig["subgraph_index"]: sig["signature_key"] for sig in model.signature_defs}
+    return [
+        {
+            "subgraph": s,
+            "signature": keys.get(s),
+            "samples": c.samples,
+            "engine": c.engine,
+            "seconds": round(c.seconds, 4),
+            "observer": c.observer.kind,
+            "source": c.source,
+            "synthetic": c.synthetic,
+        }
+        for s, c in sorted(result.calibrations.items())
+    ]
 
 
 def build_report(
@@ -95,7 +122,6 @@ def build_report(
     seed: int | None,
     audit: dict[str, Any],
 ) -> dict[str, Any]:
-    calibration = result.calibration
     return {
         "report_version": REPORT_VERSION,
         "qtool_version": __version__,
@@ -106,24 +132,22 @@ def build_report(
             "keep_float": list(options.keep_float),
             "engine": options.engine,
             "data": data_sources,
-            "synthetic": calibration.synthetic,
+            "synthetic": any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
             "seed": seed,
         },
         "input_model": file_facts(input_path),
         "output_model": file_facts(output_path),
-        "calibration": {
-            "samples": calibration.samples,
-            "engine": calibration.engine,
-            "seconds": round(calibration.seconds, 4),
-            "observer": calibration.observer.kind,
-            "source": calibration.source,
-            "synthetic": calibration.synthetic,
-        },
-        "io": io_details(result.model),
+        "calibration": _calibration_rows(result, source),
+        "io": [
+            {"subgraph": s, **row}
+            for s in sorted(result.calibrations)
+            for row in io_details(result.model, s)
+        ],
         "ops": _op_rows(result, source),
         "float_ops": [
-            {"index": f.index, "op": f.op_type, "reason": f.reason} for f in result.float_ops
+            {"subgraph": f.subgraph, "index": f.index, "op": f.op_type, "reason": f.reason}
+            for f in result.float_ops
         ],
         "tensors": _tensor_rows(result, source),
         "enlarged_weight_scales": result.notes.enlarged_weight_scales,
@@ -135,10 +159,3 @@ def build_report(
 def summary_counts(report: dict[str, Any]) -> dict[str, int]:
     modes = [row["mode"] for row in report["ops"]]
     return {mode: modes.count(mode) for mode in ("int8", "float", "integer", "folded")}
-
-
-def size_ratio(report: dict[str, Any]) -> float:
-    return float(
-        np.float64(report["output_model"]["size_bytes"])
-        / max(report["input_model"]["size_bytes"], 1)
-    )

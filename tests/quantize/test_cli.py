@@ -64,7 +64,7 @@ def test_default_paths_report_and_schema(mlp: Path) -> None:
     schema = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
     jsonschema.validate(report, schema)
     assert report["audit"]["errors"] == 0
-    assert report["calibration"]["samples"] == 64
+    assert report["calibration"][0]["samples"] == 64
     assert report["output_model"]["size_bytes"] < report["input_model"]["size_bytes"]
     assert "wrote" in result.stdout
 
@@ -100,7 +100,7 @@ def test_without_data_refuses_unless_synthetic(mlp: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "SYNTHETIC" in result.stderr
     report = json.loads(mlp.with_name("mlp_int8.report.json").read_text())
-    assert report["calibration"]["synthetic"] is True
+    assert report["calibration"][0]["synthetic"] is True
     assert any("synthetic" in w for w in report["warnings"])
 
 
@@ -141,7 +141,7 @@ def test_npy_npz_positional_directory_and_generator(mlp: Path, tmp_path: Path) -
         )
         assert result.returncode == 0, (label, result.stderr)
         report = json.loads(out.with_name(f"{label}.report.json").read_text())
-        assert report["calibration"]["samples"] == expected[label], label
+        assert report["calibration"][0]["samples"] == expected[label], label
 
 
 def test_data_errors(mlp: Path, tmp_path: Path) -> None:
@@ -236,4 +236,4 @@ def test_custom_op_kernel_from_the_command_line(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert [(row["op"], row["index"]) for row in report["float_ops"]] == [("Cube", 1)]
-    assert report["calibration"]["engine"] == "numpy"
+    assert report["calibration"][0]["engine"] == "numpy"

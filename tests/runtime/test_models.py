@@ -78,7 +78,7 @@ def test_replace_hook_changes_downstream_values() -> None:
 
 @pytest.mark.parametrize("name", FIXTURES)
 def test_numpy_and_litert_calibration_ranges_agree(name: str) -> None:
-    model, _, _ = prepare_float_model(load_model(MODELS / f"{name}.tflite"))
+    model = prepare_float_model(load_model(MODELS / f"{name}.tflite")).model
     dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
     tensors = activation_tensors(model)
     by_numpy = calibrate(model, dataset, "numpy", MinMaxObserver(tensors)).ranges
