@@ -86,7 +86,7 @@ def bench_calibration() -> None:
         "ratio",
     ):
         table.add_column(column, justify="right")
-    ratios = []
+    ratios, preserved_ratios = [], []
     for path in sorted((FIXTURES / "models").glob("*.tflite")):
         name = path.stem
         model = prepare_float_model(load_model(path)).model
@@ -98,6 +98,7 @@ def bench_calibration() -> None:
         plain = best_of(litert_pass(blob, feeds, preserve=False))
         preserved = best_of(litert_pass(blob, feeds, preserve=True))
         ratios.append(ours / plain)
+        preserved_ratios.append(ours / preserved)
         table.add_row(
             name,
             f"{ours:.4f}",
@@ -108,9 +109,15 @@ def bench_calibration() -> None:
         )
     console.print(table)
     console.print(
-        f"geometric mean ratio numpy/LiteRT invoke: "
-        f"{float(np.exp(np.mean(np.log(ratios)))):.2f}x (target <= 1.5x)"
+        f"geometric mean ratio numpy / LiteRT invoke (XNNPACK, outputs only): "
+        f"{geometric_mean(ratios):.2f}x\n"
+        f"geometric mean ratio numpy / LiteRT keeping every tensor (what calibration needs): "
+        f"{geometric_mean(preserved_ratios):.2f}x (target <= 1.5x)"
     )
+
+
+def geometric_mean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def ten_megabyte_model(directory: Path) -> Path:
