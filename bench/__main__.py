@@ -126,18 +126,9 @@ def ten_megabyte_model(directory: Path) -> Path:
     builder = GraphBuilder()
     x = builder.input("x", [1, 1024])
     for layer in range(10):
-        w = builder.constant(
-            f"fc{layer}/w", (rng.standard_normal((1024, 1024)) / 32).astype(np.float32)
-        )
-        b = builder.constant(f"fc{layer}/b", rng.standard_normal(1024).astype(np.float32) / 10)
-        x = builder.op(
-            "FULLY_CONNECTED",
-            [x, w, b],
-            output_shape=[1, 1024],
-            name=f"fc{layer}",
-            options_type="FullyConnectedOptions",
-            options={"fused_activation_function": 1},
-        )
+        weights = rng.standard_normal((1024, 1024)) / 32
+        bias = rng.standard_normal(1024) / 10
+        x = builder.fully_connected(x, weights, bias, f"fc{layer}", activation=1)
     model = builder.finish([x])
     data = Dataset([[rng.standard_normal((8, 1024)).astype(np.float32)]], "bench")
     result = quantize_model(model, data, QuantizeOptions())

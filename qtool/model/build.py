@@ -107,6 +107,28 @@ class GraphBuilder:
         )
         return outputs[0] if created else len(self.subgraph.operators) - 1
 
+    def fully_connected(
+        self,
+        x: int,
+        weights: np.ndarray,
+        bias: np.ndarray | int | None,
+        name: str,
+        activation: int = 0,
+    ) -> int:
+        """A dense layer on a [1, in] activation: FULLY_CONNECTED with constant weights
+        [out, in] and a bias (an array, an existing tensor index, or None for none)."""
+        w = self.constant(f"{name}/weights", np.asarray(weights, np.float32))
+        if isinstance(bias, np.ndarray):
+            bias = self.constant(f"{name}/bias", bias.astype(np.float32))
+        return self.op(
+            "FULLY_CONNECTED",
+            [x, w, -1 if bias is None else bias],
+            output_shape=[1, int(np.shape(weights)[0])],
+            name=name,
+            options_type="FullyConnectedOptions",
+            options={"fused_activation_function": activation},
+        )
+
     def finish(self, outputs: list[int]) -> Model:
         self.subgraph.outputs = list(outputs)
         return self.model

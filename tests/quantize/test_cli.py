@@ -200,16 +200,7 @@ def test_custom_op_kernel_from_the_command_line(tmp_path: Path) -> None:
     """A custom op runs in calibration through --custom-ops and stays float (no int8 rule)."""
     builder = GraphBuilder()
     x = builder.input("x", [1, 4])
-    weights = builder.constant("w", np.eye(4, dtype=np.float32))
-    bias = builder.constant("b", np.zeros(4, np.float32))
-    hidden = builder.op(
-        "FULLY_CONNECTED",
-        [x, weights, bias],
-        output_shape=[1, 4],
-        name="fc",
-        options_type="FullyConnectedOptions",
-        options={},
-    )
+    hidden = builder.fully_connected(x, np.eye(4), np.zeros(4, np.float32), "fc")
     builder.model.operator_codes.append(OperatorCode(builtin_code=32, custom_code="Cube"))
     out = builder.tensor("cube", [1, 4])
     builder.subgraph.operators.append(

@@ -122,26 +122,10 @@ def single_input_dataset(samples: np.ndarray) -> Dataset:
 
 
 def fc(
-    builder: GraphBuilder,
-    x: int,
-    rng: np.random.Generator,
-    n_in: int,
-    n_out: int,
-    name: str,
-    bias: np.ndarray | None = None,
+    builder: GraphBuilder, x: int, rng: np.random.Generator, n_in: int, n_out: int, name: str
 ) -> int:
-    w = builder.constant(f"{name}/w", rng.standard_normal((n_out, n_in)).astype(np.float32))
-    b = builder.constant(
-        f"{name}/b", bias if bias is not None else rng.standard_normal(n_out).astype(np.float32)
-    )
-    return builder.op(
-        "FULLY_CONNECTED",
-        [x, w, b],
-        output_shape=[1, n_out],
-        name=name,
-        options_type="FullyConnectedOptions",
-        options={},
-    )
+    weights = rng.standard_normal((n_out, n_in)).astype(np.float32)
+    return builder.fully_connected(x, weights, rng.standard_normal(n_out), name)
 
 
 def fc_exp_fc_model() -> Model:
@@ -257,16 +241,8 @@ def test_bias_overflow_enlarges_weight_scale() -> None:
     rng = np.random.default_rng(3)
     builder = GraphBuilder()
     x = builder.input("x", [1, 4])
-    w = builder.constant("w", (rng.standard_normal((2, 4)) * 1e-6).astype(np.float32))
-    b = builder.constant("b", np.array([5e4, 1e-6], np.float32))
-    y = builder.op(
-        "FULLY_CONNECTED",
-        [x, w, b],
-        output_shape=[1, 2],
-        name="fc",
-        options_type="FullyConnectedOptions",
-        options={},
-    )
+    weights = rng.standard_normal((2, 4)) * 1e-6
+    y = builder.fully_connected(x, weights, np.array([5e4, 1e-6], np.float32), "fc")
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = rng.uniform(-1e-3, 1e-3, (16, 4)).astype(np.float32)
     result = quantize_model(model, single_input_dataset(data))
@@ -284,24 +260,8 @@ def test_shared_bias_is_duplicated_per_op() -> None:
     builder = GraphBuilder()
     x = builder.input("x", [1, 4])
     b = builder.constant("shared_bias", rng.standard_normal(4).astype(np.float32))
-    w1 = builder.constant("w1", rng.standard_normal((4, 4)).astype(np.float32))
-    w2 = builder.constant("w2", (rng.standard_normal((4, 4)) * 3).astype(np.float32))
-    h = builder.op(
-        "FULLY_CONNECTED",
-        [x, w1, b],
-        output_shape=[1, 4],
-        name="fc1",
-        options_type="FullyConnectedOptions",
-        options={},
-    )
-    y = builder.op(
-        "FULLY_CONNECTED",
-        [h, w2, b],
-        output_shape=[1, 4],
-        name="fc2",
-        options_type="FullyConnectedOptions",
-        options={},
-    )
+    h = builder.fully_connected(x, rng.standard_normal((4, 4)), b, "fc1")
+    y = builder.fully_connected(h, rng.standard_normal((4, 4)) * 3, b, "fc2")
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = rng.standard_normal((16, 4)).astype(np.float32)
     out = reparsed(quantize_model(model, single_input_dataset(data), QuantizeOptions()))

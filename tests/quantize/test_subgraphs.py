@@ -25,16 +25,8 @@ def add_dense(
     name: str,
     activation: int,
 ) -> int:
-    w = builder.constant(f"{name}/w", rng.standard_normal((n_out, n_in)).astype(np.float32) / 3)
-    b = builder.constant(f"{name}/b", rng.standard_normal(n_out).astype(np.float32) / 10)
-    return builder.op(
-        "FULLY_CONNECTED",
-        [x, w, b],
-        output_shape=[1, n_out],
-        name=name,
-        options_type="FullyConnectedOptions",
-        options={"fused_activation_function": activation},
-    )
+    weights = rng.standard_normal((n_out, n_in)) / 3
+    return builder.fully_connected(x, weights, rng.standard_normal(n_out) / 10, name, activation)
 
 
 def two_signature_model() -> Model:

@@ -81,8 +81,13 @@ def check_op(
     output_dtypes=None,
     rtol: float = 1e-5,
     version: int = 1,
+    mode: str | None = None,
 ) -> list[np.ndarray]:
-    """Assert the engine matches LiteRT (max |diff| <= rtol * max |reference|); return outputs."""
+    """Assert the engine matches LiteRT (max |diff| <= rtol * max |reference|); return outputs.
+
+    With `mode`, also assert how the engine planned the op: "batch" (one pass over all samples),
+    "loop" (once per sample) or "serial" (the whole graph sample by sample).
+    """
     acts = [item for item in inputs if isinstance(item, Act)]
     samples = [np.asarray(a.value) for a in acts]
     batched = all(a.batched for a in acts)
@@ -112,6 +117,9 @@ def check_op(
         version=version,
     )
     engine = Engine(model)
+    if mode is not None:
+        planned = "serial" if engine.serial else engine.steps[0].mode
+        assert planned == mode, f"{op_type}: planned {planned}, expected {mode}"
     feeds = samples if batched else [s[None] for s in samples]
     got = engine.run(feeds)
     # Like the engine: per-sample outputs join along their batch-1 axis, or stack on a new one.

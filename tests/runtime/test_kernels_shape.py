@@ -10,11 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qtool.model import model_to_bytes
 from qtool.model.build import GraphBuilder
 from qtool.model.types import TensorType
 from qtool.runtime import Engine
-from tests.litert import run_litert
 from tests.runtime.harness import Act, Const, build_single_op, check_op
 
 N = 4  # samples per batched activation
@@ -30,60 +28,8 @@ def _x(shape: tuple[int, ...], seed: int = 0, dtype=np.float32) -> np.ndarray:
     return rng.standard_normal(shape).astype(dtype)
 
 
-def _check(
-    op_type: str,
-    inputs: list,
-    mode: str | None = None,
-    *,
-    options_type=None,
-    options=None,
-    n_outputs: int = 1,
-    output_dtypes=None,
-    version: int = 1,
-) -> None:
-    """check_op, plus (when given) how the engine must plan the op: "batch" (one pass over all
-    samples), "loop" (once per sample) or "loop" (the whole graph sample by sample).
-
-    The plan is read from a model declaring the per-sample output shapes LiteRT computed, like
-    the one check_op runs.
-    """
-    got = check_op(
-        op_type,
-        inputs,
-        options_type=options_type,
-        options=options,
-        n_outputs=n_outputs,
-        output_dtypes=output_dtypes,
-        version=version,
-    )
-    if mode is None:
-        return
-    acts = [item for item in inputs if isinstance(item, Act)]
-    batched = all(a.batched for a in acts)
-    probe = build_single_op(
-        op_type,
-        inputs,
-        options_type=options_type,
-        options=options,
-        n_outputs=n_outputs,
-        output_dtypes=[g.dtype for g in got],
-        version=version,
-    )
-    first_sample = [np.asarray(a.value)[:1] if batched else np.asarray(a.value) for a in acts]
-    shapes = [list(r.shape) for r in run_litert(model_to_bytes(probe), first_sample)]
-    model = build_single_op(
-        op_type,
-        inputs,
-        options_type=options_type,
-        options=options,
-        output_shapes=shapes,
-        output_dtypes=[g.dtype for g in got],
-        n_outputs=n_outputs,
-        version=version,
-    )
-    engine = Engine(model)
-    planned = "serial" if engine.serial else engine.steps[0].mode
-    assert planned == mode, f"{op_type}: planned {planned}, expected {mode}"
+def _check(op_type: str, inputs: list, mode: str | None = None, **kw) -> None:
+    check_op(op_type, inputs, mode=mode, **kw)
 
 
 # --------------------------------------------------------------------------- reshapes
