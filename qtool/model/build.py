@@ -107,6 +107,20 @@ class GraphBuilder:
         )
         return outputs[0] if created else len(self.subgraph.operators) - 1
 
+    def custom(
+        self, custom_code: str, inputs: list[int], output_shape: list[int], name: str | None = None
+    ) -> int:
+        """Append a custom op (float output of `output_shape`); returns its output tensor."""
+        output = self.tensor(name or custom_code.lower(), output_shape)
+        self.subgraph.operators.append(
+            Operator(
+                opcode_index=self.model.custom_opcode_for(custom_code),
+                inputs=list(inputs),
+                outputs=[output],
+            )
+        )
+        return output
+
     def fully_connected(
         self,
         x: int,

@@ -223,6 +223,19 @@ class Model:
         self.operator_codes.append(OperatorCode(builtin_code=code, version=version))
         return len(self.operator_codes) - 1
 
+    def custom_opcode_for(self, custom_code: str) -> int:
+        """Index of the operator code of custom op `custom_code`, added if missing."""
+        for i, existing in enumerate(self.operator_codes):
+            if (
+                existing.builtin_code == BuiltinOperator.CUSTOM
+                and existing.custom_code == custom_code
+            ):
+                return i
+        self.operator_codes.append(
+            OperatorCode(builtin_code=BuiltinOperator.CUSTOM, custom_code=custom_code)
+        )
+        return len(self.operator_codes) - 1
+
     # ----------------------------------------------------------------- buffers and tensors
 
     def add_buffer(self, data: np.ndarray | bytes | None = None) -> int:

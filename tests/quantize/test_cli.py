@@ -13,7 +13,7 @@ import jsonschema
 import numpy as np
 import pytest
 
-from qtool.model import Operator, OperatorCode, model_to_bytes
+from qtool.model import model_to_bytes
 from qtool.model.build import GraphBuilder
 from tests.conftest import DATA, MODELS, ROOT
 
@@ -201,11 +201,7 @@ def test_custom_op_kernel_from_the_command_line(tmp_path: Path) -> None:
     builder = GraphBuilder()
     x = builder.input("x", [1, 4])
     hidden = builder.fully_connected(x, np.eye(4), np.zeros(4, np.float32), "fc")
-    builder.model.operator_codes.append(OperatorCode(builtin_code=32, custom_code="Cube"))
-    out = builder.tensor("cube", [1, 4])
-    builder.subgraph.operators.append(
-        Operator(opcode_index=len(builder.model.operator_codes) - 1, inputs=[hidden], outputs=[out])
-    )
+    out = builder.custom("Cube", [hidden], [1, 4])
     model_path = tmp_path / "custom.tflite"
     model_path.write_bytes(model_to_bytes(builder.finish([out])))
     np.save(tmp_path / "x.npy", np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32))

@@ -13,7 +13,7 @@ from qtool.calibrate import (
     model_inputs,
 )
 from qtool.errors import UnsupportedOpError
-from qtool.model import Operator, OperatorCode, load_model
+from qtool.model import load_model
 from qtool.model.build import GraphBuilder
 from qtool.quantize import prepare_float_model
 from qtool.runtime import Engine, register_custom_op
@@ -96,11 +96,7 @@ def test_numpy_and_litert_calibration_ranges_agree(name: str) -> None:
 def test_missing_kernel_error_names_op_and_how_to_register() -> None:
     builder = GraphBuilder()
     x = builder.input("x", [1, 4])
-    builder.model.operator_codes.append(OperatorCode(builtin_code=32, custom_code="MyCustomOp"))
-    out = builder.tensor("y", [1, 4])
-    builder.subgraph.operators.append(
-        Operator(opcode_index=len(builder.model.operator_codes) - 1, inputs=[x], outputs=[out])
-    )
+    out = builder.custom("MyCustomOp", [x], [1, 4])
     model = builder.finish([out])
     with pytest.raises(UnsupportedOpError, match=r"operator 0 \(MyCustomOp\).*register_custom_op"):
         Engine(model)
@@ -110,11 +106,7 @@ def test_custom_op_registry() -> None:
     register_custom_op("TimesTwo", lambda ctx: ctx.inputs[0] * 2)
     builder = GraphBuilder()
     x = builder.input("x", [1, 3])
-    builder.model.operator_codes.append(OperatorCode(builtin_code=32, custom_code="TimesTwo"))
-    out = builder.tensor("y", [1, 3])
-    builder.subgraph.operators.append(
-        Operator(opcode_index=len(builder.model.operator_codes) - 1, inputs=[x], outputs=[out])
-    )
+    out = builder.custom("TimesTwo", [x], [1, 3])
     model = builder.finish([out])
     data = np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_array_equal(Engine(model).run([data])[0], data * 2)
