@@ -285,8 +285,9 @@ class Model:
                 yield s, i, subgraph, op
 
     def op_matches(self, op: Operator, subgraph: Subgraph, pattern: str) -> bool:
-        """Whether an operator matches a user pattern: its type, or a glob over its tensor names."""
-        if self.op_type(op).upper() == pattern.upper():
+        """Whether an operator matches a user pattern: a glob over its type (any case, e.g.
+        "conv*"), or over the names of its tensors (case-sensitive)."""
+        if fnmatch.fnmatchcase(self.op_type(op).upper(), pattern.upper()):
             return True
         names = [subgraph.tensors[t].name for t in op.outputs + op.inputs if t >= 0]
         return any(fnmatch.fnmatchcase(name, pattern) for name in names)

@@ -10,7 +10,6 @@ be unified, so it is requantized with an int8 -> int8 QUANTIZE in front of that 
 
 from __future__ import annotations
 
-import fnmatch
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,11 +76,7 @@ class _Groups:
 def keep_float_match(
     model: Model, subgraph: Subgraph, op: Operator, patterns: tuple[str, ...]
 ) -> str | None:
-    op_type = model.op_type(op)
-    for pattern in patterns:
-        if fnmatch.fnmatchcase(op_type, pattern.upper()) or model.op_matches(op, subgraph, pattern):
-            return pattern
-    return None
+    return next((p for p in patterns if model.op_matches(op, subgraph, p)), None)
 
 
 def _is_float(tensor: Tensor) -> bool:

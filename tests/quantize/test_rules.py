@@ -268,3 +268,12 @@ def test_shared_bias_is_duplicated_per_op() -> None:
     first, second = ops_of(out, "FULLY_CONNECTED")
     assert first.inputs[2] != second.inputs[2]
     make_interpreter(model_to_bytes(out)).invoke()
+
+
+def test_keep_float_tensor_glob_and_type_glob() -> None:
+    by_name = quantized("cnn", keep_float=("cnn_1/logits_1/*",))
+    assert [(f.index, f.op_type) for f in by_name.float_ops] == [(8, "FULLY_CONNECTED")]
+    by_type = quantized("cnn", keep_float=("*pool*",))
+    assert sorted(f.op_type for f in by_type.float_ops) == ["AVERAGE_POOL_2D", "MAX_POOL_2D"]
+    for result in (by_name, by_type):
+        make_interpreter(model_to_bytes(result.model)).invoke()
