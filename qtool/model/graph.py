@@ -286,10 +286,10 @@ class Model:
 
     def op_matches(self, op: Operator, subgraph: Subgraph, pattern: str) -> bool:
         """Whether an operator matches a user pattern: a glob over its type (any case, e.g.
-        "conv*"), or over the names of its tensors (case-sensitive)."""
+        "conv*"), or over the names of the tensors it produces (case-sensitive)."""
         if fnmatch.fnmatchcase(self.op_type(op).upper(), pattern.upper()):
             return True
-        names = [subgraph.tensors[t].name for t in op.outputs + op.inputs if t >= 0]
+        names = [subgraph.tensors[t].name for t in op.outputs]
         return any(fnmatch.fnmatchcase(name, pattern) for name in names)
 
     def weights_nbytes(self) -> int:
