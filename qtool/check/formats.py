@@ -272,3 +272,13 @@ def to_sarif(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> di
             }
         ],
     }
+
+
+def render_rules(console: Console) -> None:
+    """The rule catalogue: id, default severity, what it checks and why it matters."""
+    table = Table(title="qtool check rules", title_justify="left", show_lines=True)
+    for column in ("rule", "severity", "checks"):
+        table.add_column(column, overflow="fold")
+    for rule in RULES.values():
+        table.add_row(rule.id, rule.severity, f"{rule.title}\n[dim]{rule.help}[/]")
+    console.print(table)

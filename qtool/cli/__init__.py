@@ -23,10 +23,10 @@ class QtoolGroup(click.Group):
         except QtoolError as exc:
             click.echo(f"qtool: error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except click.exceptions.Exit:
-            raise
-        except click.ClickException:
-            raise
+        except click.UsageError as exc:
+            command = exc.ctx.command_path if exc.ctx is not None else "qtool"
+            click.echo(f"qtool: error: {exc.format_message()} (see {command} --help)", err=True)
+            sys.exit(2)
         except KeyboardInterrupt:
             click.echo("qtool: interrupted", err=True)
             sys.exit(130)

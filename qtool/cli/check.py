@@ -7,7 +7,7 @@ import json
 import click
 
 from qtool.check import check_paths
-from qtool.check.formats import render_text, to_json, to_junit, to_sarif, to_text
+from qtool.check.formats import render_rules, render_text, to_json, to_junit, to_sarif, to_text
 from qtool.cli.render import stderr, stdout
 from qtool.model import write_atomic
 
@@ -15,9 +15,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
 
 
 @click.command("check")
-@click.argument(
-    "models", nargs=-1, required=True, metavar="MODEL...", type=click.Path(dir_okay=True)
-)
+@click.argument("models", nargs=-1, metavar="MODEL...", type=click.Path(dir_okay=True))
 @click.option(
     "--format",
     "fmt",
@@ -46,6 +44,7 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
     "(TFLite Micro, NNAPI, Ethos-U): per-axis FC weights become errors.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Text format: print only the summary lines.")
+@click.option("--list-rules", is_flag=True, help="Print the rule catalogue and exit.")
 @click.pass_context
 def check_command(
     ctx: click.Context,
@@ -55,12 +54,18 @@ def check_command(
     fail_on: str,
     per_tensor_fc: bool,
     quiet: bool,
+    list_rules: bool,
 ) -> None:
     """Audit MODEL... against the TFLite int8 spec.
 
     Exit code 0: no finding at or above --fail-on; 1: such findings; 2: a model could not be
     read (the others are still checked).
     """
+    if list_rules:
+        render_rules(stdout)
+        return
+    if not models:
+        raise click.UsageError("give at least one MODEL (or --list-rules)")
     profiles = ("per-tensor-fc",) if per_tensor_fc else ()
     results = check_paths(models, profiles)
 

@@ -90,3 +90,15 @@ def test_per_tensor_fc(model_files) -> None:
 
 def test_requires_a_model() -> None:
     assert CliRunner().invoke(check_command, []).exit_code == 2
+
+
+def test_list_rules_prints_every_rule() -> None:
+    from click.testing import CliRunner
+
+    from qtool.check.rules import RULES
+    from qtool.cli import main
+
+    result = CliRunner().invoke(main, ["check", "--list-rules"], terminal_width=200)
+    assert result.exit_code == 0
+    assert all(rule in result.output for rule in RULES)
+    assert CliRunner().invoke(main, ["check"]).exit_code == 2
