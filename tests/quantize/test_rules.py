@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from qtool.calibrate import Dataset
+from qtool.check.audit import audit_model
 from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.quantize import QuantizeOptions, quantize_model
@@ -277,3 +278,46 @@ def test_keep_float_tensor_glob_and_type_glob() -> None:
     assert sorted(f.op_type for f in by_type.float_ops) == ["AVERAGE_POOL_2D", "MAX_POOL_2D"]
     for result in (by_name, by_type):
         make_interpreter(model_to_bytes(result.model)).invoke()
+
+
+def test_integer_model_input_feeds_an_int8_embedding_lookup() -> None:
+    """Token ids stay int32; the GATHER table becomes int8 with its output's params."""
+    rng = np.random.default_rng(5)
+    builder = GraphBuilder()
+    ids = builder.input("ids", [1, 6], np.int32)
+    table = builder.constant("embedding", rng.standard_normal((50, 8)).astype(np.float32))
+    embedded = builder.op(
+        "GATHER",
+        [table, ids],
+        output_shape=[1, 6, 8],
+        name="embed",
+        options_type="GatherOptions",
+        options={"axis": 0, "batch_dims": 0},
+    )
+    axes = builder.constant("axes", np.array([1], np.int32))
+    pooled = builder.op(
+        "MEAN",
+        [embedded, axes],
+        output_shape=[1, 8],
+        name="pool",
+        options_type="ReducerOptions",
+        options={"keep_dims": False},
+    )
+    logits = builder.fully_connected(
+        pooled, rng.standard_normal((3, 8)), rng.standard_normal(3), "fc"
+    )
+    model = parse_model(model_to_bytes(builder.finish([logits])))
+    calibration = rng.integers(0, 50, (32, 6)).astype(np.int32)
+    holdout = rng.integers(0, 50, (16, 6)).astype(np.int32)
+    out = reparsed(quantize_model(model, Dataset([[calibration]], "ids")))
+    (gather,) = ops_of(out, "GATHER")
+    tensors = out.subgraphs[0].tensors
+    assert tensors[gather.inputs[1]].dtype == TensorType.INT32
+    assert tensors[gather.inputs[0]].dtype == TensorType.INT8
+    assert tensors[gather.inputs[0]].quantization.same_params(
+        tensors[gather.outputs[0]].quantization
+    )
+    assert audit_model(out) == []
+    reference = run_litert_samples(model_to_bytes(model), [holdout], reference=False)[0]
+    got = run_litert_samples(model_to_bytes(out), [holdout], reference=False)[0]
+    assert sqnr_db(reference, got) > 20
