@@ -152,6 +152,63 @@ def bench_check() -> None:
     console.print(table)
 
 
+def bench_architectures() -> None:
+    """qtool vs TF's converter on real architectures, when bench/architectures.py made them."""
+    directory = ROOT / "build" / "architectures"
+    if not (directory / "calib.npy").exists():
+        console.print(
+            "(real architectures: run `python -m bench.architectures` with TensorFlow "
+            "installed to add MobileNetV2/V3, ResNet50 and EfficientNetB0 here)"
+        )
+        return
+    holdout = np.load(directory / "holdout.npy")
+    table = Table(title="real architectures: quantize + SQNR vs the float model (dB)")
+    for column in ("model", "float MB", "quantize s", "audit errors", "qtool dB", "TF dB"):
+        table.add_column(column, justify="right")
+    for path in sorted(directory.glob("*.tflite")):
+        if path.stem.endswith("_tf_int8"):
+            continue
+        model = load_model(path)
+        data = load_dataset([str(directory / "calib.npy")], model_inputs(model))
+        started = time.perf_counter()
+        result = quantize_model(model, data, QuantizeOptions())
+        seconds = time.perf_counter() - started
+        errors = sum(f.severity == "error" for f in audit_model(result.model))
+        reference = litert_outputs(path.read_bytes(), holdout)
+        ours = litert_outputs(model_to_bytes(result.model), holdout)
+        theirs = litert_outputs((directory / f"{path.stem}_tf_int8.tflite").read_bytes(), holdout)
+        table.add_row(
+            path.stem,
+            f"{path.stat().st_size / 1e6:.1f}",
+            f"{seconds:.2f}",
+            str(errors),
+            f"{sqnr(reference, ours):.2f}",
+            f"{sqnr(reference, theirs):.2f}",
+        )
+    console.print(table)
+
+
+def litert_outputs(model_bytes: bytes, samples: np.ndarray) -> np.ndarray:
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_bytes)
+    interpreter.allocate_tensors()
+    (source,), (sink,) = interpreter.get_input_details(), interpreter.get_output_details()
+    outputs = []
+    for sample in samples:
+        interpreter.set_tensor(source["index"], sample[None])
+        interpreter.invoke()
+        outputs.append(interpreter.get_tensor(sink["index"]).copy())
+    return np.concatenate(outputs)
+
+
+def sqnr(reference: np.ndarray, test: np.ndarray) -> float:
+    reference = reference.astype(np.float64)
+    noise = np.sum((reference - test) ** 2)
+    return float("inf") if noise == 0 else float(10 * np.log10(np.sum(reference**2) / noise))
+
+
 if __name__ == "__main__":
     bench_calibration()
     bench_check()
+    bench_architectures()
