@@ -28,7 +28,6 @@ class OperandRule:
     fixed: tuple[float, int] | None = None  # required (scale, zero_point) of an output
     bias_scale_inputs: tuple[int, int] | None = None  # bias scale = scale(in a) * scale(in b)[c]
     per_tensor_allowed: bool = False  # per-axis is the rule, per-tensor also accepted
-    note: str | None = None
 
     def applies_to(self, position: int) -> bool:
         return self.index == "*" or self.index == position
@@ -54,11 +53,6 @@ class OpRule:
 
     def bias_rule(self) -> OperandRule | None:
         return next((r for r in self.inputs if r.role == "bias"), None)
-
-    @property
-    def real_outputs(self) -> bool:
-        """False for ops whose outputs are indices/bools/shapes (ARG_MAX, LESS, SHAPE...)."""
-        return bool(self.outputs)
 
 
 @dataclass(frozen=True)
@@ -87,7 +81,6 @@ def _operand(raw: dict[str, Any]) -> OperandRule:
         fixed=(fixed["scale"], fixed["zero_point"]) if fixed else None,
         bias_scale_inputs=tuple(scale["product_of_inputs"]) if scale else None,
         per_tensor_allowed=raw.get("per_tensor_allowed", False),
-        note=raw.get("note"),
     )
 
 

@@ -63,7 +63,6 @@ class DecodeError(ValueError):
 @dataclass(frozen=True)
 class Field:
     name: str  # snake_case key in decoded dicts
-    accessor: str  # CamelCase name of the generated accessor
     slot: int
     kind: str  # scalar | string | table | union | scalar_vector | string_vector | table_vector
     scalar: str | None = None  # flatbuffers type name (Int32, Float32, ...) for scalars/vectors
@@ -126,7 +125,6 @@ def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
             fields.append(
                 Field(
                     snake_case(method),
-                    method,
                     slot,
                     kind,
                     scalar,
@@ -135,15 +133,15 @@ def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
             )
         elif "self._tab.Union(" in body:
             fields.append(
-                Field(snake_case(method), method, slot, "union", child=UNION_ENUMS[(name, method)])
+                Field(snake_case(method), slot, "union", child=UNION_ENUMS[(name, method)])
             )
         elif "self._tab.String(" in body:
-            fields.append(Field(snake_case(method), method, slot, "string"))
+            fields.append(Field(snake_case(method), slot, "string"))
         elif child:
-            fields.append(Field(snake_case(method), method, slot, "table", child=child.group(1)))
+            fields.append(Field(snake_case(method), slot, "table", child=child.group(1)))
         else:
             default = _literal_default(body)
-            fields.append(Field(snake_case(method), method, slot, "scalar", scalar, default))
+            fields.append(Field(snake_case(method), slot, "scalar", scalar, default))
     start_source = inspect.getsource(getattr(module, f"{name}Start"))
     num_slots = int(_NUMFIELDS_RE.search(start_source).group(1))
     num_slots = max([num_slots, *(f.slot + 1 for f in fields)])

@@ -24,6 +24,7 @@ from qtool.numerics import (
     activation_params,
     bias_overflow,
     bias_scale,
+    qrange,
     quantize,
     quantize_bias,
     symmetric_params,
@@ -105,7 +106,9 @@ class _Rewriter:
             tensor.quantization = None
             return
         params = self.plan.params[source]
-        zero_point = params.zero_point + (128 if domain == UINT8 else 0)
+        # uint8 at the boundary is the int8 tensor shifted by the difference of the type minimums.
+        shift = qrange(np.uint8)[0] - qrange(np.int8)[0] if domain == UINT8 else 0
+        zero_point = params.zero_point + shift
         tensor.quantization = QuantParams.of(params.scale, zero_point)
 
     def need(self, t: int, domain: str) -> int:

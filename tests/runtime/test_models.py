@@ -110,3 +110,10 @@ def test_custom_op_registry() -> None:
     model = builder.finish([out])
     data = np.arange(12, dtype=np.float32).reshape(4, 3)
     np.testing.assert_array_equal(Engine(model).run([data])[0], data * 2)
+
+
+def test_every_spec_op_has_a_kernel() -> None:
+    from qtool.runtime.registry import builtin_kernels
+    from qtool.spec import load_spec
+
+    assert set(load_spec().ops) - set(builtin_kernels()) == set()

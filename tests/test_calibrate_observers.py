@@ -1,0 +1,46 @@
+"""Range observers: global min/max, and mergeable, serialisable statistics for sharding."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from qtool.calibrate import MinMaxObserver, activation_tensors, load_dataset, model_inputs
+from qtool.calibrate.observers import MinMaxObserver as Observer
+from qtool.model import load_model
+from qtool.runtime import Engine
+from tests.conftest import DATA, MODELS
+
+
+def test_min_max_is_global_not_a_moving_average() -> None:
+    observer = MinMaxObserver([7])
+    for value in (np.array([0.0, 1.0]), np.array([-5.0, 0.5]), np.array([0.1, 0.2])):
+        observer(7, value)
+    observer(3, np.array([100.0]))  # not observed
+    assert observer.ranges() == {7: (-5.0, 1.0)}
+
+
+def test_sharded_calibration_merges_to_the_same_ranges() -> None:
+    model = load_model(MODELS / "cnn.tflite")
+    dataset = load_dataset([str(DATA / "cnn_calib.npz")], model_inputs(model))
+    (samples,) = dataset.batches[0]
+    tensors = activation_tensors(model)
+    engine = Engine(model)
+    whole = MinMaxObserver(tensors)
+    shards = []
+    for part in np.array_split(samples, 3):
+        shard = MinMaxObserver(tensors)
+        engine.run([part], observers=[shard, whole])
+        # Each shard travels as JSON, as it would between machines.
+        shards.append(Observer.from_state(json.loads(json.dumps(shard.state()))))
+    merged = shards[0]
+    for shard in shards[1:]:
+        merged.merge(shard)
+    assert merged.ranges() == whole.ranges()
+    # One pass over all samples gives the same ranges up to summation order in the kernels.
+    single = MinMaxObserver(tensors)
+    engine.run([samples], observers=[single])
+    for t, (low, high) in single.ranges().items():
+        assert merged.ranges()[t] == pytest.approx((low, high), rel=1e-5, abs=1e-6)
