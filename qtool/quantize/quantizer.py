@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from qtool.calibrate import CalibrationResult, Dataset, calibrate
 from qtool.errors import UsageError
-from qtool.model import Model
+from qtool.model import Model, TensorType
 from qtool.model.edit import clone_model, remove_unused
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, Plan, make_plan
@@ -74,6 +74,19 @@ def prepare_float_model(model: Model) -> FloatModel:
     return FloatModel(work, folded, source_index)
 
 
+def _computes_in_float(model: Model, subgraph_index: int) -> bool:
+    """Whether an operator other than a QUANTIZE/DEQUANTIZE boundary has a float32 operand."""
+    subgraph = model.subgraphs[subgraph_index]
+    return any(
+        model.op_type(op) not in ("QUANTIZE", "DEQUANTIZE")
+        and any(
+            t >= 0 and subgraph.tensors[t].dtype == TensorType.FLOAT32
+            for t in op.inputs + op.outputs
+        )
+        for op in subgraph.operators
+    )
+
+
 def quantize_model(
     model: Model,
     data: Dataset | Mapping[int, Dataset],
@@ -89,6 +102,10 @@ def quantize_model(
     datasets = {0: data} if isinstance(data, Dataset) else dict(data)
     spec = load_spec(options.profiles)
     prepared = prepare_float_model(model)
+    if not any(_computes_in_float(prepared.model, s) for s in datasets):
+        raise UsageError(
+            "the model is already quantized: no operator computes in float (qtool check audits it)"
+        )
     calibrations = {
         s: calibrate(
             prepared.model, dataset, engine=options.engine, progress=progress, subgraph_index=s

@@ -224,3 +224,16 @@ def test_custom_op_kernel_from_the_command_line(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert [(row["op"], row["index"]) for row in report["float_ops"]] == [("Cube", 1)]
     assert report["calibration"][0]["engine"] == "numpy"
+
+
+def test_already_quantized_model_is_refused(tmp_path: Path) -> None:
+    for name in ("cnn_int8", "cnn_int8_io"):
+        result = qtool(
+            "quantize",
+            str(MODELS / "tf_int8" / f"{name}.tflite"),
+            "--synthetic",
+            "-o",
+            str(tmp_path / f"{name}.tflite"),
+        )
+        assert_error(result, "already quantized")
+        assert not (tmp_path / f"{name}.tflite").exists()
