@@ -94,15 +94,19 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     try:
         Engine(model, subgraph_index)
     except UnsupportedOpError:
-        if litert_available():
-            try:
-                _litert_interpreter(model)
-            except UnsupportedOpError:
-                pass  # neither engine runs it: the numpy error says how to add a kernel
-            else:
-                return "litert"
+        # When neither engine runs the model, the numpy error says how to add a kernel.
+        if litert_available() and _litert_can_run(model):
+            return "litert"
         raise
     return "numpy"
+
+
+def _litert_can_run(model: Model) -> bool:
+    try:
+        _litert_interpreter(model)
+    except UnsupportedOpError:
+        return False
+    return True
 
 
 def _litert_interpreter(model: Model):

@@ -21,9 +21,10 @@ from qtool.report import summary_counts
 @click.option(
     "--data",
     multiple=True,
-    metavar="PATH",
+    metavar="[KEY=]PATH",
     help="Calibration data: .npy, .npz, a directory of them, or module:function "
-    "(a generator of samples). Repeatable.",
+    "(a generator of samples). Repeatable. A model with several signatures takes "
+    "KEY=PATH per signature.",
 )
 @click.option(
     "--synthetic",
@@ -48,7 +49,8 @@ from qtool.report import summary_counts
     "--keep-float",
     multiple=True,
     metavar="PATTERN",
-    help="Keep matching ops in float: an op type (e.g. SOFTMAX) or a tensor-name glob.",
+    help="Keep matching ops in float: an op-type glob (SOFTMAX, '*POOL*') or a glob over the "
+    "names of the tensors an op produces. Repeatable.",
 )
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any op has to stay float.")
 @click.option("--report", "report_path", help="Report file (default: <output stem>.report.json).")
