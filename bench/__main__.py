@@ -91,7 +91,7 @@ def bench_calibration() -> None:
         name = path.stem
         model = prepare_float_model(load_model(path)).model
         dataset = load_dataset([str(FIXTURES / "data" / f"{name}_calib.npz")], model_inputs(model))
-        feeds = dataset.batches[0]
+        feeds = next(dataset.iter_chunks(SAMPLES))
         tensors = activation_tensors(model)
         ours = best_of(partial(calibrate_once, model, dataset, tensors))
         blob = model_to_bytes(model)
@@ -130,7 +130,7 @@ def ten_megabyte_model(directory: Path) -> Path:
         bias = rng.standard_normal(1024) / 10
         x = builder.fully_connected(x, weights, bias, f"fc{layer}", activation=1)
     model = builder.finish([x])
-    data = Dataset([[rng.standard_normal((8, 1024)).astype(np.float32)]], "bench")
+    data = Dataset.from_arrays([rng.standard_normal((8, 1024)).astype(np.float32)], "bench")
     result = quantize_model(model, data, QuantizeOptions())
     path = directory / "mlp10mb_int8.tflite"
     save_model(result.model, path)

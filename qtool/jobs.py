@@ -116,7 +116,6 @@ def split_sources(sources: tuple[str, ...], entries: dict[int, str | None]) -> d
 def quantize_file(
     job: QuantizeJob,
     progress: Callable[[int], None] | None = None,
-    on_total: Callable[[int], None] | None = None,
 ) -> QuantizeOutcome:
     output, report_path = default_paths(job)
     _check_destinations(job, output, report_path)
@@ -140,8 +139,6 @@ def quantize_file(
             "calibration needs data: give --data PATH (or --synthetic to "
             "calibrate on random data, which gives meaningless ranges)"
         )
-    if on_total:
-        on_total(sum(d.num_samples for d in datasets.values()))
     result = quantize_model(model, datasets, job.options, progress=progress)
     if job.strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)

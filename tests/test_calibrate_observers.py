@@ -7,8 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from qtool.calibrate import MinMaxObserver, activation_tensors, load_dataset, model_inputs
+from qtool.calibrate import (
+    InputSpec,
+    MinMaxObserver,
+    activation_tensors,
+    load_dataset,
+    model_inputs,
+)
 from qtool.calibrate.observers import MinMaxObserver as Observer
+from qtool.errors import DataError
 from qtool.model import load_model
 from qtool.runtime import Engine
 from tests.conftest import DATA, MODELS
@@ -25,7 +32,7 @@ def test_min_max_is_global_not_a_moving_average() -> None:
 def test_sharded_calibration_merges_to_the_same_ranges() -> None:
     model = load_model(MODELS / "cnn.tflite")
     dataset = load_dataset([str(DATA / "cnn_calib.npz")], model_inputs(model))
-    (samples,) = dataset.batches[0]
+    (samples,) = next(dataset.iter_chunks(64))
     tensors = activation_tensors(model)
     engine = Engine(model)
     whole = MinMaxObserver(tensors)
@@ -44,3 +51,16 @@ def test_sharded_calibration_merges_to_the_same_ranges() -> None:
     engine.run([samples], observers=[single])
     for t, (low, high) in single.ranges().items():
         assert merged.ranges()[t] == pytest.approx((low, high), rel=1e-5, abs=1e-6)
+
+
+def test_datasets_are_read_lazily_and_stop_at_the_limit(tmp_path) -> None:
+    spec = InputSpec("x", (), (4,), np.dtype(np.float32))
+    for i in range(10):
+        np.save(tmp_path / f"{i:02d}.npy", np.full((3, 4), i, np.float32))
+    (tmp_path / "99.npy").write_bytes(b"not numpy")  # only a full pass reaches it
+    dataset = load_dataset([str(tmp_path)], [spec], limit=7)
+    chunks = list(dataset.iter_chunks(4))
+    assert [c[0].shape[0] for c in chunks] == [4, 3]
+    assert np.concatenate([c[0] for c in chunks])[:, 0].tolist() == [0, 0, 0, 1, 1, 1, 2]
+    with pytest.raises(DataError, match=r"99\.npy"):
+        list(load_dataset([str(tmp_path)], [spec]).iter_chunks(4))

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import importlib.util
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from qtool.calibrate.datasets import Dataset, InputSpec
+from qtool.calibrate.datasets import Batch, Dataset, InputSpec
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
-from qtool.errors import UnsupportedOpError, UsageError
+from qtool.errors import DataError, UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes, numpy_dtype
 from qtool.runtime import Engine
 
@@ -140,17 +140,27 @@ def calibrate(
     observer = observer or MinMaxObserver(activation_tensors(model, subgraph_index))
     chosen = choose_engine(model, engine, subgraph_index)
     started = time.perf_counter()
-    if chosen == "numpy":
-        runner = Engine(model, subgraph_index)
-        for batch in dataset.iter_chunks(chunk):
-            runner.run(batch, observers=[observer], chunk=chunk)
+    samples = 0
+
+    def counted(size: int) -> Iterator[Batch]:
+        nonlocal samples
+        for batch in dataset.iter_chunks(size):
+            samples += batch[0].shape[0]
+            yield batch
             if progress:
                 progress(batch[0].shape[0])
+
+    if chosen == "numpy":
+        runner = Engine(model, subgraph_index)
+        for batch in counted(chunk):
+            runner.run(batch, observers=[observer], chunk=chunk)
     else:
-        _run_litert(model, dataset, observer, progress, subgraph_index)
+        _run_litert(model, counted(64), observer, subgraph_index)
+    if not samples:
+        raise DataError(f"{dataset.source}: no calibration samples found")
     return CalibrationResult(
         ranges=observer.ranges(),
-        samples=dataset.num_samples,
+        samples=samples,
         engine=chosen,
         seconds=time.perf_counter() - started,
         source=dataset.source,
@@ -160,24 +170,18 @@ def calibrate(
 
 
 def _run_litert(
-    model: Model,
-    dataset: Dataset,
-    observer: RangeObserver,
-    progress: Progress | None,
-    subgraph_index: int,
+    model: Model, chunks: Iterable[Batch], observer: RangeObserver, subgraph_index: int
 ) -> None:
     interpreter = _litert_interpreter(model)
     subgraph = model.subgraphs[subgraph_index]
     batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
     feed = _litert_feeder(model, interpreter, subgraph_index)
     observed = sorted(observer.tensors)
-    for batch in dataset.iter_chunks(64):
+    for batch in chunks:
         for i in range(batch[0].shape[0]):
             feed([values[i : i + 1] if batched else values[i] for values in batch])
             for t in observed:
                 observer(t, np.asarray(interpreter.get_tensor(t, subgraph_index)))
-        if progress:
-            progress(batch[0].shape[0])
 
 
 def _litert_feeder(model: Model, interpreter, subgraph_index: int) -> Callable[[list], None]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,29 +37,39 @@ Batch = list[np.ndarray]  # one array per model input, shape (N, *sample_shape)
 
 @dataclass
 class Dataset:
-    batches: list[Batch]
+    """Calibration samples, read lazily: each pass reads the sources again, a batch at a time,
+    so memory holds one engine chunk rather than the whole dataset."""
+
+    read: Callable[[], Iterable[Batch]]
     source: str
     synthetic: bool = False
+    limit: int | None = None  # stop after this many samples
 
-    @property
-    def num_samples(self) -> int:
-        return sum(batch[0].shape[0] for batch in self.batches) if self.batches else 0
+    @classmethod
+    def from_arrays(cls, arrays: Sequence[np.ndarray], source: str = "arrays") -> Dataset:
+        """Samples already in memory: one array per model input, shape (N, *sample_shape)."""
+        batch = [np.asarray(a) for a in arrays]
+        return cls(read=lambda: [batch], source=source)
 
     def iter_chunks(self, size: int) -> Iterator[Batch]:
-        """Re-cut the batches into chunks of at most `size` samples (the engine's batch)."""
+        """The samples cut into chunks of at most `size` (the engine's batch), up to `limit`."""
         pending: list[Batch] = []
-        count = 0
-        for batch in self.batches:
-            start = 0
-            n = batch[0].shape[0]
+        count = total = 0
+        for batch in self.read():
+            start, n = 0, batch[0].shape[0]
             while start < n:
+                if self.limit is not None and total == self.limit:
+                    break
                 take = min(size - count, n - start)
+                if self.limit is not None:
+                    take = min(take, self.limit - total)
                 pending.append([a[start : start + take] for a in batch])
-                count += take
-                start += take
+                count, total, start = count + take, total + take, start + take
                 if count == size:
                     yield _concat(pending)
                     pending, count = [], 0
+            if self.limit is not None and total == self.limit:
+                break
         if pending:
             yield _concat(pending)
 
@@ -73,37 +83,43 @@ def _concat(parts: list[Batch]) -> Batch:
 def load_dataset(
     sources: Sequence[str], inputs: Sequence[InputSpec], limit: int | None = None
 ) -> Dataset:
-    """Read every `--data` source and check it against the model's inputs."""
-    batches: list[Batch] = []
+    """The `--data` sources as a lazy dataset; missing sources fail now, bad content when read."""
     for source in sources:
-        for batch in _read_source(source, inputs):
-            batches.append(batch)
-    if not batches:
-        raise DataError(f"{', '.join(sources)}: no calibration samples found")
-    dataset = Dataset(batches=batches, source=", ".join(sources))
-    return _limit(dataset, limit)
+        _check_exists(source)
+
+    def read() -> Iterator[Batch]:
+        for source in sources:
+            yield from _read_source(source, inputs)
+
+    return Dataset(read=read, source=", ".join(sources), limit=limit)
 
 
 def synthetic_dataset(inputs: Sequence[InputSpec], samples: int, seed: int) -> Dataset:
     """Random samples: standard normal for float inputs, small integers otherwise."""
-    rng = np.random.default_rng(seed)
-    batch = []
-    for spec in inputs:
-        shape = (samples, *spec.sample_shape)
-        if np.issubdtype(spec.dtype, np.floating):
-            batch.append(rng.standard_normal(shape).astype(spec.dtype))
-        elif spec.dtype == np.bool_:
-            batch.append(rng.integers(0, 2, shape).astype(np.bool_))
-        else:
-            batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
-    return Dataset(batches=[batch], source="synthetic", synthetic=True)
+
+    def read() -> list[Batch]:
+        rng = np.random.default_rng(seed)
+        batch = []
+        for spec in inputs:
+            shape = (samples, *spec.sample_shape)
+            if np.issubdtype(spec.dtype, np.floating):
+                batch.append(rng.standard_normal(shape).astype(spec.dtype))
+            elif spec.dtype == np.bool_:
+                batch.append(rng.integers(0, 2, shape).astype(np.bool_))
+            else:
+                batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
+        return [batch]
+
+    return Dataset(read=read, source="synthetic", synthetic=True)
 
 
-def _limit(dataset: Dataset, limit: int | None) -> Dataset:
-    if limit is None or dataset.num_samples <= limit:
-        return dataset
-    kept = list(dataset.iter_chunks(limit))[:1]
-    return Dataset(batches=kept, source=dataset.source, synthetic=dataset.synthetic)
+def _is_generator(source: str) -> bool:
+    return ":" in source and not Path(source).exists() and not Path(source).suffix
+
+
+def _check_exists(source: str) -> None:
+    if not _is_generator(source) and not Path(source).exists():
+        raise DataError(f"{source}: no such file or directory")
 
 
 def _read_source(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
@@ -114,12 +130,10 @@ def _read_source(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
             raise DataError(f"{source}: directory holds no .npy or .npz files")
         for file in files:
             yield from _read_file(file, inputs)
-    elif path.exists():
-        yield from _read_file(path, inputs)
-    elif ":" in source and not path.suffix:
+    elif _is_generator(source):
         yield from _read_generator(source, inputs)
     else:
-        raise DataError(f"{source}: no such file or directory")
+        yield from _read_file(path, inputs)
 
 
 def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
@@ -204,7 +218,6 @@ def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]
         samples = iter(function())
     except TypeError as exc:
         raise DataError(f"--data {source}: the function must return an iterable ({exc})") from None
-    pending: list[Batch] = []
     for number, sample in enumerate(samples):
         where = f"{source} sample {number}"
         if isinstance(sample, dict):
@@ -215,6 +228,4 @@ def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]
                 raise DataError(f"{where}: {len(values)} arrays for {len(inputs)} inputs")
             batch = [_as_samples(v, spec, where) for v, spec in zip(values, inputs, strict=True)]
             _same_count(batch, where)
-        pending.append(batch)
-    if pending:
-        yield _concat(pending)
+        yield batch

@@ -218,7 +218,7 @@ def test_random_network_quantizes_audits_and_runs(seed: int) -> None:
     rng = np.random.default_rng(1000 + seed)
     calibration = rng.uniform(0, 1, (32, 8, 8, 3)).astype(np.float32)
     holdout = rng.uniform(0, 1, (16, 8, 8, 3)).astype(np.float32)
-    result = quantize_model(model, Dataset([[calibration]], "random"))
+    result = quantize_model(model, Dataset.from_arrays([calibration], "random"))
     assert result.float_ops == []
     findings = audit_model(result.model)
     assert [f for f in findings if f.severity == "error"] == [], [f.message for f in findings]

@@ -119,7 +119,7 @@ def test_depthwise_weights_are_per_channel_on_dim_3() -> None:
 
 
 def single_input_dataset(samples: np.ndarray) -> Dataset:
-    return Dataset(batches=[[samples.astype(np.float32)]], source="test")
+    return Dataset.from_arrays([samples.astype(np.float32)], "test")
 
 
 def fc(
@@ -309,7 +309,7 @@ def test_integer_model_input_feeds_an_int8_embedding_lookup() -> None:
     model = parse_model(model_to_bytes(builder.finish([logits])))
     calibration = rng.integers(0, 50, (32, 6)).astype(np.int32)
     holdout = rng.integers(0, 50, (16, 6)).astype(np.int32)
-    out = reparsed(quantize_model(model, Dataset([[calibration]], "ids")))
+    out = reparsed(quantize_model(model, Dataset.from_arrays([calibration], "ids")))
     (gather,) = ops_of(out, "GATHER")
     tensors = out.subgraphs[0].tensors
     assert tensors[gather.inputs[1]].dtype == TensorType.INT32
