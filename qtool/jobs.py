@@ -116,7 +116,10 @@ def split_sources(sources: tuple[str, ...], entries: dict[int, str | None]) -> d
 def quantize_file(
     job: QuantizeJob,
     progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int | None], None] | None = None,
 ) -> QuantizeOutcome:
+    """Run `qtool quantize`; `progress(n)` follows calibration, `on_total` gets the expected
+    number of samples (None when only reading all the data would tell)."""
     output, report_path = default_paths(job)
     _check_destinations(job, output, report_path)
     if job.samples is not None and job.samples < 1:
@@ -139,6 +142,9 @@ def quantize_file(
             "calibration needs data: give --data PATH (or --synthetic to "
             "calibrate on random data, which gives meaningless ranges)"
         )
+    if on_total:
+        expected = [d.expected_samples for d in datasets.values()]
+        on_total(None if None in expected else sum(expected))
     result = quantize_model(model, datasets, job.options, progress=progress)
     if job.strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)

@@ -64,3 +64,16 @@ def test_datasets_are_read_lazily_and_stop_at_the_limit(tmp_path) -> None:
     assert np.concatenate([c[0] for c in chunks])[:, 0].tolist() == [0, 0, 0, 1, 1, 1, 2]
     with pytest.raises(DataError, match=r"99\.npy"):
         list(load_dataset([str(tmp_path)], [spec]).iter_chunks(4))
+
+
+def test_expected_samples_from_headers_without_reading_data(tmp_path) -> None:
+    spec = InputSpec("x", (), (4,), np.dtype(np.float32))
+    np.save(tmp_path / "a.npy", np.zeros((5, 4), np.float32))
+    np.savez(tmp_path / "b.npz", x=np.zeros((6, 4), np.float32))
+    (tmp_path / "dir").mkdir()
+    for i in range(3):
+        np.save(tmp_path / "dir" / f"{i}.npy", np.zeros(4, np.float32))  # one sample each
+    sources = [str(tmp_path / "a.npy"), str(tmp_path / "b.npz"), str(tmp_path / "dir")]
+    assert load_dataset(sources, [spec]).expected_samples == 14
+    assert load_dataset(sources, [spec], limit=9).expected_samples == 9
+    assert load_dataset(["json:loads"], [spec]).expected_samples is None

@@ -44,12 +44,19 @@ class Dataset:
     source: str
     synthetic: bool = False
     limit: int | None = None  # stop after this many samples
+    size_hint: int | None = None  # samples a pass yields, when known without reading the data
+
+    @property
+    def expected_samples(self) -> int | None:
+        if self.size_hint is None:
+            return self.limit
+        return self.size_hint if self.limit is None else min(self.size_hint, self.limit)
 
     @classmethod
     def from_arrays(cls, arrays: Sequence[np.ndarray], source: str = "arrays") -> Dataset:
         """Samples already in memory: one array per model input, shape (N, *sample_shape)."""
         batch = [np.asarray(a) for a in arrays]
-        return cls(read=lambda: [batch], source=source)
+        return cls(read=lambda: [batch], source=source, size_hint=batch[0].shape[0])
 
     def iter_chunks(self, size: int) -> Iterator[Batch]:
         """The samples cut into chunks of at most `size` (the engine's batch), up to `limit`."""
@@ -91,7 +98,9 @@ def load_dataset(
         for source in sources:
             yield from _read_source(source, inputs)
 
-    return Dataset(read=read, source=", ".join(sources), limit=limit)
+    counts = [_count_samples(source, inputs) for source in sources]
+    known = None if None in counts else sum(counts)
+    return Dataset(read=read, source=", ".join(sources), limit=limit, size_hint=known)
 
 
 def synthetic_dataset(inputs: Sequence[InputSpec], samples: int, seed: int) -> Dataset:
@@ -110,7 +119,53 @@ def synthetic_dataset(inputs: Sequence[InputSpec], samples: int, seed: int) -> D
                 batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
         return [batch]
 
-    return Dataset(read=read, source="synthetic", synthetic=True)
+    return Dataset(read=read, source="synthetic", synthetic=True, size_hint=samples)
+
+
+def _count_samples(source: str, inputs: Sequence[InputSpec]) -> int | None:
+    """Samples in a file source, from the .npy headers alone; None when it cannot tell."""
+    if _is_generator(source):
+        return None
+    path = Path(source)
+    files = (
+        sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz"))
+        if path.is_dir()
+        else [path]
+    )
+    total = 0
+    for file in files:
+        shape = _first_array_shape(file)
+        if shape is None:
+            return None
+        sample = tuple(inputs[0].sample_shape)
+        total += 1 if tuple(shape) == sample else (shape[0] if shape else 1)
+    return total
+
+
+def _first_array_shape(path: Path) -> tuple[int, ...] | None:
+    try:
+        if path.suffix == ".npy":
+            with open(path, "rb") as handle:
+                return _npy_header_shape(handle)
+        with zipfile.ZipFile(path) as archive:
+            names = sorted(n for n in archive.namelist() if n.endswith(".npy"))
+            if not names:
+                return None
+            with archive.open(names[0]) as handle:
+                return _npy_header_shape(handle)
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return None  # reading the data will say what is wrong
+
+
+def _npy_header_shape(handle) -> tuple[int, ...]:
+    version = np.lib.format.read_magic(handle)
+    reader = {
+        (1, 0): np.lib.format.read_array_header_1_0,
+        (2, 0): np.lib.format.read_array_header_2_0,
+    }.get(version)
+    if reader is None:
+        raise ValueError(f"unknown .npy version {version}")
+    return reader(handle)[0]
 
 
 def _is_generator(source: str) -> bool:

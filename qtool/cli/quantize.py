@@ -132,7 +132,7 @@ def quantize_command(
             if elapsed:
                 bar.update(task, rate=f"{bar.tasks[task].completed / elapsed:.0f} samples/s")
 
-        outcome = quantize_file(job, progress=advance)
+        outcome = quantize_file(job, progress=advance, on_total=lambda n: bar.update(task, total=n))
     if as_json:
         print_json(outcome.report)
     elif not quiet:
