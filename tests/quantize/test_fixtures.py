@@ -96,3 +96,12 @@ def test_operator_versions_match_tensorflow(name: str) -> None:
     }
     ours = {c.name: c.version for c in reparsed(quantized(name)).operator_codes}
     assert ours == theirs
+
+
+@pytest.mark.parametrize("name", FLOAT_FIXTURES)
+@pytest.mark.parametrize("io,per_tensor_fc", [("int8", False), ("uint8", False), ("float", True)])
+def test_io_modes_and_profiles_audit_clean_and_run(name: str, io: str, per_tensor_fc: bool) -> None:
+    model = reparsed(quantized(name, io=io, per_tensor_fc=per_tensor_fc))
+    profiles = ("per-tensor-fc",) if per_tensor_fc else ()
+    assert [f for f in audit_model(model, profiles) if f.severity != "info"] == []
+    make_interpreter(model_to_bytes(model), reference=False).invoke()
