@@ -19,6 +19,7 @@ from qtool.check.audit import audit_model
 from qtool.errors import QtoolError, UsageError
 from qtool.model import Model, load_model, model_to_bytes, write_atomic
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
+from qtool.quantize.analysis import layer_errors
 from qtool.report import build_report
 from qtool.runtime import load_custom_ops
 
@@ -43,6 +44,7 @@ class QuantizeJob:
     strict: bool = False
     force: bool = False
     custom_ops: str | None = None
+    layer_errors: bool = False  # measure every layer's SQNR (needs ai-edge-litert)
     options: QuantizeOptions = field(default_factory=QuantizeOptions)
 
 
@@ -159,6 +161,10 @@ def quantize_file(
         "infos": sum(f.severity == "info" for f in findings),
         "findings": [f.to_dict() for f in findings],
     }
+    errors = []
+    if job.layer_errors:
+        for s, dataset in datasets.items():
+            errors += layer_errors(result.float_model, result.model, dataset, s)
     write_atomic(output, [blob])
     try:
         report = build_report(
@@ -171,6 +177,7 @@ def quantize_file(
             samples_limit=job.samples,
             seed=job.seed if job.synthetic else None,
             audit=audit,
+            layer_errors=errors,
         )
         write_atomic(report_path, json.dumps(report, indent=2) + "\n")
     except BaseException:

@@ -103,13 +103,13 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
 
 def _litert_can_run(model: Model) -> bool:
     try:
-        _litert_interpreter(model)
+        litert_interpreter(model)
     except UnsupportedOpError:
         return False
     return True
 
 
-def _litert_interpreter(model: Model):
+def litert_interpreter(model: Model):
     """A LiteRT interpreter that keeps every intermediate tensor readable after invoke()."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -172,10 +172,10 @@ def calibrate(
 def _run_litert(
     model: Model, chunks: Iterable[Batch], observer: RangeObserver, subgraph_index: int
 ) -> None:
-    interpreter = _litert_interpreter(model)
+    interpreter = litert_interpreter(model)
     subgraph = model.subgraphs[subgraph_index]
     batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
-    feed = _litert_feeder(model, interpreter, subgraph_index)
+    feed = litert_feeder(model, interpreter, subgraph_index)
     observed = sorted(observer.tensors)
     for batch in chunks:
         for i in range(batch[0].shape[0]):
@@ -184,7 +184,7 @@ def _run_litert(
                 observer(t, np.asarray(interpreter.get_tensor(t, subgraph_index)))
 
 
-def _litert_feeder(model: Model, interpreter, subgraph_index: int) -> Callable[[list], None]:
+def litert_feeder(model: Model, interpreter, subgraph_index: int) -> Callable[[list], None]:
     """A function running one sample (inputs in subgraph order) through the subgraph.
 
     Subgraph 0 runs through the interpreter itself; other subgraphs only through the signature

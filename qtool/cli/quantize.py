@@ -66,6 +66,12 @@ from qtool.report import summary_counts
     metavar="MODULE",
     help="Python module that registers numpy kernels for custom ops.",
 )
+@click.option(
+    "--layer-errors",
+    is_flag=True,
+    help="Measure each layer's SQNR against the float model (runs both in LiteRT) and list "
+    "the worst; all of them go in the report.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --synthetic data.")
 @click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -83,6 +89,7 @@ def quantize_command(
     report_path: str | None,
     engine: str,
     custom_ops: str | None,
+    layer_errors: bool,
     seed: int,
     quiet: bool,
     as_json: bool,
@@ -104,6 +111,7 @@ def quantize_command(
         strict=strict,
         force=force,
         custom_ops=custom_ops,
+        layer_errors=layer_errors,
         options=QuantizeOptions(
             io=io_mode, per_tensor_fc=per_tensor_fc, keep_float=keep_float, engine=engine
         ),
@@ -140,6 +148,9 @@ def quantize_command(
     else:
         stdout.print(f"wrote {outcome.output_path}")
     sys.exit(outcome.exit_code)
+
+
+WORST_LAYERS = 10
 
 
 def render_summary(outcome: QuantizeOutcome) -> None:
@@ -194,6 +205,14 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         for row in report["float_ops"]:
             table.add_row(str(row["index"]), row["op"], row["reason"])
         stdout.print(table)
+    if report["layer_errors"]:
+        worst = Table(title="layers with the largest quantization error", title_justify="left")
+        for column in ("tensor", "op", "SQNR dB"):
+            worst.add_column(column, overflow="fold")
+        for row in report["layer_errors"][:WORST_LAYERS]:
+            sqnr = "exact" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}"
+            worst.add_row(row["tensor"], row["op"], sqnr)
+        stdout.print(worst)
     for warning in report["warnings"]:
         stdout.print(f"[yellow]warning:[/] {warning}")
     for finding in audit["findings"]:

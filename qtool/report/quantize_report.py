@@ -11,6 +11,7 @@ from qtool import __version__
 from qtool.model import Model, dtype_name
 from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
+from qtool.quantize.analysis import LayerError
 
 REPORT_VERSION = 2
 
@@ -121,6 +122,7 @@ def build_report(
     samples_limit: int | None,
     seed: int | None,
     audit: dict[str, Any],
+    layer_errors: list[LayerError] = (),
 ) -> dict[str, Any]:
     return {
         "report_version": REPORT_VERSION,
@@ -153,6 +155,15 @@ def build_report(
         "enlarged_weight_scales": result.notes.enlarged_weight_scales,
         "warnings": result.warnings,
         "audit": audit,
+        "layer_errors": [
+            {
+                "subgraph": e.subgraph,
+                "tensor": e.tensor,
+                "op": e.op,
+                "sqnr_db": None if e.sqnr_db == float("inf") else round(e.sqnr_db, 3),
+            }
+            for e in layer_errors
+        ],
     }
 
 
