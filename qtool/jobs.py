@@ -8,7 +8,6 @@ report atomically (both or neither).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from qtool.calibrate import load_dataset, model_inputs, synthetic_dataset
 from qtool.check.audit import audit_model
 from qtool.errors import QtoolError, UsageError
 from qtool.model import Model, load_model, model_to_bytes, write_atomic
+from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from qtool.quantize.analysis import layer_errors
 from qtool.report import build_report
@@ -72,12 +72,8 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
 
 
 def _check_destinations(job: QuantizeJob, output: Path, report: Path) -> None:
-    source = Path(job.model_path).resolve()
     for path in (output, report):
-        if path.resolve() == source or (
-            path.exists() and source.exists() and os.path.samefile(path, source)
-        ):
-            raise UsageError(f"{path}: refusing to overwrite the input model")
+        refuse_input_overwrite(path, [job.model_path])
         if path.exists() and not job.force:
             raise UsageError(f"{path}: already exists (use --force to replace it)")
         if not path.resolve().parent.is_dir():

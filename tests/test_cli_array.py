@@ -304,7 +304,9 @@ def test_file_errors(worked: Path, tmp_path: Path) -> None:
     strings = tmp_path / "strings.npy"
     np.save(strings, np.array(["a", "b"]))
     _assert_one_line_error(run("quantize", strings, "-o", out), "expected real numbers")
-    _assert_one_line_error(run("quantize", worked, "-o", tmp_path / "no" / "q.npy"), "cannot write")
+    _assert_one_line_error(
+        run("quantize", worked, "-o", tmp_path / "no" / "q.npy"), "output directory does not exist"
+    )
     _assert_one_line_error(run("quantize", worked, "-o", tmp_path), "cannot write")
     assert not out.exists()
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]

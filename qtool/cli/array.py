@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
+import io
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,8 @@ from rich.table import Table
 
 from qtool.cli.render import print_json, stdout
 from qtool.errors import DataError, UsageError
+from qtool.model import write_atomic
+from qtool.model.io import refuse_input_overwrite
 from qtool.numerics import (
     RoundMode,
     activation_params,
@@ -103,31 +103,14 @@ def _load(path: Path) -> np.ndarray:
 def _output_path(input_path: Path, output: Path | None) -> Path:
     if output is None:
         raise UsageError("missing -o/--output: where to write the result")
-    if output.resolve() == input_path.resolve() or (
-        output.exists() and input_path.exists() and os.path.samefile(input_path, output)
-    ):
-        raise UsageError(f"refusing to overwrite the input file {input_path}; choose another -o")
+    refuse_input_overwrite(output, [input_path])
     return output
 
 
 def _save_atomic(path: Path, array: np.ndarray) -> None:
-    """Write to a temporary file next to ``path`` and rename it, so readers never see a partial file."""
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise DataError(f"cannot write {path}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, array)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise DataError(f"cannot write {path}: {exc.strerror}") from None
-        raise
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    write_atomic(path, [buffer.getbuffer()])
 
 
 def _forbid(mode: str, **given: Any) -> None:

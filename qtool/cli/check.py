@@ -10,6 +10,7 @@ from qtool.check import check_paths
 from qtool.check.formats import render_rules, render_text, to_json, to_junit, to_sarif, to_text
 from qtool.cli.render import stderr, stdout
 from qtool.model import write_atomic
+from qtool.model.io import refuse_input_overwrite
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
 
@@ -66,6 +67,8 @@ def check_command(
         return
     if not models:
         raise click.UsageError("give at least one MODEL (or --list-rules)")
+    if output is not None:
+        refuse_input_overwrite(output, models)
     profiles = ("per-tensor-fc",) if per_tensor_fc else ()
     results = check_paths(models, profiles)
 

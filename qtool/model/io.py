@@ -12,13 +12,14 @@ import mmap
 import os
 import struct
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import flatbuffers
 import numpy as np
 
-from qtool.errors import ModelError
+from qtool.errors import ModelError, UsageError
 from qtool.model.graph import (
     Buffer,
     Model,
@@ -478,31 +479,46 @@ def save_model(
     inline_limit: int = INLINE_BUFFER_LIMIT,
 ) -> None:
     """Write a model atomically; never over the file it was read from."""
-    path = Path(path)
-    if model.source_path and path.exists() and os.path.samefile(path, model.source_path):
-        raise ModelError(f"{path}: refusing to overwrite the input model")
+    if model.source_path:
+        refuse_input_overwrite(path, [model.source_path])
     chunks = serialize_model(model, inline_limit)
     write_atomic(path, chunks, overwrite=overwrite)
 
 
+def refuse_input_overwrite(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
+    """Raise UsageError when `output` is one of `inputs` (same path, or a link to the same file):
+    qtool never overwrites a file it reads."""
+    target = Path(output)
+    for source in map(Path, inputs):
+        same = target.resolve() == source.resolve() or (
+            target.exists() and source.exists() and os.path.samefile(target, source)
+        )
+        if same:
+            raise UsageError(f"{target}: refusing to overwrite the input file {source}")
+
+
 def write_atomic(path: str | os.PathLike, chunks: Any, *, overwrite: bool = True) -> None:
-    """Write `chunks` (bytes-like, or str) to `path` through a temporary file and a rename."""
+    """Write `chunks` (bytes-like, or str) to `path` through a temporary file and a rename, so
+    that readers never see a partial file and a failed write leaves nothing behind."""
     path = Path(path)
     if not overwrite and path.exists():
-        raise ModelError(f"{path}: already exists (use --force to replace it)")
+        raise UsageError(f"{path}: already exists (use --force to replace it)")
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
-        raise ModelError(f"{directory}: output directory does not exist")
+        raise UsageError(f"{directory}: output directory does not exist")
     if isinstance(chunks, str | bytes | memoryview):
         chunks = [chunks]
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as handle:
             for chunk in chunks:
                 handle.write(chunk.encode() if isinstance(chunk, str) else chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)

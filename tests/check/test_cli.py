@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -10,6 +13,7 @@ from click.testing import CliRunner
 
 from qtool.cli.check import check_command
 from tests.check.helpers import TF_INT8
+from tests.conftest import MODELS
 
 
 def run(*args: str):
@@ -102,3 +106,17 @@ def test_list_rules_prints_every_rule() -> None:
     assert result.exit_code == 0
     assert all(rule in result.output for rule in RULES)
     assert CliRunner().invoke(main, ["check"]).exit_code == 2
+
+
+def test_report_never_overwrites_a_checked_model(tmp_path) -> None:
+    model = tmp_path / "model.tflite"
+    shutil.copy(MODELS / "tf_int8" / "mlp_int8.tflite", model)
+    before = model.read_bytes()
+    result = subprocess.run(
+        [sys.executable, "-m", "qtool", "check", str(model), "--format", "json", "-o", str(model)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "refusing to overwrite the input file" in result.stderr
+    assert model.read_bytes() == before

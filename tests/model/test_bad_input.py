@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qtool.errors import ModelError
+from qtool.errors import ModelError, UsageError
 from qtool.model import load_model, model_to_bytes, parse_model
 from tests.conftest import MODELS, float_model_names
 
@@ -116,7 +116,7 @@ def test_library_raises_model_error(case: str, tmp_path: Path) -> None:
 def test_save_refuses_to_overwrite_input(tmp_path: Path) -> None:
     path = _write(tmp_path / "m.tflite", SMALL.read_bytes())
     model = load_model(path)
-    with pytest.raises(ModelError, match="overwrite the input"):
+    with pytest.raises(UsageError, match="overwrite the input"):
         from qtool.model import save_model
 
         save_model(model, path)
