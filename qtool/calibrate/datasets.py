@@ -192,6 +192,11 @@ def _read_source(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
 
 
 def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
+    with open(path, "rb") as handle:
+        signature = handle.read(6)
+    # numpy falls back to unpickling unknown files; say what the file is not instead.
+    if not signature.startswith((b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")):
+        raise DataError(f"{path}: not a .npy or .npz file")
     try:
         loaded = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:

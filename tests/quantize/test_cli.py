@@ -157,7 +157,7 @@ def test_data_errors(mlp: Path, tmp_path: Path) -> None:
         str(tmp_path / "nan.npy"): "NaN",
         str(tmp_path / "wrong_key.npz"): "no data for input",
         str(tmp_path / "missing.npz"): "no such file",
-        str(tmp_path / "garbage.npy"): "not a readable",
+        str(tmp_path / "garbage.npy"): "not a .npy or .npz file",
     }
     for source, fragment in cases.items():
         result = qtool("quantize", str(mlp), "--data", source, "-o", str(tmp_path / "o.tflite"))
