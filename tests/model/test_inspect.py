@@ -19,7 +19,7 @@ def inspect(*args: str) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=60,
-        env={"COLUMNS": "200", "PATH": ""},
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 
