@@ -27,7 +27,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check qtool tests fixtures bench
 	$(BIN)/ruff format --check qtool tests fixtures bench
 
-bench: $(STAMP)
+$(VENV)/.bench-installed: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[dev,bench]"
+	touch $@
+
+bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
 
 clean:
