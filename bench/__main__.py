@@ -29,6 +29,7 @@ from qtool.calibrate import (
 from qtool.check.audit import audit_model
 from qtool.model import load_model, model_to_bytes, save_model
 from qtool.model.build import GraphBuilder
+from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, prepare_float_model, quantize_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,8 +183,8 @@ def bench_architectures() -> None:
             f"{path.stat().st_size / 1e6:.1f}",
             f"{seconds:.2f}",
             str(errors),
-            f"{sqnr(reference, ours):.2f}",
-            f"{sqnr(reference, theirs):.2f}",
+            f"{sqnr_db(reference, ours):.2f}",
+            f"{sqnr_db(reference, theirs):.2f}",
         )
     console.print(table)
 
@@ -200,12 +201,6 @@ def litert_outputs(model_bytes: bytes, samples: np.ndarray) -> np.ndarray:
         interpreter.invoke()
         outputs.append(interpreter.get_tensor(sink["index"]).copy())
     return np.concatenate(outputs)
-
-
-def sqnr(reference: np.ndarray, test: np.ndarray) -> float:
-    reference = reference.astype(np.float64)
-    noise = np.sum((reference - test) ** 2)
-    return float("inf") if noise == 0 else float(10 * np.log10(np.sum(reference**2) / noise))
 
 
 if __name__ == "__main__":

@@ -73,7 +73,9 @@ CALIBRATION_IMAGES = (
     "cell",
 )
 HOLDOUT_IMAGES = ("chelsea", "rocket", "camera", "brick", "retina")
-FACES_SPLIT = 150  # scikit-image's lfw_subset holds 200 face crops: 0-149 calibrate, the rest hold out
+FACES_SPLIT = (
+    150  # scikit-image's lfw_subset holds 200 face crops: 0-149 calibrate, the rest hold out
+)
 
 
 def fetch_models(cache: Path = CACHE) -> Path:
@@ -187,7 +189,7 @@ def make_data(name: str, cache: Path = CACHE) -> tuple[Path, Path]:
 def main() -> None:
     models = fetch_models()
     for name, model in MODELS.items():
-        calibration, holdout = make_data(name)
+        calibration, _ = make_data(name)
         kind = "development" if model.development else "held-out model"
         print(f"{name:34s} {kind:15s} {models / (name + '.tflite')}  {calibration.name}")
 

@@ -50,11 +50,3 @@ def run_litert_samples(
         run_litert(model_bytes, [f[i : i + 1] for f in feeds], reference) for i in range(n)
     ]
     return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
-
-
-def sqnr_db(reference: np.ndarray, test: np.ndarray) -> float:
-    """Signal-to-quantization-noise ratio of `test` against `reference`, in dB."""
-    reference = np.asarray(reference, dtype=np.float64)
-    noise = np.sum((reference - np.asarray(test, dtype=np.float64)) ** 2)
-    signal = np.sum(reference**2)
-    return float("inf") if noise == 0 else float(10 * np.log10(signal / noise))

@@ -4,7 +4,8 @@
 * TensorFlow's Quantize op, bit for bit (:mod:`qtool.numerics.tf_quantize`),
 * nGraph's Quantize (:mod:`qtool.numerics.ngraph`) and DirectML's DEQUANTIZE_LINEAR
   (:mod:`qtool.numerics.directml`),
-* rounding modes and integer types shared by all of them.
+* rounding modes and integer types shared by all of them,
+* error metrics (SQNR) between a reference and its quantized approximation.
 """
 
 from qtool.numerics.affine import (
@@ -23,6 +24,7 @@ from qtool.numerics.affine import (
 )
 from qtool.numerics.directml import dml_dequantize_linear
 from qtool.numerics.dtypes import INT_TYPES, IntType, int_type, pack_int4, qrange, unpack_int4
+from qtool.numerics.metrics import SqnrAccumulator, sqnr_db, sqnr_from_sums
 from qtool.numerics.ngraph import ngraph_quantize
 from qtool.numerics.rounding import RoundMode, round_values
 from qtool.numerics.tf_quantize import TF_MODES, TF_TYPES, TFQuantizeResult, tf_quantize
@@ -37,6 +39,7 @@ __all__ = [
     "AffineParams",
     "IntType",
     "RoundMode",
+    "SqnrAccumulator",
     "TFQuantizeResult",
     "activation_params",
     "bias_overflow",
@@ -51,6 +54,8 @@ __all__ = [
     "quantize_bias",
     "quantize_multiplier",
     "round_values",
+    "sqnr_db",
+    "sqnr_from_sums",
     "symmetric_params",
     "tf_quantize",
     "unpack_int4",

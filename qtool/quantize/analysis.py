@@ -16,7 +16,7 @@ from qtool.calibrate import Dataset
 from qtool.calibrate.calibrate import litert_available, litert_feeder, litert_interpreter
 from qtool.errors import UsageError
 from qtool.model import Model, Tensor, TensorType
-from qtool.numerics import dequantize, quantize
+from qtool.numerics import dequantize, quantize, sqnr_from_sums
 
 MAX_SAMPLES = 32
 
@@ -58,17 +58,11 @@ def layer_errors(
             op=int8_model.op_type(int8_model.subgraphs[subgraph_index].operators[producers[q]])
             if q in producers
             else "input",
-            sqnr_db=_sqnr(signal[(f, q)], noise[(f, q)]),
+            sqnr_db=sqnr_from_sums(signal[(f, q)], noise[(f, q)]),
         )
         for (f, q) in pairs
     ]
     return sorted(errors, key=lambda e: e.sqnr_db)
-
-
-def _sqnr(signal: float, noise: float) -> float:
-    if noise == 0:
-        return float("inf")
-    return float(10 * np.log10(max(signal, 1e-30) / noise))
 
 
 def _matching_tensors(float_model: Model, int8_model: Model, s: int) -> list[tuple[int, int]]:

@@ -10,9 +10,10 @@ import numpy as np
 
 from qtool.calibrate import load_dataset, model_inputs
 from qtool.model import Model, load_model, model_to_bytes, parse_model
+from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from tests.conftest import DATA, MODELS
-from tests.litert import run_litert_samples, sqnr_db
+from tests.litert import run_litert_samples
 
 
 def fixture_path(name: str) -> Path:

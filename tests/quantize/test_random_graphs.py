@@ -17,8 +17,9 @@ from qtool.calibrate import Dataset
 from qtool.check.audit import audit_model
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
+from qtool.numerics import sqnr_db
 from qtool.quantize import quantize_model
-from tests.litert import run_litert_samples, sqnr_db
+from tests.litert import run_litert_samples
 
 SAME, VALID = 0, 1
 RELU, RELU6 = 1, 3

@@ -9,10 +9,11 @@ from qtool.calibrate import Dataset
 from qtool.check.audit import audit_model
 from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
+from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_model
 from qtool.spec import load_spec
 from tests.conftest import float_model_names
-from tests.litert import make_interpreter, run_litert_samples, sqnr_db
+from tests.litert import make_interpreter, run_litert_samples
 from tests.quantize.common import fixture_path, holdout_feeds, quantized, reparsed
 
 SPEC = load_spec()

@@ -13,7 +13,8 @@ from qtool.errors import UsageError
 from qtool.jobs import QuantizeJob, quantize_file
 from qtool.model import Model, Subgraph, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
-from tests.litert import make_interpreter, sqnr_db
+from qtool.numerics import sqnr_db
+from tests.litert import make_interpreter
 
 
 def add_dense(
