@@ -1,4 +1,5 @@
-"""The int8 op spec, loaded once from `schemas/int8_spec.json`.
+"""The quantization op specs, loaded once from `schemas/`: the int8 table (`int8_spec.json`)
+and the int16x8 table (`int16x8_spec.json`: 16-bit activations, 8-bit weights).
 
 Both the quantizer (to plan parameters) and the checker (to audit them) read their rules from
 here, so a rule exists in exactly one place: the data file.
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-SPEC_FILE = "int8_spec.json"
+SPEC_FILES = {"int8": "int8_spec.json", "int16": "int16x8_spec.json"}
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class OpRule:
 
 
 @dataclass(frozen=True)
-class Int8Spec:
+class QuantSpec:
     ops: dict[str, OpRule]
     tolerances: dict[str, float]
     dtype_ranges: dict[str, tuple[int, int]]
@@ -92,17 +93,20 @@ def _apply_profile(ops: dict[str, Any], overrides: dict[str, Any]) -> None:
                     operand.update(patch)
 
 
-def raw_spec() -> dict[str, Any]:
-    text = resources.files("qtool").joinpath("_schemas", SPEC_FILE).read_text()
+def raw_spec(scheme: str = "int8") -> dict[str, Any]:
+    text = resources.files("qtool").joinpath("_schemas", SPEC_FILES[scheme]).read_text()
     return json.loads(text)
 
 
 @functools.cache
-def load_spec(profiles: tuple[str, ...] = ()) -> Int8Spec:
-    """The spec, with the named target profiles (e.g. "per-tensor-fc") applied."""
-    raw = raw_spec()
+def load_spec(profiles: tuple[str, ...] = (), scheme: str = "int8") -> QuantSpec:
+    """A scheme's spec ("int8" or "int16"), with the named target profiles (e.g.
+    "per-tensor-fc") applied where the scheme defines them."""
+    raw = raw_spec(scheme)
     ops = copy.deepcopy({**raw["ops"], **raw["extended_ops"]})
     for name in profiles:
+        if name not in raw.get("profiles", {}) and scheme != "int8":
+            continue  # a profile of the int8 table that the other scheme has no use for
         if name not in raw["profiles"]:
             raise KeyError(f"unknown target profile {name!r}; known: {sorted(raw['profiles'])}")
         _apply_profile(ops, raw["profiles"][name]["overrides"])
@@ -117,7 +121,7 @@ def load_spec(profiles: tuple[str, ...] = ()) -> Int8Spec:
         )
         for name, op in ops.items()
     }
-    return Int8Spec(
+    return QuantSpec(
         ops=rules,
         tolerances=raw["tolerances"],
         dtype_ranges={k: tuple(v) for k, v in raw["dtypes"].items()},

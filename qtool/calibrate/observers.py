@@ -1,21 +1,29 @@
-"""Observers record statistics of activation tensors as the engine produces them.
+"""Observers record statistics of tensors as an engine produces them.
 
-Statistics are mergeable (`merge`) and serialisable (`state` / `from_state`) so that calibration
-can be sharded across machines and combined; the histogram calibrators (percentile, MSE, KL) plug
-in as further `RangeObserver` subclasses with the same three operations.
+Every observer is mergeable (`merge`) and serialisable (`state` / `from_state`), so calibration
+can be sharded across processes or machines and combined exactly (same result, whatever the
+split or the order).
+
+- `MinMaxObserver`: the global min/max of each tensor (TensorFlow's calibration rule).
+- `HistogramObserver`: exact min/max plus a histogram on a fixed grid (`histogram.py`), from
+  which every calibration method of `ranges.py` reads its range.
+- `MeanObserver`: the per-element sum of a tensor over samples, for bias correction (the mean
+  input of a layer).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from qtool.calibrate.histogram import Histogram
+
 
 class RangeObserver(abc.ABC):
-    """Base: sees (tensor index, value) pairs, yields a (min, max) range per tensor."""
+    """Base: sees (tensor index, value) pairs (a chunk of samples along axis 0)."""
 
     kind = "base"
 
@@ -32,7 +40,7 @@ class RangeObserver(abc.ABC):
 
     @abc.abstractmethod
     def ranges(self) -> dict[int, tuple[float, float]]:
-        """The calibrated (min, max) of every observed tensor."""
+        """The (min, max) of every observed tensor."""
 
     @abc.abstractmethod
     def merge(self, other: RangeObserver) -> None:
@@ -84,4 +92,115 @@ class MinMaxObserver(RangeObserver):
         for t, (low, high) in state["ranges"].items():
             observer._min[int(t)] = float(low)
             observer._max[int(t)] = float(high)
+        return observer
+
+
+class HistogramObserver(RangeObserver):
+    """A `Histogram` per tensor. `sample_elements[t]` is how many elements one sample of t holds
+    (the engine may hold several rows per sample), `channels[t]` its last dimension."""
+
+    kind = "histogram"
+
+    def __init__(
+        self,
+        tensors: Iterable[int],
+        sample_elements: Mapping[int, int] | None = None,
+        channels: Mapping[int, int] | None = None,
+    ) -> None:
+        super().__init__(tensors)
+        self.sample_elements = dict(sample_elements or {})
+        self.channels = dict(channels or {})
+        self.histograms: dict[int, Histogram] = {}
+
+    def update(self, tensor_index: int, value: np.ndarray) -> None:
+        per_sample = self.sample_elements.get(tensor_index) or (value.size // len(value))
+        rows = value.reshape(-1, per_sample) if value.size % per_sample == 0 else value[None]
+        histogram = self.histograms.setdefault(tensor_index, Histogram())
+        histogram.add(rows.reshape(len(rows), -1), self.channels.get(tensor_index, 1))
+
+    def ranges(self) -> dict[int, tuple[float, float]]:
+        return {t: (h.min, h.max) for t, h in self.histograms.items() if not h.empty}
+
+    def merge(self, other: RangeObserver) -> None:
+        if not isinstance(other, HistogramObserver):
+            raise TypeError(f"cannot merge {type(other).__name__} into a histogram observer")
+        for t, histogram in other.histograms.items():
+            self.histograms.setdefault(t, Histogram()).merge(histogram)
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "histograms": {str(t): h.state() for t, h in sorted(self.histograms.items())},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> HistogramObserver:
+        observer = cls(int(t) for t in state["histograms"])
+        observer.histograms = {
+            int(t): Histogram.from_state(h) for t, h in state["histograms"].items()
+        }
+        return observer
+
+
+class MeanObserver:
+    """The per-element sum of each observed tensor over samples, and the sample count.
+
+    Sums are kept in fixed point (int64 multiples of `RESOLUTION`), so they add exactly and in
+    any order: shards merge to the single-process result bit for bit, as histograms do. Each
+    value is rounded to 2^-24 (6e-8) first, far below what bias correction can resolve, and
+    magnitudes up to 2^38 fit, for a billion samples.
+    """
+
+    kind = "mean"
+    RESOLUTION = 2.0**-24
+    _LIMIT = 2.0**38
+
+    def __init__(self, tensors: Iterable[int], sample_shapes: Mapping[int, tuple[int, ...]]):
+        self.tensors = frozenset(tensors)
+        self.sample_shapes = dict(sample_shapes)
+        self.sums: dict[int, np.ndarray] = {}
+        self.counts: dict[int, int] = {}
+
+    def __call__(self, tensor_index: int, value: np.ndarray) -> None:
+        if tensor_index not in self.tensors or not value.size:
+            return
+        rows = value.reshape(-1, *self.sample_shapes[tensor_index]).astype(np.float64)
+        np.nan_to_num(rows, copy=False, nan=0.0, posinf=self._LIMIT, neginf=-self._LIMIT)
+        fixed = np.rint(np.clip(rows, -self._LIMIT, self._LIMIT) / self.RESOLUTION)
+        total = fixed.astype(np.int64).sum(axis=0)
+        if tensor_index in self.sums:
+            self.sums[tensor_index] += total
+        else:
+            self.sums[tensor_index] = total
+        self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
+
+    def mean(self, tensor_index: int) -> np.ndarray | None:
+        if tensor_index not in self.sums:
+            return None
+        total = self.sums[tensor_index].astype(np.float64) * self.RESOLUTION
+        return (total / self.counts[tensor_index]).astype(np.float32)
+
+    def merge(self, other: MeanObserver) -> None:
+        for t, total in other.sums.items():
+            self.sums[t] = self.sums[t] + total if t in self.sums else total.copy()
+            self.counts[t] = self.counts.get(t, 0) + other.counts[t]
+            self.sample_shapes.setdefault(t, other.sample_shapes[t])
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "means": {
+                str(t): {"count": self.counts[t], "shape": list(s.shape), "sum": s.ravel().tolist()}
+                for t, s in sorted(self.sums.items())
+            },
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> MeanObserver:
+        means = state["means"]
+        shapes = {int(t): tuple(m["shape"]) for t, m in means.items()}
+        observer = cls(shapes, shapes)
+        for t, m in means.items():
+            observer.sums[int(t)] = np.asarray(m["sum"], np.int64).reshape(m["shape"])
+            observer.counts[int(t)] = int(m["count"])
         return observer

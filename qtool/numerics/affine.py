@@ -315,3 +315,21 @@ def quantize_multiplier(real_multiplier: ArrayLike) -> tuple[np.ndarray, np.ndar
     fixed = np.where(flushed, 0, fixed).astype(np.int32)
     shift = np.where(flushed, 0, shift).astype(np.int32)
     return fixed[()], shift[()]
+
+
+def fake_quantize(x: np.ndarray, scale: float, zero_point: int, qmin: int, qmax: int) -> np.ndarray:
+    """Values snapped to the grid ``(q - zero_point) * scale`` for q in [qmin, qmax], in float32.
+
+    Quantize followed by dequantize, for simulating integer tensors in float graphs. Ties round
+    to even (``np.rint``, one pass) rather than away from zero: on real-valued data the two
+    differ on a set of measure zero, and simulation runs this on every activation.
+    """
+    s = np.float32(scale)
+    x = np.asarray(x, dtype=np.float32)
+    q = np.divide(x, s, out=np.empty_like(x))  # out= keeps 0-d inputs arrays for the in-place ops
+    np.rint(q, out=q)
+    q += np.float32(zero_point)
+    np.clip(q, qmin, qmax, out=q)
+    q -= np.float32(zero_point)
+    q *= s
+    return q

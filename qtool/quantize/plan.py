@@ -1,64 +1,104 @@
-"""Planning: which operators become int8, and the parameters of every activation tensor.
+"""Planning: which operators become integer, and the parameters of every quantized tensor.
 
-Every rule comes from the spec data (`qtool.spec`): which operands of an op are int8, fixed output
-parameters, and which ops need the same scale in and out. Same-scale constraints are solved with
-a union-find over tensors: each group shares one (scale, zero_point) computed from the union of
-its members' calibrated ranges, or the fixed parameters of a member. An input of a multi-input
-same-scale op (CONCATENATION, PACK...) whose group is pinned to fixed parameters elsewhere cannot
-be unified, so it is requantized with an int8 -> int8 QUANTIZE in front of that op.
+Every rule comes from the spec data (`qtool.spec`): the int8 table, and the int16x8 table for
+operators asked to run with 16-bit activations. An operator runs in int8, in int16x8, in float
+(no kernel, or kept on purpose) or is left alone (integer-only shape arithmetic).
+
+A quantized version of an activation is a *slot*: `(tensor, dtype)`, or `(tensor, dtype, op,
+position)` for a private requantized copy that one operator reads. Each integer operator writes
+its outputs to slots and reads slots; the rewriter materialises every slot as a tensor and adds
+the QUANTIZE/DEQUANTIZE converters between the slot a tensor is produced in and the slots it is
+read in. Same-scale constraints are solved with a union-find over slots: a group shares one set
+of parameters, fixed by a member (LOGISTIC's output...) or computed from the union of its
+activation members' calibrated ranges. Constants never widen a group: a constant operand of
+MINIMUM or CONCATENATION is quantized with the group's parameters (clamped). An input of a
+multi-input same-scale op whose group is pinned elsewhere reads a requantized copy instead.
+
+The plan refers to operators by their index in the subgraph it was made for and never edits
+the model.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
-from qtool.model.edit import NameAllocator
 from qtool.numerics import AffineParams, activation_params
-from qtool.spec import Int8Spec, OpRule
+from qtool.spec import OpRule, QuantSpec
 
-INT8 = "int8"
 FLOAT = "float"
+INT8 = "int8"
+INT16 = "int16"
 INTEGER = "integer"  # an op with no float operand (shape arithmetic): left untouched
+QUANTIZED = (INT8, INT16)
+
+Slot = tuple  # (tensor, dtype) or (tensor, dtype, op index, input position)
 
 
 @dataclass
 class OpDecision:
-    mode: str  # INT8, FLOAT or INTEGER
+    mode: str  # INT8, INT16, FLOAT or INTEGER
     reason: str | None = None
-    source_index: int | None = None  # index in the input model; None for ops qtool inserted
+    source_index: int | None = None  # index in the input model
 
 
 @dataclass
 class Plan:
-    decisions: dict[int, OpDecision]  # id(operator) -> decision
-    params: dict[int, AffineParams]  # activation tensor index -> int8 params
-    ranges: dict[int, tuple[float, float]]  # tensor index -> range the params come from
-    requantized: list[tuple[int, int]] = field(default_factory=list)  # (op source index, input)
+    subgraph_index: int
+    decisions: list[OpDecision]  # one per operator of the subgraph, by index
+    params: dict[Slot, AffineParams]
+    ranges: dict[int, tuple[float, float]]  # tensor -> calibrated range the params come from
+    reads: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, input pos) -> slot
+    writes: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, output pos) -> slot
+    weights: dict[int, object] = field(default_factory=dict)  # op -> LayerWeights (weights.py)
 
-    def decision(self, op: Operator) -> OpDecision:
-        return self.decisions[id(op)]
+    def requantized(self) -> list[tuple[int, int]]:
+        """(op, input position) of every input read through a private requantized copy."""
+        return sorted(key for key, slot in self.reads.items() if len(slot) > 2)
+
+    def home(self, subgraph: Subgraph) -> dict[int, Slot]:
+        """The slot each activation is produced in, for tensors an integer operator writes."""
+        return {
+            subgraph.operators[op].outputs[position]: slot
+            for (op, position), slot in self.writes.items()
+        }
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Which operators are asked to run in int16x8, and the spec tables of both schemes."""
+
+    specs: Mapping[str, QuantSpec]  # INT8 -> int8 table, INT16 -> int16x8 table
+    int16_patterns: tuple[str, ...] = ()  # op-type or tensor-name globs; "*" for every op
+
+    def wanted(self, model: Model, subgraph: Subgraph, op: Operator) -> str:
+        if INT16 in self.specs and any(
+            model.op_matches(op, subgraph, p) for p in self.int16_patterns
+        ):
+            return INT16
+        return INT8
 
 
 class _Groups:
-    """Union-find over tensor indices, carrying ranges and fixed parameters per group."""
+    """Union-find over slots, carrying fixed parameters per group."""
 
     def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-        self.fixed: dict[int, tuple[float, int]] = {}
+        self.parent: dict[Slot, Slot] = {}
+        self.fixed: dict[Slot, tuple[float, int]] = {}
 
-    def find(self, t: int) -> int:
-        self.parent.setdefault(t, t)
-        root = t
+    def find(self, slot: Slot) -> Slot:
+        self.parent.setdefault(slot, slot)
+        root = slot
         while self.parent[root] != root:
             root = self.parent[root]
-        while self.parent[t] != root:
-            self.parent[t], t = root, self.parent[t]
+        while self.parent[slot] != root:
+            self.parent[slot], slot = root, self.parent[slot]
         return root
 
-    def union(self, a: int, b: int) -> None:
+    def union(self, a: Slot, b: Slot) -> None:
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return
@@ -66,11 +106,11 @@ class _Groups:
         if rb in self.fixed:
             self.fixed.setdefault(ra, self.fixed.pop(rb))
 
-    def pin(self, t: int, fixed: tuple[float, int]) -> None:
-        self.fixed[self.find(t)] = fixed
+    def pin(self, slot: Slot, fixed: tuple[float, int]) -> None:
+        self.fixed[self.find(slot)] = fixed
 
-    def pinned(self, t: int) -> tuple[float, int] | None:
-        return self.fixed.get(self.find(t))
+    def pinned(self, slot: Slot) -> tuple[float, int] | None:
+        return self.fixed.get(self.find(slot))
 
 
 def keep_float_match(
@@ -83,56 +123,72 @@ def _is_float(tensor: Tensor) -> bool:
     return tensor.dtype == TensorType.FLOAT32
 
 
+def _unsupported(
+    model: Model,
+    subgraph: Subgraph,
+    op: Operator,
+    rule: OpRule | None,
+    ranges: Mapping[int, tuple[float, float]],
+    scheme: str,
+) -> str | None:
+    """Why `op` cannot run under `rule` (None when it can)."""
+    tensors = subgraph.tensors
+    if rule is None:
+        return f"{model.op_type(op)} has no {scheme} kernel in the {scheme} spec"
+    for position, t in enumerate(op.inputs):
+        if t < 0 or not _is_float(tensors[t]):
+            continue
+        operand = rule.input_rule(position)
+        constant = model.is_constant(tensors[t])
+        if operand is None:
+            return f"input {position} is float but the spec has no {scheme} rule for it"
+        if operand.role in ("weight", "bias") and not constant:
+            return f"{operand.role} (input {position}) is not constant"
+        if not constant and t not in ranges:
+            return f"input {position} ({tensors[t].name}) has no calibrated range"
+    for position, t in enumerate(op.outputs):
+        if not _is_float(tensors[t]):
+            continue
+        operand = rule.output_rule(position)
+        if operand is None:
+            return f"output {position} is float but the spec has no {scheme} rule for it"
+        if operand.fixed is None and not rule.same_scale and t not in ranges:
+            return f"output {position} ({tensors[t].name}) was never produced during calibration"
+    return None
+
+
 def decide(
     model: Model,
     subgraph: Subgraph,
     op: Operator,
-    spec: Int8Spec,
-    ranges: dict[int, tuple[float, float]],
+    precision: Precision,
+    ranges: Mapping[int, tuple[float, float]],
     keep_float: tuple[str, ...],
 ) -> OpDecision:
-    """Whether an operator can and may run in int8, and why not when it cannot."""
+    """How an operator runs: in int16x8 when asked and possible, else int8, else float."""
     tensors = subgraph.tensors
-    float_inputs = [(p, t) for p, t in enumerate(op.inputs) if t >= 0 and _is_float(tensors[t])]
-    float_outputs = [(p, t) for p, t in enumerate(op.outputs) if _is_float(tensors[t])]
-    if not float_inputs and not float_outputs:
+    has_float = any(t >= 0 and _is_float(tensors[t]) for t in op.inputs + op.outputs)
+    if not has_float:
         return OpDecision(INTEGER)
-    op_type = model.op_type(op)
     pattern = keep_float_match(model, subgraph, op, keep_float)
     if pattern is not None:
-        return OpDecision(FLOAT, f"kept in float by --keep-float {pattern}")
-    rule = spec.rule(op_type)
-    if rule is None:
-        return OpDecision(FLOAT, f"{op_type} has no int8 kernel in the int8 spec")
-    for position, t in float_inputs:
-        operand = rule.input_rule(position)
-        constant = model.is_constant(tensors[t])
-        if operand is None:
-            return OpDecision(
-                FLOAT, f"input {position} is float but the spec has no int8 rule for it"
-            )
-        if operand.role in ("weight", "bias") and not constant:
-            return OpDecision(FLOAT, f"{operand.role} (input {position}) is not constant")
-        if not constant and t not in ranges:
-            return OpDecision(
-                FLOAT, f"input {position} ({tensors[t].name}) has no calibrated range"
-            )
-    for position, t in float_outputs:
-        operand = rule.output_rule(position)
-        if operand is None:
-            return OpDecision(
-                FLOAT, f"output {position} is float but the spec has no int8 rule for it"
-            )
-        if operand.fixed is None and not rule.same_scale and t not in ranges:
-            return OpDecision(
-                FLOAT,
-                f"output {position} ({tensors[t].name}) was never produced during calibration",
-            )
-    return OpDecision(INT8)
+        return OpDecision(FLOAT, f"kept in float by keep-float pattern {pattern!r}")
+    op_type = model.op_type(op)
+    note = None
+    if precision.wanted(model, subgraph, op) == INT16:
+        rule16 = precision.specs[INT16].rule(op_type)
+        why = _unsupported(model, subgraph, op, rule16, ranges, INT16)
+        if why is None:
+            return OpDecision(INT16)
+        note = f"int8 instead of int16: {why}"
+    why = _unsupported(model, subgraph, op, precision.specs[INT8].rule(op_type), ranges, INT8)
+    if why is not None:
+        return OpDecision(FLOAT, why)
+    return OpDecision(INT8, note)
 
 
 def activation_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> list[int]:
-    """Input positions of an int8 op that carry real-valued activations (constant or not)."""
+    """Input positions of an integer op that carry real-valued activations (constant or not)."""
     return [
         p
         for p, t in enumerate(op.inputs)
@@ -143,131 +199,117 @@ def activation_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> l
     ]
 
 
+def output_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> list[int]:
+    return [
+        p
+        for p, t in enumerate(op.outputs)
+        if rule.output_rule(p) is not None and _is_float(tensors[t])
+    ]
+
+
 def make_plan(
     model: Model,
-    spec: Int8Spec,
-    ranges: dict[int, tuple[float, float]],
+    precision: Precision,
+    ranges: Mapping[int, tuple[float, float]],
     keep_float: tuple[str, ...],
     source_index: list[int],
     subgraph_index: int = 0,
+    decisions: list[OpDecision] | None = None,
 ) -> Plan:
-    """Decide every operator of a subgraph and the params of its activations.
-
-    `source_index[i]` is the input-model index of the subgraph's operator i (for reports).
-    """
+    """Decide every operator of a subgraph (unless `decisions` are given) and the parameters of
+    every slot. `source_index[i]` is the input-model index of operator i (for reports)."""
     subgraph = model.subgraphs[subgraph_index]
-    decisions = {
-        id(op): decide(model, subgraph, op, spec, ranges, keep_float) for op in subgraph.operators
-    }
-    for position, op in enumerate(subgraph.operators):
-        decisions[id(op)].source_index = source_index[position]
-    plan = Plan(decisions=decisions, params={}, ranges=dict(ranges))
+    if decisions is None:
+        decisions = [
+            decide(model, subgraph, op, precision, ranges, keep_float) for op in subgraph.operators
+        ]
+    for position, decision in enumerate(decisions):
+        decision.source_index = source_index[position]
+    plan = Plan(subgraph_index, decisions, params={}, ranges=dict(ranges))
     groups = _Groups()
-    int8_ops = [op for op in subgraph.operators if decisions[id(op)].mode == INT8]
-    # Fixed outputs and single-input same-scale ops first: their groups are forced.
-    for op in int8_ops:
-        rule = spec.rule(model.op_type(op))
-        for position, t in enumerate(op.outputs):
-            operand = rule.output_rule(position)
-            if operand is not None and operand.fixed is not None:
-                groups.pin(t, operand.fixed)
+    tensors = subgraph.tensors
     multi_input = []
-    for op in int8_ops:
-        rule = spec.rule(model.op_type(op))
+    for i, op in enumerate(subgraph.operators):
+        mode = decisions[i].mode
+        if mode not in QUANTIZED:
+            continue
+        rule = precision.specs[mode].rule(model.op_type(op))
+        outputs = output_positions(rule, op, tensors)
+        for p in outputs:
+            slot = (op.outputs[p], mode)
+            plan.writes[(i, p)] = slot
+            fixed = rule.output_rule(p).fixed
+            if fixed is not None:
+                groups.pin(slot, fixed)
+            groups.find(slot)
+        inputs = activation_positions(rule, op, tensors)
+        for p in inputs:
+            plan.reads[(i, p)] = (op.inputs[p], mode)
+            groups.find(plan.reads[(i, p)])
         if not rule.same_scale:
             continue
-        positions = activation_positions(rule, op, subgraph.tensors)
-        if len([p for p in positions if not model.is_constant(subgraph.tensors[op.inputs[p]])]) > 1:
-            multi_input.append((op, positions))
+        live = [p for p in inputs if not model.is_constant(tensors[op.inputs[p]])]
+        if len(live) > 1:
+            multi_input.append((i, inputs, outputs))
             continue
-        for position in positions:
-            for out in _real_outputs(rule, op, subgraph):
-                groups.union(op.inputs[position], out)
-    names = NameAllocator(subgraph)
-    for op, positions in multi_input:
-        rule = spec.rule(model.op_type(op))
-        outputs = _real_outputs(rule, op, subgraph)
-        anchor = outputs[0]
-        for position in positions:
-            t = op.inputs[position]
+        for p in inputs:
+            for q in outputs:
+                groups.union(plan.reads[(i, p)], plan.writes[(i, q)])
+    for i, inputs, outputs in multi_input:
+        anchor = plan.writes[(i, outputs[0])]
+        for p in inputs:
+            slot = plan.reads[(i, p)]
+            live = not model.is_constant(tensors[slot[0]])
             if (
-                groups.pinned(t) is not None
-                and groups.find(t) != groups.find(anchor)
-                and not model.is_constant(subgraph.tensors[t])
+                live
+                and groups.pinned(slot) is not None
+                and groups.find(slot) != groups.find(anchor)
             ):
-                t = _insert_requantize(model, subgraph, op, position, names, plan)
-            groups.union(anchor, t)
-        for out in outputs[1:]:
-            groups.union(anchor, out)
+                slot = (*slot, i, p)  # a private copy, requantized to the group's parameters
+                plan.reads[(i, p)] = slot
+            groups.union(anchor, slot)
+        for q in outputs[1:]:
+            groups.union(anchor, plan.writes[(i, q)])
     _assign_params(model, subgraph, plan, groups)
     return plan
 
 
-def _real_outputs(rule: OpRule, op: Operator, subgraph: Subgraph) -> list[int]:
-    return [
-        t
-        for p, t in enumerate(op.outputs)
-        if rule.output_rule(p) is not None and _is_float(subgraph.tensors[t])
-    ]
-
-
-def _insert_requantize(
-    model: Model, subgraph: Subgraph, op: Operator, position: int, names: NameAllocator, plan: Plan
-) -> int:
-    """Give `op` a private copy of input `position`, produced by a QUANTIZE (int8 -> int8)."""
-    source = op.inputs[position]
-    original = subgraph.tensors[source]
-    copy = subgraph.add_tensor(
-        Tensor(
-            name=names(f"{original.name}/requantized"),
-            shape=list(original.shape),
-            dtype=TensorType.FLOAT32,
-            shape_signature=original.shape_signature,
-        )
-    )
-    requantize = Operator(
-        opcode_index=model.opcode_for("QUANTIZE"), inputs=[source], outputs=[copy]
-    )
-    subgraph.operators.insert(subgraph.operators.index(op), requantize)
-    plan.decisions[id(requantize)] = OpDecision(INT8)
-    op.inputs[position] = copy
-    if source in plan.ranges:
-        plan.ranges[copy] = plan.ranges[source]
-    plan.requantized.append((plan.decisions[id(op)].source_index, position))
-    return copy
-
-
 def _assign_params(model: Model, subgraph: Subgraph, plan: Plan, groups: _Groups) -> None:
-    """One set of params per group (fixed, or from the union of its members' ranges)."""
-    members: dict[int, list[int]] = {}
-    for t in groups.parent:
-        members.setdefault(groups.find(t), []).append(t)
-    for root, tensors in members.items():
+    """One set of parameters per group: fixed, or from its activations' ranges (constants only
+    when the group has nothing else)."""
+    members: dict[Slot, list[Slot]] = {}
+    for slot in groups.parent:
+        members.setdefault(groups.find(slot), []).append(slot)
+    for root, slots in members.items():
+        dtype = root[1]
         fixed = groups.fixed.get(root)
         if fixed is not None:
             params = AffineParams(np.array([fixed[0]], np.float32), np.array([fixed[1]]))
         else:
-            spans = [_value_range(model, subgraph, t, plan.ranges) for t in tensors]
-            spans = [s for s in spans if s is not None]
-            if not spans:
+            span = _group_range(model, subgraph, slots, plan.ranges)
+            if span is None:
                 continue
-            low, high = min(s[0] for s in spans), max(s[1] for s in spans)
-            params = activation_params(low, high)
-            for t in tensors:
-                plan.ranges.setdefault(t, (low, high))
-        for t in tensors:
-            plan.params[t] = params
-    for t, (low, high) in plan.ranges.items():
-        if t not in plan.params:
-            plan.params[t] = activation_params(low, high)
+            params = activation_params(*span, dtype=np.int16 if dtype == INT16 else np.int8)
+            for slot in slots:
+                if slot[0] not in plan.ranges and not _constant(model, subgraph, slot[0]):
+                    plan.ranges[slot[0]] = span
+        for slot in slots:
+            plan.params[slot] = params
 
 
-def _value_range(
-    model: Model, subgraph: Subgraph, t: int, ranges: dict[int, tuple[float, float]]
+def _constant(model: Model, subgraph: Subgraph, t: int) -> bool:
+    return model.is_constant(subgraph.tensors[t])
+
+
+def _group_range(
+    model: Model, subgraph: Subgraph, slots: list[Slot], ranges: Mapping[int, tuple[float, float]]
 ) -> tuple[float, float] | None:
-    if t in ranges:
-        return ranges[t]
-    data = model.tensor_data(subgraph.tensors[t])
-    if data is None or not data.size:
+    spans = [ranges[s[0]] for s in slots if s[0] in ranges]
+    if not spans:
+        for slot in slots:
+            data = model.tensor_data(subgraph.tensors[slot[0]])
+            if data is not None and data.size:
+                spans.append((float(np.min(data)), float(np.max(data))))
+    if not spans:
         return None
-    return float(np.min(data)), float(np.max(data))
+    return min(s[0] for s in spans), max(s[1] for s in spans)

@@ -1,20 +1,38 @@
-"""The quantization pipeline: fold constants, calibrate, plan from the spec, rewrite."""
+"""The quantization pipeline: prepare, calibrate, choose, plan from the spec, rewrite.
+
+1. Prepare: fold constant operators, rewrite ops into forms with integer kernels.
+2. Calibrate: one pass collecting histograms and layer input means, with an evaluation fold of
+   held-out samples (or a held-out dataset) and the float model's outputs on it.
+3. Choose the calibration method (`auto`: the one whose plan, fitted without the fold, scores
+   best on it) and, with a target SQNR, the layers that need more precision.
+4. Plan every subgraph on all calibration samples: decisions, parameters, integer weights with
+   bias correction and optional rounding optimisation.
+5. Rewrite the graph.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from qtool.calibrate import CalibrationResult, Dataset, calibrate
+from qtool.calibrate import CalibrationResult, Dataset
+from qtool.calibrate.collect import Collected, collect
+from qtool.calibrate.ranges import Method, parse_method
+from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
 from qtool.errors import UsageError
 from qtool.model import Model, TensorType
 from qtool.model.edit import clone_model, remove_unused
+from qtool.quantize.auto import AUTO, choose_method
+from qtool.quantize.build import WeightOptions, build_plan
+from qtool.quantize.evaluation import OutputAccuracy, simulated_accuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
-from qtool.quantize.plan import FLOAT, Plan, make_plan
-from qtool.quantize.rewrite import RewriteNotes, rewrite
+from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
+from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite
 from qtool.spec import load_spec
 
-IO_MODES = ("float", "int8", "uint8")
+IO_MODES = IO_TYPES
+ACTIVATION_TYPES = (INT8, INT16)
+DEFAULT_CALIBRATION = AUTO
 
 
 @dataclass(frozen=True)
@@ -23,14 +41,34 @@ class QuantizeOptions:
     per_tensor_fc: bool = False  # per-tensor FULLY_CONNECTED weights (TFLM, NNAPI, Ethos-U)
     keep_float: tuple[str, ...] = ()  # op types or tensor-name globs kept in float on purpose
     engine: str = "auto"
+    calibration: str = DEFAULT_CALIBRATION  # a method of qtool.calibrate.ranges, or "auto"
+    bias_correction: bool = True
+    activations: str = INT8  # int8, or int16 for the 16x8 scheme on every op that has it
+    int16: tuple[str, ...] = ()  # op-type or tensor-name globs run in int16x8
 
     def __post_init__(self) -> None:
         if self.io not in IO_MODES:
-            raise UsageError(f"--io must be one of {', '.join(IO_MODES)}, not {self.io!r}")
+            raise UsageError(f"io must be one of {', '.join(IO_MODES)}, not {self.io!r}")
+        if self.activations not in ACTIVATION_TYPES:
+            raise UsageError(
+                f"activations must be one of {', '.join(ACTIVATION_TYPES)}, not {self.activations!r}"
+            )
+        if self.calibration != AUTO:
+            parse_method(self.calibration)
 
     @property
     def profiles(self) -> tuple[str, ...]:
         return ("per-tensor-fc",) if self.per_tensor_fc else ()
+
+    @property
+    def int16_patterns(self) -> tuple[str, ...]:
+        return ("*",) if self.activations == INT16 else self.int16
+
+    def precision(self) -> Precision:
+        specs = {INT8: load_spec(self.profiles)}
+        if self.int16_patterns:
+            specs[INT16] = load_spec(self.profiles, INT16)
+        return Precision(specs, self.int16_patterns)
 
 
 @dataclass
@@ -43,13 +81,18 @@ class FloatOp:
 
 @dataclass
 class QuantizeResult:
-    model: Model  # the int8 model
-    float_model: Model  # the float model after constant folding (what was calibrated)
+    model: Model  # the quantized model
+    float_model: Model  # the float model after preparation (what was calibrated)
     calibrations: dict[int, CalibrationResult]  # per quantized subgraph
     plans: dict[int, Plan]
     folded: list[FoldedOp]
     float_ops: list[FloatOp]
     notes: RewriteNotes
+    statistics: CalibrationStatistics
+    method: str  # the calibration method used
+    method_scores: dict[str, float] = field(default_factory=dict)  # auto: worst SQNR of each
+    accuracy: list[OutputAccuracy] = field(default_factory=list)  # held-out, simulated
+    accuracy_source: str = ""
     warnings: list[str] = field(default_factory=list)
 
 
@@ -87,49 +130,130 @@ def _computes_in_float(model: Model, subgraph_index: int) -> bool:
     )
 
 
+def _as_datasets(data: Dataset | Mapping[int, Dataset] | None) -> dict[int, Dataset]:
+    if data is None:
+        return {}
+    return {0: data} if isinstance(data, Dataset) else dict(data)
+
+
 def quantize_model(
     model: Model,
     data: Dataset | Mapping[int, Dataset],
     options: QuantizeOptions = QuantizeOptions(),
     progress: Callable[[int], None] | None = None,
+    holdout: Dataset | Mapping[int, Dataset] | None = None,
 ) -> QuantizeResult:
     """Quantize every subgraph that has calibration data; `model` is left unchanged.
 
     `data` is one Dataset for subgraph 0, or a Dataset per subgraph index (one per signature of
-    a multi-signature model). Subgraphs without data (e.g. control-flow bodies) stay float and
-    are named in the warnings.
+    a multi-signature model); `holdout`, the same way, held-out samples that only measure
+    accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
+    warnings.
     """
-    datasets = {0: data} if isinstance(data, Dataset) else dict(data)
-    spec = load_spec(options.profiles)
+    datasets = _as_datasets(data)
+    holdouts = _as_datasets(holdout)
+    precision = options.precision()
     prepared = prepare_float_model(model)
     if not any(_computes_in_float(prepared.model, s) for s in datasets):
         raise UsageError(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
-    calibrations = {
-        s: calibrate(
-            prepared.model, dataset, engine=options.engine, progress=progress, subgraph_index=s
+    collected = {
+        s: collect(
+            prepared.model,
+            dataset,
+            engine=options.engine,
+            subgraph_index=s,
+            progress=progress,
+            holdout=holdouts.get(s),
         )
         for s, dataset in sorted(datasets.items())
     }
-    work = clone_model(prepared.model)
-    plans, float_ops = {}, []
-    notes = RewriteNotes()
-    for s, calibration in calibrations.items():
-        plan = make_plan(
-            work, spec, calibration.ranges, options.keep_float, prepared.source_index[s], s
+    statistics = CalibrationStatistics(
+        model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
+    )
+    weight_options = WeightOptions(bias_correction=options.bias_correction)
+
+    def plan_for(s: int, stats, method: Method) -> Plan:
+        return build_plan(
+            prepared.model,
+            stats,
+            method,
+            precision,
+            options.keep_float,
+            prepared.source_index[s],
+            s,
+            weight_options,
         )
+
+    if options.calibration == AUTO:
+        method, scores = choose_method(prepared.model, collected, plan_for)
+    else:
+        method, scores = parse_method(options.calibration), {}
+    work = clone_model(prepared.model)
+    specs = precision.specs
+    plans, float_ops, accuracy = {}, [], []
+    notes = RewriteNotes()
+    for s, found in collected.items():
+        plan = plan_for(s, found.statistics, method)
+        plans[s] = plan
+        accuracy += _estimate(prepared.model, found, plan_for, s, method, plan)
         float_ops += [
             FloatOp(s, decision.source_index, work.op_type(op), decision.reason or "")
-            for op in work.subgraphs[s].operators
-            if (decision := plan.decision(op)).mode == FLOAT
+            for op, decision in zip(work.subgraphs[s].operators, plan.decisions, strict=True)
+            if decision.mode == FLOAT
         ]
-        rewrite(work, plan, spec, io=options.io, subgraph_index=s, notes=notes)
-        plans[s] = plan
+        rewrite(work, plan, specs, io=options.io, notes=notes)
     remove_unused(work)
+    return QuantizeResult(
+        model=work,
+        float_model=prepared.model,
+        calibrations={s: c.calibration for s, c in collected.items()},
+        plans=plans,
+        folded=prepared.folded,
+        float_ops=float_ops,
+        notes=notes,
+        statistics=statistics,
+        method=str(method),
+        method_scores=scores,
+        accuracy=accuracy,
+        accuracy_source=_accuracy_source(collected),
+        warnings=_warnings(work, collected, datasets, notes),
+    )
+
+
+def _estimate(model, found: Collected, plan_for, s: int, method: Method, final: Plan):
+    """Held-out accuracy: of the final plan on a separate held-out dataset, or of the plan
+    fitted without the evaluation fold on that fold (the final plan has seen it)."""
+    if found.evaluation is None:
+        return []
+    if found.evaluation.source == "held-out data":
+        return simulated_accuracy(model, final, found.evaluation)
+    return simulated_accuracy(model, plan_for(s, found.fit, method), found.evaluation)
+
+
+def _accuracy_source(collected: Mapping[int, Collected]) -> str:
+    evaluations = [c.evaluation for c in collected.values() if c.evaluation is not None]
+    if not evaluations:
+        return ""
+    samples = sum(e.samples for e in evaluations)
+    if evaluations[0].source == "held-out data":
+        return f"simulated on {samples} held-out samples"
+    return (
+        f"simulated on {samples} calibration samples held out of a calibration on the others "
+        "(an estimate for the model calibrated on all of them)"
+    )
+
+
+def _warnings(
+    work: Model,
+    collected: Mapping[int, Collected],
+    datasets: Mapping[int, Dataset],
+    notes: RewriteNotes,
+) -> list[str]:
     warnings = list(notes.warnings)
     for s, subgraph in enumerate(work.subgraphs):
-        if s not in calibrations:
+        if s not in collected:
             warnings.append(
                 f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
                 "data (not a signature's entry point): kept in float"
@@ -140,13 +264,4 @@ def quantize_model(
             "calibrated on synthetic random data: activation ranges do not "
             "reflect real inputs, so accuracy is not meaningful",
         )
-    return QuantizeResult(
-        model=work,
-        float_model=prepared.model,
-        calibrations=calibrations,
-        plans=plans,
-        folded=prepared.folded,
-        float_ops=float_ops,
-        notes=notes,
-        warnings=warnings,
-    )
+    return warnings

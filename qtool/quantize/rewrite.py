@@ -1,40 +1,43 @@
-"""Rewriting a planned float graph into its int8 form.
+"""Rewriting a planned float graph into its integer form.
 
-Each float activation tensor lives in the domain of its producer: int8 when an int8 operator (or
-an integer model input) produces it, float otherwise. A consumer in the other domain reads a
-converted copy, made once by a QUANTIZE (float -> int8) or DEQUANTIZE (int8 -> float) placed just
-before the first such consumer. Model inputs and outputs keep their tensor indices (signature
-defs refer to them) in the domain `--io` asks for; the producer of an output in another domain
-writes a fresh tensor that a converter turns into the output.
+Every activation exists in the version its producer writes (a float tensor, or the slot an
+integer operator writes) and in the versions its readers need (float for float operators, the
+planned slots for integer ones). Each version is one tensor; a missing one is made once by a
+converter placed just before its first reader: QUANTIZE (float -> integer, or integer ->
+integer with other parameters or width) or DEQUANTIZE (integer -> float). Model inputs and
+outputs keep their tensor indices (signature defs refer to them) in the type `io` asks for; a
+producer whose version differs from the output's writes a fresh tensor that a converter turns
+into the output.
 
-Constant operands of int8 operators get quantized copies per use: symmetric per-axis weights,
-int32 biases at input_scale * weight_scale[c] (weight scales enlarged where a bias would overflow),
-asymmetric constants for elementwise operands. The float originals are dropped when unused.
+Constant operands of integer operators get quantized copies: the planned weights and biases
+(`Plan.weights`), and constants read as activations (quantized with their slot's parameters).
+The float originals are dropped when unused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
 from qtool.model.edit import NameAllocator
-from qtool.numerics import (
-    activation_params,
-    bias_overflow,
-    bias_scale,
-    qrange,
-    quantize,
-    quantize_bias,
-    symmetric_params,
-)
-from qtool.quantize.plan import INT8, Plan, activation_positions
-from qtool.spec import Int8Spec, OpRule
+from qtool.numerics import AffineParams, activation_params, qrange, quantize
+from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
+from qtool.quantize.weights import LayerWeights
+from qtool.spec import QuantSpec
 
-FLOAT = "float"
 UINT8 = "uint8"
-_DTYPES = {INT8: TensorType.INT8, UINT8: TensorType.UINT8, FLOAT: TensorType.FLOAT32}
+IO_TYPES = (FLOAT, INT8, UINT8)
+_TENSOR_TYPES = {
+    INT8: TensorType.INT8,
+    INT16: TensorType.INT16,
+    UINT8: TensorType.UINT8,
+    FLOAT: TensorType.FLOAT32,
+}
+_NUMPY_TYPES = {INT8: np.int8, INT16: np.int16}
+_BIAS_TYPES = {np.dtype(np.int32): TensorType.INT32, np.dtype(np.int64): TensorType.INT64}
 
 
 @dataclass
@@ -43,89 +46,136 @@ class RewriteNotes:
     enlarged_weight_scales: list[dict] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Version:
+    """How one version of an activation is stored: its type and parameters (None: float)."""
+
+    dtype: str
+    params: AffineParams | None
+
+    def same_as(self, other: _Version) -> bool:
+        if self.dtype != other.dtype:
+            return False
+        if self.params is None or other.params is None:
+            return self.params is other.params
+        return np.array_equal(self.params.scale, other.params.scale) and np.array_equal(
+            self.params.zero_point, other.params.zero_point
+        )
+
+
 class _Rewriter:
     def __init__(
         self,
         model: Model,
         plan: Plan,
-        spec: Int8Spec,
+        specs: Mapping[str, QuantSpec],
         io: str,
-        subgraph_index: int,
         notes: RewriteNotes,
     ) -> None:
         self.model = model
         self.plan = plan
-        self.spec = spec
-        self.io = {"float": FLOAT, "int8": INT8, "uint8": UINT8}[io]
-        self.subgraph_index = subgraph_index
-        self.subgraph: Subgraph = model.subgraphs[subgraph_index]
+        self.specs = specs
+        self.io = io
+        self.subgraph: Subgraph = model.subgraphs[plan.subgraph_index]
         self.names = NameAllocator(self.subgraph)
-        self.versions: dict[int, dict[str, int]] = {}
-        self.home: dict[int, str] = {}
+        self.tensor_of: dict[tuple, int] = {}  # version key -> tensor index
+        self.kind: dict[tuple, _Version] = {}  # version key -> type and parameters
+        self.home: dict[int, tuple] = {}  # activation -> key of the version it is produced in
+        self.stored_as: dict[int, str] = {}  # tensor -> the type it ends up with
         self.emitted: list[Operator] = []
         self.constant_copies: dict[tuple, int] = {}
         self.notes = notes
 
-    # ------------------------------------------------------------------ domains
+    # ------------------------------------------------------------------ versions
+
+    def _slot_version(self, slot: Slot) -> _Version:
+        return _Version(slot[1], self.plan.params[slot])
+
+    def _boundary_version(self, t: int) -> _Version:
+        """The version of a model input or output that `io` asks for."""
+        if self.io == FLOAT:
+            return _Version(FLOAT, None)
+        params = self.plan.params.get((t, INT8))
+        if params is None:
+            low, high = self.plan.ranges.get(t, (0.0, 0.0))
+            params = activation_params(low, high)
+        if self.io == UINT8:
+            # uint8 at the boundary is the int8 tensor shifted by the difference of the minimums.
+            shift = qrange(np.uint8)[0] - qrange(np.int8)[0]
+            params = AffineParams(params.scale, params.zero_point + shift)
+        return _Version(self.io, params)
+
+    def _register(self, key: tuple, version: _Version, t: int) -> None:
+        self.tensor_of[key] = t
+        self.kind[key] = version
+        self.stored_as[t] = version.dtype
 
     def _assign_homes(self) -> None:
         tensors = self.subgraph.tensors
+        boundary = set(self.subgraph.inputs) | set(self.subgraph.outputs)
         for t in self.subgraph.inputs:
-            if tensors[t].dtype == TensorType.FLOAT32 and t in self.plan.params:
-                self.home[t] = self.io
-                self.versions[t] = {self.io: t}
-        for op in self.subgraph.operators:
-            int8_op = self.plan.decision(op).mode == INT8
-            rule = self.spec.rule(self.model.op_type(op)) if int8_op else None
+            if tensors[t].dtype == TensorType.FLOAT32:
+                self._register(("io", t), self._boundary_version(t), t)
+                self.home[t] = ("io", t)
+        for i, op in enumerate(self.subgraph.operators):
             for position, t in enumerate(op.outputs):
                 if tensors[t].dtype != TensorType.FLOAT32:
                     continue
-                domain = INT8 if rule is not None and rule.output_rule(position) else FLOAT
-                self.home[t] = domain
-                boundary = self.io if t in self.subgraph.outputs else domain
-                self.versions[t] = {boundary: t}
-                if boundary != domain:
-                    self.versions[t][domain] = self._copy_tensor(t, domain)
+                slot = self.plan.writes.get((i, position))
+                key = slot if slot is not None else ("float", t)
+                version = self._slot_version(slot) if slot is not None else _Version(FLOAT, None)
+                self.home[t] = key
+                if t not in boundary:
+                    self._register(key, version, t)
+                    continue
+                outer = self._boundary_version(t)
+                self._register(("io", t), outer, t)
+                if outer.dtype == FLOAT:
+                    self._register(("float", t), outer, t)  # float readers use the output itself
+                if not outer.same_as(version):
+                    self._register(key, version, self._copy_tensor(t, version.dtype))
+                else:
+                    self.tensor_of[key], self.kind[key] = t, outer
+        # An int8 model input read in int8 with the same parameters needs no converter.
+        for t in self.subgraph.inputs:
+            key = ("io", t)
+            if key in self.kind and (t, INT8) in self.plan.params:
+                version = self._slot_version((t, INT8))
+                if self.kind[key].same_as(version):
+                    self.tensor_of[(t, INT8)], self.kind[(t, INT8)] = t, version
 
-    def _copy_tensor(self, t: int, domain: str) -> int:
+    def _copy_tensor(self, t: int, dtype: str) -> int:
         original = self.subgraph.tensors[t]
         return self.subgraph.add_tensor(
             Tensor(
-                name=self.names(f"{original.name}_{domain}"),
+                name=self.names(f"{original.name}_{dtype}"),
                 shape=list(original.shape),
                 dtype=TensorType.FLOAT32,
                 shape_signature=original.shape_signature,
             )
         )
 
-    def _set_domain(self, t: int, domain: str, source: int) -> None:
-        """Give tensor `t` the dtype and params of `domain`, for the activation `source`."""
-        tensor = self.subgraph.tensors[t]
-        tensor.dtype = _DTYPES[domain]
-        if domain == FLOAT:
-            tensor.quantization = None
-            return
-        params = self.plan.params[source]
-        # uint8 at the boundary is the int8 tensor shifted by the difference of the type minimums.
-        shift = qrange(np.uint8)[0] - qrange(np.int8)[0] if domain == UINT8 else 0
-        zero_point = params.zero_point + shift
-        tensor.quantization = QuantParams.of(params.scale, zero_point)
-
-    def need(self, t: int, domain: str) -> int:
-        """The index of activation `t` in `domain`, adding a converter before the current op."""
-        versions = self.versions.setdefault(t, {FLOAT: t})
-        if domain in versions:
-            return versions[domain]
-        home = self.home.get(t, FLOAT)
-        source = versions[home] if home in versions else next(iter(versions.values()))
-        target = self._copy_tensor(t, domain)
-        versions[domain] = target
-        self._emit_converter(source, target, dst_domain=domain)
+    def need(self, t: int, key: tuple, version: _Version) -> int:
+        """The tensor holding activation `t` as `key`, adding a converter before the current op."""
+        if key in self.tensor_of:
+            return self.tensor_of[key]
+        source = self.tensor_of[self.home.get(t, ("float", t))] if t in self.home else t
+        target = self._copy_tensor(t, version.dtype if len(key) < 3 else f"{version.dtype}_rq")
+        self._register(key, version, target)
+        self._emit_converter(source, target, version.dtype)
         return target
 
-    def _emit_converter(self, source: int, target: int, dst_domain: str) -> None:
-        op_type = "DEQUANTIZE" if dst_domain == FLOAT else "QUANTIZE"
-        version = self.spec.rule(op_type).int8_version
+    def _float_key(self, t: int) -> tuple:
+        home = self.home.get(t)
+        if home is not None and self.kind.get(home, _Version(FLOAT, None)).dtype == FLOAT:
+            return home
+        return ("float", t)
+
+    def _emit_converter(self, source: int, target: int, dtype: str) -> None:
+        op_type = "DEQUANTIZE" if dtype == FLOAT else "QUANTIZE"
+        version = self.specs[INT8].rule(op_type).int8_version
+        if INT16 in (dtype, self.stored_as.get(source, FLOAT)):
+            version = max(version, self.specs[INT16].rule(op_type).int8_version)
         self.emitted.append(
             Operator(
                 opcode_index=self.model.opcode_for(op_type, version),
@@ -155,153 +205,136 @@ class _Rewriter:
         self.constant_copies[cache_key] = copy
         return copy
 
-    def _quantize_activation_constant(self, t: int) -> int:
+    def _quantized_constant(self, t: int, slot: Slot) -> int:
         values = self.model.tensor_data(self.subgraph.tensors[t])
-        params = self.plan.params.get(t)
-        if params is None:
-            params = activation_params(float(np.min(values)), float(np.max(values)))
-        data = quantize(values, params, dtype=np.int8)
+        params = self.plan.params[slot]
+        dtype = slot[1]
+        data = quantize(values, params, dtype=_NUMPY_TYPES[dtype])
         return self._constant_copy(
             t,
-            ("act", params.scale.tobytes(), params.zero_point.tobytes()),
+            ("act", dtype, params.scale.tobytes(), params.zero_point.tobytes()),
             data,
-            TensorType.INT8,
+            _TENSOR_TYPES[dtype],
             QuantParams.of(params.scale, params.zero_point),
-            "_int8",
+            f"_{dtype}",
         )
 
-    def _quantize_weights_and_bias(self, op: Operator, rule: OpRule, position: int) -> None:
-        weight_rule = rule.input_rule(position)
-        t = op.inputs[position]
-        weights = self.model.tensor_data(self.subgraph.tensors[t])
-        axis = weight_rule.axis if weight_rule.granularity == "per-axis" else None
-        params = symmetric_params(weights, axis=axis)
-        scale = params.scale
-        bias_rule = rule.bias_rule()
-        bias_position = bias_rule.index if bias_rule is not None else None
-        bias_t = (
-            op.inputs[bias_position]
-            if bias_position is not None and bias_position < len(op.inputs)
-            else -1
-        )
-        input_scale = None
-        if bias_t >= 0:
-            input_position = bias_rule.bias_scale_inputs[0]
-            input_scale = self.plan.params[op.inputs[input_position]].scale
-            bias = self.model.tensor_data(self.subgraph.tensors[bias_t]).astype(np.float32)
-            overflow, enlarged = bias_overflow(bias, input_scale, scale)
-            if overflow.any():
-                channels = np.flatnonzero(overflow).tolist()
-                self.notes.enlarged_weight_scales.append(
-                    {
-                        "subgraph": self.subgraph_index,
-                        "op_index": self.plan.decision(op).source_index,
-                        "tensor": self.subgraph.tensors[t].name,
-                        "channels": channels,
-                    }
-                )
-                self.notes.warnings.append(
-                    f"subgraph {self.subgraph_index} op {self.plan.decision(op).source_index} "
-                    f"({self.model.op_type(op)}): bias "
-                    f"would overflow int32 in {len(channels)} channel(s); their weight scales "
-                    "were enlarged"
-                )
-                scale = enlarged
-        dim = axis if axis is not None else 0
-        data = quantize(
-            weights,
-            scale,
-            np.zeros(scale.shape, np.int64),
-            dtype=np.int8,
-            axis=axis,
-            narrow_range=True,
-        )
-        op.inputs[position] = self._constant_copy(
+    def _store_weights(self, op_index: int, op: Operator, layer: LayerWeights) -> None:
+        t = op.inputs[layer.weight_position]
+        op.inputs[layer.weight_position] = self._constant_copy(
             t,
-            ("weight", scale.tobytes()),
-            data,
+            ("weight", op_index),
+            layer.values,
             TensorType.INT8,
-            QuantParams.of(scale, 0, quantized_dimension=dim),
+            QuantParams.of(layer.scale, 0, quantized_dimension=layer.quantized_dimension),
             "_int8",
         )
-        if bias_t >= 0:
-            bias_values = quantize_bias(bias, input_scale, scale)
-            op.inputs[bias_position] = self._constant_copy(
-                bias_t,
-                ("bias", input_scale.tobytes(), scale.tobytes()),
-                bias_values,
-                TensorType.INT32,
-                QuantParams.of(bias_scale(input_scale, scale), 0, quantized_dimension=0),
-                "_int32",
+        if layer.enlarged_channels:
+            source = self.plan.decisions[op_index].source_index
+            self.notes.enlarged_weight_scales.append(
+                {
+                    "subgraph": self.plan.subgraph_index,
+                    "op_index": source,
+                    "tensor": self.subgraph.tensors[t].name,
+                    "channels": layer.enlarged_channels,
+                }
             )
+            self.notes.warnings.append(
+                f"subgraph {self.plan.subgraph_index} op {source} ({self.model.op_type(op)}): "
+                f"bias would overflow int32 in {len(layer.enlarged_channels)} channel(s); their "
+                "weight scales were enlarged"
+            )
+        if layer.bias is None:
+            return
+        position = layer.bias_position
+        while len(op.inputs) <= position:
+            op.inputs.append(-1)
+        bias_t = op.inputs[position]
+        if bias_t < 0:  # a correction gave a bias-less layer a bias
+            bias_t = self.subgraph.add_tensor(
+                Tensor(
+                    name=self.names(f"{self.subgraph.tensors[op.outputs[0]].name}/bias"),
+                    shape=[layer.bias.size],
+                    dtype=TensorType.FLOAT32,
+                )
+            )
+        op.inputs[position] = self._constant_copy(
+            bias_t,
+            ("bias", op_index),
+            layer.bias,
+            _BIAS_TYPES[layer.bias.dtype],
+            QuantParams.of(layer.bias_scale, 0, quantized_dimension=0),
+            f"_{layer.bias.dtype.name}",
+        )
 
     # ------------------------------------------------------------------ operators
 
-    def _rewrite_int8(self, op: Operator) -> None:
-        rule = self.spec.rule(self.model.op_type(op))
-        tensors = self.subgraph.tensors
+    def _rewrite_quantized(self, i: int, op: Operator, mode: str) -> None:
+        rule = self.specs[mode].rule(self.model.op_type(op))
         code = self.model.operator_codes[op.opcode_index]
         code.version = max(code.version, rule.int8_version)
-        weight_rule = rule.weight_rule()
-        if (
-            weight_rule is not None
-            and isinstance(weight_rule.index, int)
-            and len(op.inputs) > weight_rule.index
-            and op.inputs[weight_rule.index] >= 0
-        ):
-            self._quantize_weights_and_bias(op, rule, weight_rule.index)
-        for position in activation_positions(rule, op, tensors):
+        layer = self.plan.weights.get(i)
+        if layer is not None:
+            self._store_weights(i, op, layer)
+        tensors = self.subgraph.tensors
+        for (op_index, position), slot in self.plan.reads.items():
+            if op_index != i:
+                continue
             t = op.inputs[position]
             if self.model.is_constant(tensors[t]):
-                op.inputs[position] = self._quantize_activation_constant(t)
+                op.inputs[position] = self._quantized_constant(t, slot)
             else:
-                op.inputs[position] = self.need(t, INT8)
+                op.inputs[position] = self.need(t, slot, self._slot_version(slot))
 
     def _rewrite_float(self, op: Operator) -> None:
         tensors = self.subgraph.tensors
         for position, t in enumerate(op.inputs):
             if t >= 0 and tensors[t].dtype == TensorType.FLOAT32 and t in self.home:
-                op.inputs[position] = self.need(t, FLOAT)
+                op.inputs[position] = self.need(t, self._float_key(t), _Version(FLOAT, None))
 
     def run(self) -> RewriteNotes:
         self._assign_homes()
-        original_ops = list(self.subgraph.operators)
-        for op in original_ops:
-            mode = self.plan.decision(op).mode
-            if mode == INT8:
-                self._rewrite_int8(op)
+        for i, op in enumerate(list(self.subgraph.operators)):
+            mode = self.plan.decisions[i].mode
+            if mode in QUANTIZED:
+                self._rewrite_quantized(i, op, mode)
             elif mode == FLOAT:
                 self._rewrite_float(op)
             boundary_outputs = []
             for position, t in enumerate(op.outputs):
-                if t in self.home:
-                    home = self.home[t]
-                    op.outputs[position] = self.versions[t][home]
-                    if self.versions[t][home] != t:
-                        boundary_outputs.append(t)
+                if t not in self.home:
+                    continue
+                produced = self.tensor_of[self.home[t]]
+                op.outputs[position] = produced
+                if produced != t:
+                    boundary_outputs.append(t)
             self.emitted.append(op)
             for t in boundary_outputs:
-                home = self.home[t]
-                boundary = next(d for d, index in self.versions[t].items() if index == t)
-                self._emit_converter(self.versions[t][home], t, boundary)
-        for t, versions in self.versions.items():
-            for domain, index in versions.items():
-                self._set_domain(index, domain, t)
+                self._emit_converter(self.tensor_of[self.home[t]], t, self.kind[("io", t)].dtype)
+        for key, t in self.tensor_of.items():
+            self._set_type(t, self.kind[key])
         self.subgraph.operators = self.emitted
         return self.notes
+
+    def _set_type(self, t: int, version: _Version) -> None:
+        tensor = self.subgraph.tensors[t]
+        tensor.dtype = _TENSOR_TYPES[version.dtype]
+        if version.params is None:
+            tensor.quantization = None
+        else:
+            tensor.quantization = QuantParams.of(version.params.scale, version.params.zero_point)
 
 
 def rewrite(
     model: Model,
     plan: Plan,
-    spec: Int8Spec,
-    io: str = "float",
-    subgraph_index: int = 0,
+    specs: Mapping[str, QuantSpec],
+    io: str = FLOAT,
     notes: RewriteNotes | None = None,
 ) -> RewriteNotes:
-    """Turn a planned float subgraph (in place) into its int8 form.
+    """Turn a planned float subgraph (in place) into its integer form.
 
     Tensor indices stay valid (the float originals remain, unused) so that several subgraphs can
     be rewritten one after the other; `remove_unused` drops the leftovers at the end.
     """
-    return _Rewriter(model, plan, spec, io, subgraph_index, notes or RewriteNotes()).run()
+    return _Rewriter(model, plan, specs, io, notes or RewriteNotes()).run()

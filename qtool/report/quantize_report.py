@@ -13,7 +13,7 @@ from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 
 
 def file_facts(path: str | Path) -> dict[str, Any]:
@@ -37,10 +37,8 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
         }
     inserted: dict[int, int] = {}
     for s, plan in result.plans.items():
-        for decision in plan.decisions.values():
-            if decision.source_index is None:
-                inserted[s] = inserted.get(s, 0) + 1
-                continue
+        inserted[s] = len(plan.requantized())
+        for decision in plan.decisions:
             op = source.subgraphs[s].operators[decision.source_index]
             rows[(s, decision.source_index)] = {
                 "subgraph": s,
@@ -51,13 +49,15 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
             }
     ordered = [rows[key] for key in sorted(rows)]
     for s, count in sorted(inserted.items()):
+        if not count:
+            continue
         ordered.append(
             {
                 "subgraph": s,
                 "index": None,
                 "op": "QUANTIZE",
                 "mode": "inserted",
-                "reason": f"{count} int8 -> int8 requantization(s) in front of same-scale ops",
+                "reason": f"{count} requantization(s) in front of same-scale ops",
             }
         )
     return ordered
@@ -67,13 +67,13 @@ def _tensor_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
     rows = []
     for s, subgraph in enumerate(result.model.subgraphs):
         before = {t.name: t for t in source.subgraphs[s].tensors}
-        calibration = result.calibrations.get(s)
+        plan = result.plans.get(s)
         calibrated = (
             {}
-            if calibration is None
+            if plan is None
             else {
                 result.float_model.subgraphs[s].tensors[t].name: span
-                for t, span in calibration.ranges.items()
+                for t, span in plan.ranges.items()
             }
         )
         for tensor in subgraph.tensors:
@@ -103,7 +103,7 @@ def _calibration_rows(result: QuantizeResult, model: Model) -> list[dict[str, An
             "samples": c.samples,
             "engine": c.engine,
             "seconds": round(c.seconds, 4),
-            "observer": c.observer.kind,
+            "method": result.method,
             "source": c.source,
             "synthetic": c.synthetic,
         }
@@ -133,6 +133,10 @@ def build_report(
             "per_tensor_fc": options.per_tensor_fc,
             "keep_float": list(options.keep_float),
             "engine": options.engine,
+            "calibration": options.calibration,
+            "bias_correction": options.bias_correction,
+            "activations": options.activations,
+            "int16": list(options.int16),
             "data": data_sources,
             "synthetic": any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
@@ -154,6 +158,7 @@ def build_report(
         "tensors": _tensor_rows(result, source),
         "enlarged_weight_scales": result.notes.enlarged_weight_scales,
         "warnings": result.warnings,
+        "accuracy": accuracy_section(result),
         "audit": audit,
         "layer_errors": [
             {
@@ -167,6 +172,23 @@ def build_report(
     }
 
 
+def accuracy_section(result: QuantizeResult) -> dict[str, Any]:
+    """How close the quantized model is to the float one on held-out samples."""
+    return {
+        "source": result.accuracy_source or None,
+        "method": result.method,
+        "method_scores_db": {m: _db(v) for m, v in result.method_scores.items()},
+        "outputs": [
+            {"subgraph": a.subgraph, "name": a.name, "sqnr_db": _db(a.sqnr_db)}
+            for a in result.accuracy
+        ],
+    }
+
+
+def _db(value: float) -> float | None:
+    return None if value == float("inf") else round(value, 3)
+
+
 def summary_counts(report: dict[str, Any]) -> dict[str, int]:
     modes = [row["mode"] for row in report["ops"]]
-    return {mode: modes.count(mode) for mode in ("int8", "float", "integer", "folded")}
+    return {mode: modes.count(mode) for mode in ("int8", "int16", "float", "integer", "folded")}

@@ -27,7 +27,7 @@ def test_registry_and_catalogue_agree() -> None:
 def spec_data(monkeypatch):
     """A mutable copy of the spec file's data that load_spec/load_settings read from."""
     data = copy.deepcopy(spec_module.raw_spec())
-    monkeypatch.setattr(spec_module, "raw_spec", lambda: data)
+    monkeypatch.setattr(spec_module, "raw_spec", lambda scheme="int8": data)
     monkeypatch.setattr(config_module, "raw_spec", lambda: data)
     spec_module.load_spec.cache_clear()
     config_module.load_settings.cache_clear()

@@ -25,13 +25,25 @@ def holdout_feeds(name: str, model: Model) -> list[np.ndarray]:
     return [holdout[spec.name] for spec in model_inputs(model)]
 
 
+# TensorFlow's converter calibrates with min/max and rounds weights to nearest: the options
+# under which qtool's planning is compared with TensorFlow's, rule for rule.
+TENSORFLOW_ALGORITHM = (("calibration", "minmax"), ("bias_correction", False))
+
+
 @functools.cache
 def quantized(
-    name: str, io: str = "float", per_tensor_fc: bool = False, keep_float: tuple[str, ...] = ()
+    name: str,
+    io: str = "float",
+    per_tensor_fc: bool = False,
+    keep_float: tuple[str, ...] = (),
+    algorithm: tuple[tuple[str, object], ...] = (),
 ) -> QuantizeResult:
+    """A fixture quantized with qtool's defaults, or with `algorithm`'s options replacing them."""
     model = load_model(fixture_path(name))
     dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
-    options = QuantizeOptions(io=io, per_tensor_fc=per_tensor_fc, keep_float=keep_float)
+    options = QuantizeOptions(
+        io=io, per_tensor_fc=per_tensor_fc, keep_float=keep_float, **dict(algorithm)
+    )
     return quantize_model(model, dataset, options)
 
 

@@ -165,7 +165,7 @@ def test_unsupported_op_stays_float_between_converters() -> None:
 def test_keep_float_pattern() -> None:
     result = quantized("cnn", keep_float=("SOFTMAX",))
     assert [f.op_type for f in result.float_ops] == ["SOFTMAX"]
-    assert "--keep-float SOFTMAX" in result.float_ops[0].reason
+    assert "keep-float pattern 'SOFTMAX'" in result.float_ops[0].reason
     model = reparsed(result)
     (softmax,) = ops_of(model, "SOFTMAX")
     assert model.subgraphs[0].tensors[softmax.inputs[0]].dtype == TensorType.FLOAT32

@@ -1,0 +1,153 @@
+"""One calibration pass that also sets samples aside for an honest accuracy estimate.
+
+Every `HOLDOUT_EVERY`-th sample (up to `HOLDOUT_MAX`) goes to an evaluation fold: its float
+outputs are kept as the reference, and its statistics are kept apart from those of the other
+samples (the fitting fold). Quantization choices that need a measurement (which calibration
+method, which layers need 16 bits) are fitted on one fold and judged on the other, and the final
+model is calibrated on both. A separate held-out dataset, when given, is the evaluation fold
+instead and never contributes to calibration.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from qtool.calibrate.calibrate import CalibrationResult, activation_tensors, calibrate
+from qtool.calibrate.datasets import Batch, Dataset
+from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
+from qtool.errors import UnsupportedOpError
+from qtool.model import Model
+from qtool.runtime import Engine
+
+HOLDOUT_EVERY = 4
+HOLDOUT_MAX = 32
+MIN_SAMPLES_FOR_HOLDOUT = 8
+
+
+@dataclass
+class EvaluationSet:
+    """Held-out samples and what the float model computes on them."""
+
+    inputs: list[np.ndarray]  # one array per model input, (N, *sample_shape)
+    reference: list[np.ndarray]  # float outputs, (N, ...)
+    source: str  # "calibration fold" or the held-out dataset's name
+
+    @property
+    def samples(self) -> int:
+        return int(self.inputs[0].shape[0]) if self.inputs else 0
+
+
+@dataclass
+class Collected:
+    statistics: SubgraphStatistics  # every calibration sample
+    fit: SubgraphStatistics  # the calibration samples outside the evaluation fold
+    evaluation: EvaluationSet | None
+    calibration: CalibrationResult
+
+
+def selected(
+    dataset: Dataset, keep: Callable[[np.ndarray], np.ndarray], limit: int | None
+) -> Dataset:
+    """The samples of `dataset` whose running index `keep` accepts, read lazily."""
+
+    def read() -> Iterator[Batch]:
+        start = 0
+        for batch in dataset.iter_chunks(256):
+            n = batch[0].shape[0]
+            mask = keep(np.arange(start, start + n))
+            start += n
+            if mask.any():
+                yield [values[mask] for values in batch]
+
+    return Dataset(read=read, source=dataset.source, synthetic=dataset.synthetic, limit=limit)
+
+
+def _materialise(dataset: Dataset) -> list[np.ndarray]:
+    chunks = list(dataset.iter_chunks(1 << 30))
+    if not chunks:
+        return []
+    return [np.concatenate(arrays) for arrays in zip(*chunks, strict=True)]
+
+
+def _reference(
+    model: Model, subgraph_index: int, inputs: list[np.ndarray], observer
+) -> list[np.ndarray]:
+    return Engine(model, subgraph_index).run(inputs, observers=[observer])
+
+
+def collect(
+    model: Model,
+    dataset: Dataset,
+    engine: str = "auto",
+    subgraph_index: int = 0,
+    progress: Callable[[int], None] | None = None,
+    holdout: Dataset | None = None,
+    evaluate: bool = True,
+) -> Collected:
+    """Calibrate `model` on `dataset`, keeping an evaluation fold (or using `holdout`).
+
+    With `evaluate` False, or when the numpy engine cannot run the model (the fold's reference
+    outputs and every simulation need it), all samples calibrate and there is no fold.
+    """
+    tensors = activation_tensors(model, subgraph_index)
+    subgraph = model.subgraphs[subgraph_index]
+    batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
+
+    def fresh() -> SubgraphStatistics:
+        return new_subgraph_statistics(model, subgraph_index, tensors, batched)
+
+    if evaluate:
+        try:
+            Engine(model, subgraph_index)
+        except UnsupportedOpError:
+            evaluate = False
+    expected = dataset.expected_samples
+    folded = (
+        evaluate and holdout is None and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
+    )
+    fit_data = dataset
+    if folded:
+        fit_data = selected(dataset, lambda i: ~_in_fold(i), None)
+        fit_data.size_hint = None if expected is None else expected - _fold_size(expected)
+    fit = fresh()
+    calibration = calibrate(
+        model,
+        fit_data,
+        engine=engine,
+        observer=fit,
+        progress=progress,
+        subgraph_index=subgraph_index,
+    )
+    fit.samples = calibration.samples
+    statistics = copy.deepcopy(fit)
+    evaluation = None
+    if folded or (evaluate and holdout is not None):
+        source = holdout or selected(dataset, _in_fold, None)
+        inputs = _materialise(source)
+        if inputs and inputs[0].shape[0]:
+            fold = fresh()
+            reference = _reference(model, subgraph_index, inputs, fold)
+            fold.samples = int(inputs[0].shape[0])
+            if holdout is None:
+                statistics.merge(fold)
+                if progress:
+                    progress(fold.samples)
+            evaluation = EvaluationSet(
+                inputs, reference, "held-out data" if holdout is not None else "calibration fold"
+            )
+    calibration.samples = statistics.samples
+    return Collected(statistics, fit, evaluation, calibration)
+
+
+def _in_fold(index: np.ndarray) -> np.ndarray:
+    """Whether samples belong to the evaluation fold: every HOLDOUT_EVERY-th, the first
+    HOLDOUT_MAX of them (later ones calibrate like the rest)."""
+    return (index % HOLDOUT_EVERY == HOLDOUT_EVERY - 1) & (index < HOLDOUT_EVERY * HOLDOUT_MAX)
+
+
+def _fold_size(samples: int) -> int:
+    return min(samples // HOLDOUT_EVERY, HOLDOUT_MAX)

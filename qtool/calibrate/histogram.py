@@ -1,0 +1,149 @@
+"""A histogram of float32 values over one fixed, global grid, so that statistics merge exactly.
+
+The bin of a value is its float32 bit pattern shifted right by 18: sign, exponent and the top
+`MANTISSA_BITS` mantissa bits. Every octave [2^e, 2^(e+1)) is cut into 32 equal bins, so a bin
+is at most 1/32 (3%) of the values it holds wide, from denormals to 3e38, with no range to choose
+up front. Because the grid never moves, histograms of different shards, chunks or machines add
+up bin by bin: merging is exact and order does not matter. Counts are kept in value order
+(ordinals 0..16383: most negative first), 128 KB per tensor at most.
+
+Only a deterministic subset of each sample's elements is binned (every `stride`-th, with a prime
+stride that does not divide the channel count so every channel is seen): at most
+`BINNED_PER_SAMPLE` values per sample and tensor keep binning cheap next to inference. The
+subset depends only on the sample, never on how samples are chunked or sharded, so exact merging
+holds. The minimum and maximum are exact over every element.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+MANTISSA_BITS = 5
+SHIFT = 23 - MANTISSA_BITS
+MAGNITUDES = 1 << (31 - SHIFT)  # bins per sign: 8 exponent + 5 mantissa bits
+BINS = 2 * MAGNITUDES
+FINITE_MAGNITUDES = 255 << MANTISSA_BITS  # exponent 255 holds inf and NaN
+BINNED_PER_SAMPLE = 1 << 14
+
+
+@functools.cache
+def _magnitude_edges() -> np.ndarray:
+    """Lower edge of every magnitude bin (float64), plus the upper edge of the last finite one."""
+    bits = (np.arange(FINITE_MAGNITUDES + 1, dtype=np.uint64) << SHIFT).astype(np.uint32)
+    return bits.view(np.float32).astype(np.float64)
+
+
+@functools.cache
+def bin_edges() -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) value of every ordinal bin, float64; non-finite bins are empty spans."""
+    edges = _magnitude_edges()
+    lower = np.zeros(BINS)
+    upper = np.zeros(BINS)
+    finite = FINITE_MAGNITUDES
+    # Positive magnitudes m sit at ordinal MAGNITUDES + m, negative ones at MAGNITUDES - 1 - m.
+    lower[MAGNITUDES : MAGNITUDES + finite] = edges[:-1]
+    upper[MAGNITUDES : MAGNITUDES + finite] = edges[1:]
+    lower[MAGNITUDES - finite : MAGNITUDES] = -edges[1:][::-1]
+    upper[MAGNITUDES - finite : MAGNITUDES] = -edges[:-1][::-1]
+    return lower, upper
+
+
+@functools.cache
+def bin_centers() -> np.ndarray:
+    """The value standing for each bin: its midpoint, except 0 for the two bins at zero (they
+    hold exact zeros, which every activation grid represents exactly, and denormals)."""
+    lower, upper = bin_edges()
+    centers = (lower + upper) / 2
+    centers[MAGNITUDES - 1 : MAGNITUDES + 1] = 0.0
+    return centers
+
+
+def _ordinal_counts(raw: np.ndarray) -> np.ndarray:
+    """Counts indexed by bit-pattern bin (positives, then negatives) reordered by value."""
+    counts = np.empty(BINS, np.int64)
+    counts[MAGNITUDES:] = raw[:MAGNITUDES]
+    counts[:MAGNITUDES] = raw[MAGNITUDES:][::-1]
+    counts[MAGNITUDES + FINITE_MAGNITUDES :] = 0
+    counts[: MAGNITUDES - FINITE_MAGNITUDES] = 0
+    return counts
+
+
+@functools.cache
+def sampling_stride(sample_elements: int, channels: int) -> int:
+    """Every how many elements of a sample get binned: 1 for small tensors, otherwise the
+    smallest prime that keeps the count near `BINNED_PER_SAMPLE` and does not divide the channel
+    count (a stride sharing a factor with it would only ever see some channels)."""
+    wanted = sample_elements // BINNED_PER_SAMPLE
+    if wanted <= 1:
+        return 1
+    candidate = max(wanted, 2)
+    while True:
+        if _is_prime(candidate) and channels % candidate:
+            return candidate
+        candidate += 1
+
+
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % d for d in range(2, int(n**0.5) + 1))
+
+
+@dataclass
+class Histogram:
+    """Value counts of one tensor over the global grid, with its exact minimum and maximum."""
+
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.int64))
+    min: float = float("inf")
+    max: float = float("-inf")
+
+    @property
+    def empty(self) -> bool:
+        return self.min > self.max
+
+    def add(self, samples: np.ndarray, channels: int = 1) -> None:
+        """Fold in values shaped (samples, elements per sample); non-finite values are skipped."""
+        values = np.asarray(samples, dtype=np.float32)
+        if not values.size:
+            return
+        low, high = float(values.min()), float(values.max())
+        finite = None
+        if not (np.isfinite(low) and np.isfinite(high)):
+            finite = np.isfinite(values)
+            if not finite.any():
+                return
+            low, high = float(values[finite].min()), float(values[finite].max())
+        self.min, self.max = min(self.min, low), max(self.max, high)
+        stride = sampling_stride(values.shape[1], channels)
+        binned = values[:, ::stride] if stride > 1 else values
+        patterns = (binned.view(np.uint32) >> SHIFT).astype(np.uint16)
+        raw = np.bincount(patterns.reshape(-1), minlength=BINS)
+        self.counts += _ordinal_counts(raw)  # inf/NaN patterns fall in the zeroed bins
+
+    def merge(self, other: Histogram) -> None:
+        self.counts += other.counts
+        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+
+    def state(self) -> dict[str, Any]:
+        """JSON-ready: exact min/max and the counts between the first and last non-empty bin."""
+        nonzero = np.flatnonzero(self.counts)
+        first = int(nonzero[0]) if nonzero.size else 0
+        last = int(nonzero[-1]) + 1 if nonzero.size else 0
+        return {
+            "min": self.min if not self.empty else None,
+            "max": self.max if not self.empty else None,
+            "first_bin": first,
+            "counts": self.counts[first:last].tolist(),
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Histogram:
+        histogram = cls()
+        if state["min"] is not None:
+            histogram.min, histogram.max = float(state["min"]), float(state["max"])
+        counts = np.asarray(state["counts"], np.int64)
+        first = int(state["first_bin"])
+        histogram.counts[first : first + counts.size] = counts
+        return histogram

@@ -1,0 +1,171 @@
+"""Calibration statistics: everything quantization reads from the calibration data.
+
+Per subgraph: a histogram (with exact min/max) of every float activation, and the mean of every
+input of a layer with weights (for bias correction). The object merges exactly with the
+statistics of other shards of the same model (integer counts, fixed-point sums), and saves to /
+loads from JSON, so calibration can run on many machines and quantization read the merge.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qtool.calibrate.histogram import Histogram
+from qtool.calibrate.observers import HistogramObserver, MeanObserver
+from qtool.calibrate.ranges import MINMAX, Method
+from qtool.errors import DataError
+from qtool.model import Model, TensorType
+
+STATISTICS_FORMAT = "qtool-calibration-statistics"
+STATISTICS_VERSION = 1
+# Operators whose weights may be corrected, and the input position of their activation.
+WEIGHT_OP_INPUTS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 0, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 2}
+
+
+def model_fingerprint(model: Model) -> str:
+    """A digest of a (prepared) float model's graph: statistics only merge and apply within it."""
+    digest = hashlib.sha256()
+    for subgraph in model.subgraphs:
+        for tensor in subgraph.tensors:
+            digest.update(f"{tensor.name}|{tensor.shape}|{tensor.dtype};".encode())
+        for op in subgraph.operators:
+            digest.update(f"{model.op_type(op)}|{op.inputs}|{op.outputs};".encode())
+    return digest.hexdigest()
+
+
+def sample_shape(model: Model, subgraph_index: int, t: int, batched: bool) -> tuple[int, ...]:
+    """The shape of one sample of tensor t as the engines hold it."""
+    shape = tuple(model.subgraphs[subgraph_index].tensors[t].shape)
+    return shape[1:] if batched and shape[:1] == (1,) else shape
+
+
+def corrected_inputs(model: Model, subgraph_index: int) -> list[int]:
+    """Activation inputs of the layers whose bias may be corrected."""
+    subgraph = model.subgraphs[subgraph_index]
+    inputs = []
+    for op in subgraph.operators:
+        position = WEIGHT_OP_INPUTS.get(model.op_type(op))
+        if position is None or position >= len(op.inputs) or op.inputs[position] < 0:
+            continue
+        tensor = subgraph.tensors[op.inputs[position]]
+        if tensor.dtype == TensorType.FLOAT32 and not model.is_constant(tensor):
+            inputs.append(op.inputs[position])
+    return sorted(set(inputs))
+
+
+@dataclass
+class SubgraphStatistics:
+    """The statistics of one subgraph; also the observer that collects them."""
+
+    histograms: HistogramObserver
+    means: MeanObserver
+    samples: int = 0
+
+    @property
+    def tensors(self) -> frozenset[int]:
+        return self.histograms.tensors | self.means.tensors
+
+    def __call__(self, tensor_index: int, value: np.ndarray) -> None:
+        self.histograms(tensor_index, value)
+        self.means(tensor_index, value)
+
+    def merge(self, other: SubgraphStatistics) -> None:
+        self.histograms.merge(other.histograms)
+        self.means.merge(other.means)
+        self.samples += other.samples
+
+    def ranges(self, method: Method = MINMAX) -> dict[int, tuple[float, float]]:
+        return {t: method.range(h) for t, h in self.histograms.histograms.items() if not h.empty}
+
+    def histogram(self, t: int) -> Histogram | None:
+        return self.histograms.histograms.get(t)
+
+
+def new_subgraph_statistics(
+    model: Model, subgraph_index: int, tensors: Iterable[int], batched: bool
+) -> SubgraphStatistics:
+    shapes = {t: sample_shape(model, subgraph_index, t, batched) for t in tensors}
+    elements = {t: int(np.prod(shape, dtype=np.int64)) for t, shape in shapes.items()}
+    channels = {t: (shape[-1] if shape else 1) for t, shape in shapes.items()}
+    corrected = corrected_inputs(model, subgraph_index)
+    return SubgraphStatistics(
+        HistogramObserver(shapes, elements, channels),
+        MeanObserver(
+            corrected, {t: sample_shape(model, subgraph_index, t, batched) for t in corrected}
+        ),
+    )
+
+
+@dataclass
+class CalibrationStatistics:
+    """Statistics of every calibrated subgraph of one model."""
+
+    fingerprint: str
+    subgraphs: dict[int, SubgraphStatistics] = field(default_factory=dict)
+
+    @property
+    def samples(self) -> int:
+        return sum(s.samples for s in self.subgraphs.values())
+
+    def merge(self, other: CalibrationStatistics) -> None:
+        if other.fingerprint != self.fingerprint:
+            raise DataError("the statistics come from different models and cannot be merged")
+        for s, stats in other.subgraphs.items():
+            if s in self.subgraphs:
+                self.subgraphs[s].merge(stats)
+            else:
+                self.subgraphs[s] = stats
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "format": STATISTICS_FORMAT,
+            "version": STATISTICS_VERSION,
+            "fingerprint": self.fingerprint,
+            "subgraphs": {
+                str(s): {
+                    "samples": stats.samples,
+                    "histograms": stats.histograms.state()["histograms"],
+                    "means": stats.means.state()["means"],
+                }
+                for s, stats in sorted(self.subgraphs.items())
+            },
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> CalibrationStatistics:
+        if state.get("format") != STATISTICS_FORMAT:
+            raise DataError("not a qtool calibration statistics file")
+        if state.get("version") != STATISTICS_VERSION:
+            raise DataError(f"statistics format version {state.get('version')} is not supported")
+        try:
+            subgraphs = {
+                int(s): SubgraphStatistics(
+                    HistogramObserver.from_state({"histograms": raw["histograms"]}),
+                    MeanObserver.from_state({"means": raw["means"]}),
+                    int(raw["samples"]),
+                )
+                for s, raw in state["subgraphs"].items()
+            }
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"malformed calibration statistics ({exc})") from None
+        return cls(str(state["fingerprint"]), subgraphs)
+
+    def save(self, path: str | Path) -> None:
+        from qtool.model import write_atomic
+
+        write_atomic(path, json.dumps(self.state(), separators=(",", ":")) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CalibrationStatistics:
+        try:
+            state = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise DataError(f"{path}: cannot read calibration statistics ({exc})") from None
+        return cls.from_state(state)

@@ -1,0 +1,130 @@
+"""Integer weights and biases of the operators that have them (CONV_2D, DEPTHWISE_CONV_2D,
+TRANSPOSE_CONV, FULLY_CONNECTED...).
+
+Weights are symmetric per axis (zero point 0, [-127, 127]); the bias is int32 (int64 under
+int16x8 where the spec says so) at `input_scale * weight_scale[c]`. A channel whose bias would
+overflow gets a larger weight scale. Two optional refinements change which integers are stored,
+never the scheme: a rounding choice other than round-to-nearest (`rounding.py`) and a bias that
+compensates the expected output error of the rounded weights (`bias_correction.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qtool.errors import ModelError
+from qtool.model import Model, Operator, Subgraph
+from qtool.numerics import (
+    AffineParams,
+    bias_overflow,
+    bias_scale,
+    dequantize,
+    quantize,
+    quantize_bias,
+    symmetric_params,
+)
+from qtool.spec import OpRule
+
+# Integer weights for given real weights and per-channel scales: round to nearest by default.
+Rounder = Callable[[np.ndarray, np.ndarray, int | None], np.ndarray]
+# The change of a layer's float bias that compensates its rounded weights: (real weights,
+# dequantized integer weights) -> per-output-channel shift.
+Corrector = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass
+class LayerWeights:
+    """What the rewriter stores for one operator's weight and bias operands."""
+
+    weight_position: int
+    values: np.ndarray  # int8, the weight tensor's shape
+    scale: np.ndarray  # float32: one per slice along `axis`, or one for the tensor
+    axis: int | None
+    bias_position: int | None = None
+    bias: np.ndarray | None = None  # int32, or int64 where the spec's bias is int64
+    bias_scale: np.ndarray | None = None
+    bias_shift: np.ndarray | None = None  # float correction added to the bias (per channel)
+    enlarged_channels: list[int] = field(default_factory=list)
+
+    @property
+    def quantized_dimension(self) -> int:
+        return 0 if self.axis is None else self.axis
+
+    def real_weights(self) -> np.ndarray:
+        zero = np.zeros(self.scale.shape, np.int64)
+        return dequantize(self.values, self.scale, zero, axis=self.axis)
+
+    def real_bias(self) -> np.ndarray | None:
+        if self.bias is None:
+            return None
+        return (self.bias.astype(np.float64) * self.bias_scale.astype(np.float64)).astype(
+            np.float32
+        )
+
+
+def nearest(weights: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndarray:
+    """Round to nearest (half away from zero), saturating to [-127, 127]."""
+    zero = np.zeros(scale.shape, np.int64)
+    return quantize(weights, scale, zero, dtype=np.int8, axis=axis, narrow_range=True)
+
+
+def _bias_limit_dtype(bias_rule) -> type:
+    return np.int64 if bias_rule is not None and bias_rule.dtype == "int64" else np.int32
+
+
+def quantize_layer(
+    model: Model,
+    subgraph: Subgraph,
+    op: Operator,
+    rule: OpRule,
+    input_params: AffineParams,
+    rounder: Rounder = nearest,
+    corrector: Corrector | None = None,
+) -> LayerWeights:
+    """Quantize an operator's constant weights (and bias, present or created by a correction)."""
+    weight_rule = rule.weight_rule()
+    position = weight_rule.index
+    weights = np.asarray(model.tensor_data(subgraph.tensors[op.inputs[position]]), np.float32)
+    axis = weight_rule.axis if weight_rule.granularity == "per-axis" else None
+    scale = symmetric_params(weights, axis=axis).scale
+    bias_rule = rule.bias_rule()
+    bias_position = bias_rule.index if bias_rule is not None else None
+    bias = None
+    if (
+        bias_position is not None
+        and bias_position < len(op.inputs)
+        and op.inputs[bias_position] >= 0
+    ):
+        bias = np.asarray(model.tensor_data(subgraph.tensors[op.inputs[bias_position]]), np.float32)
+        if bias.ndim != 1:
+            raise ModelError(f"bias of shape {list(bias.shape)} is not one value per channel")
+    wide_bias = _bias_limit_dtype(bias_rule) is np.int64
+    enlarged: list[int] = []
+    shift = None
+    for _ in range(2):  # a corrected bias may overflow where the original did not: once more
+        values = rounder(weights, scale, axis)
+        layer = LayerWeights(position, values, scale, axis, bias_position)
+        shift = corrector(weights, layer.real_weights()) if corrector is not None else None
+        total = bias if shift is None else (0 if bias is None else bias) + shift
+        if total is None or wide_bias:
+            break
+        overflow, fitted = bias_overflow(total, input_params.scale, scale)
+        if not overflow.any():
+            break
+        enlarged = sorted(set(enlarged) | set(np.flatnonzero(overflow).tolist()))
+        scale = fitted
+    layer.enlarged_channels = enlarged
+    if total is not None and bias_position is not None:
+        layer.bias_shift = None if shift is None else np.asarray(shift, np.float32)
+        layer.bias_scale = bias_scale(input_params.scale, scale)
+        total = np.asarray(total, np.float32)
+        if wide_bias:
+            # int64 biases (16x8 kernels) hold any realistic value: rounded, never clamped.
+            real = total.astype(np.float64) / layer.bias_scale.astype(np.float64)
+            layer.bias = np.trunc(real + np.copysign(0.5, real)).astype(np.int64)
+        else:
+            layer.bias = quantize_bias(total, input_params.scale, scale)
+    return layer
