@@ -232,3 +232,18 @@ def with_version(data: bytes, op_type: str, version: int) -> bytes:
         if code.name == op_type:
             code.version = version
     return model_to_bytes(model)
+
+
+FLOAT_FIXTURES = ("cnn", "mixed_ops", "mlp", "multi_io", "no_signature", "spec_ops")
+
+
+@functools.cache
+def qtool_int8(name: str) -> bytes:
+    """qtool's own int8 conversion of the float fixture `name` (16 calibration samples)."""
+    from qtool.calibrate import load_dataset, model_inputs
+    from qtool.model import load_model
+    from tests.conftest import DATA, MODELS
+
+    model = load_model(MODELS / f"{name}.tflite")
+    data = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model), limit=16)
+    return model_to_bytes(quantize_model(model, data, QuantizeOptions()).model)

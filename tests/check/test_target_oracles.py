@@ -9,28 +9,14 @@ in its notes, with the evidence these tests reproduce.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
-from qtool.calibrate import load_dataset, model_inputs
 from qtool.check.targets import CANNOT_RUN, ON_TARGET, place_model
-from qtool.model import load_model, model_to_bytes, parse_model
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.model import parse_model
 from tests.check.helpers import TF_INT8
 from tests.check.oracles import litert_reference_outputs, tflm_result, vela_cpu_ops, xnnpack_ops
-from tests.check.target_models import BUILDERS, int8_model, with_version
-from tests.conftest import DATA, MODELS
-
-FLOAT_FIXTURES = ("cnn", "mixed_ops", "mlp", "multi_io", "no_signature", "spec_ops")
-
-
-@functools.cache
-def qtool_int8(name: str) -> bytes:
-    model = load_model(MODELS / f"{name}.tflite")
-    data = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model), limit=16)
-    return model_to_bytes(quantize_model(model, data, QuantizeOptions()).model)
+from tests.check.target_models import BUILDERS, FLOAT_FIXTURES, int8_model, qtool_int8, with_version
 
 
 def model_bytes(key: str) -> bytes:
