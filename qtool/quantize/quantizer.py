@@ -23,6 +23,7 @@ class QuantizeOptions:
     per_tensor_fc: bool = False  # per-tensor FULLY_CONNECTED weights (TFLM, NNAPI, Ethos-U)
     keep_float: tuple[str, ...] = ()  # op types or tensor-name globs kept in float on purpose
     engine: str = "auto"
+    target: str | None = None  # a device profile (schemas/targets/): plan with its spec profiles
 
     def __post_init__(self) -> None:
         if self.io not in IO_MODES:
@@ -30,7 +31,14 @@ class QuantizeOptions:
 
     @property
     def profiles(self) -> tuple[str, ...]:
-        return ("per-tensor-fc",) if self.per_tensor_fc else ()
+        profiles = ("per-tensor-fc",) if self.per_tensor_fc else ()
+        if self.target is not None:
+            from qtool.check.targets import load_target  # data only: no check logic in quantize
+
+            profiles += tuple(
+                p for p in load_target(self.target).spec_profiles if p not in profiles
+            )
+        return profiles
 
 
 @dataclass
