@@ -18,6 +18,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench.targets import bench_targets
 from qtool.calibrate import (
     Dataset,
     MinMaxObserver,
@@ -206,4 +207,5 @@ def litert_outputs(model_bytes: bytes, samples: np.ndarray) -> np.ndarray:
 if __name__ == "__main__":
     bench_calibration()
     bench_check()
+    bench_targets(ten_megabyte_model)
     bench_architectures()

@@ -150,7 +150,7 @@ def quantize_file(
             f"--strict: {len(result.float_ops)} operator(s) cannot be int8 ({listed})"
         )
     blob = model_to_bytes(result.model)
-    findings = audit_model(result.model, profiles=job.options.profiles)
+    findings = audit_model(result.model, profiles=job.options.profiles, target=job.options.target)
     audit = {
         "errors": sum(f.severity == "error" for f in findings),
         "warnings": sum(f.severity == "warning" for f in findings),

@@ -1,15 +1,17 @@
 """`qtool check`: audit quantized TFLite models against the int8 spec (`schemas/int8_spec.json`)."""
 
-from qtool.check.audit import audit_model, check_paths
+from qtool.check.audit import AccuracyGate, audit_model, check_model, check_paths
 from qtool.check.findings import SEVERITIES, Finding, ModelResult
 from qtool.check.rules import RULES, RuleInfo
 
 __all__ = [
     "RULES",
     "SEVERITIES",
+    "AccuracyGate",
     "Finding",
     "ModelResult",
     "RuleInfo",
     "audit_model",
+    "check_model",
     "check_paths",
 ]

@@ -1,28 +1,73 @@
-"""Audit models against the int8 spec: every finding, never stopping at the first."""
+"""Audit models against the int8 spec: every finding, never stopping at the first.
+
+With a target (`schemas/targets/NAME.json`) the audit also says where each op runs on that device;
+with an accuracy gate it compares the model's outputs with its float reference.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
 
-from qtool.check.config import OFF
+from qtool.calibrate import load_dataset, model_inputs
+from qtool.check.config import OFF, load_settings
 from qtool.check.context import AuditContext
 from qtool.check.findings import Finding, ModelResult
+from qtool.check.gates import AccuracyGate, accuracy_findings, target_findings
 from qtool.check.registry import FAMILIES, GATE
+from qtool.check.targets import checked_target, place_model
 from qtool.errors import QtoolError
+from qtool.evaluate import compare_models
 from qtool.model import Model, load_model
 
-__all__ = ["ModelResult", "audit_model", "check_paths"]
+__all__ = ["AccuracyGate", "ModelResult", "audit_model", "check_model", "check_paths"]
 
 
-def audit_model(model: Model, profiles: tuple[str, ...] = ()) -> list[Finding]:
-    """All findings of `model` under the target `profiles`, in graph order."""
-    ctx = AuditContext(model, tuple(profiles))
+def audit_model(
+    model: Model, profiles: tuple[str, ...] = (), target: str | None = None
+) -> list[Finding]:
+    """All findings of `model` under the spec `profiles` (and on `target`), in graph order."""
+    return check_model(model, profiles, target).findings
+
+
+def _spec_findings(model: Model, profiles: tuple[str, ...]) -> list[Finding]:
+    ctx = AuditContext(model, profiles)
     findings = list(GATE.run(ctx))
     if not findings:
         for family in FAMILIES:
             findings += _once_per_tensor(family.run(ctx)) if family.per_tensor else family.run(ctx)
-    return sorted((f for f in findings if f.severity != OFF), key=Finding.sort_key)
+    return findings
+
+
+def check_model(
+    model: Model,
+    profiles: tuple[str, ...] = (),
+    target: str | None = None,
+    accuracy: AccuracyGate | None = None,
+    path: str = "",
+) -> ModelResult:
+    """The audit of one loaded model: spec findings, target placement, accuracy against a
+    float reference (`accuracy`)."""
+    profiles = tuple(profiles)
+    if target is not None:
+        profiles += tuple(p for p in checked_target(target).spec_profiles if p not in profiles)
+    severity = load_settings(profiles).severity
+    findings = _spec_findings(model, profiles)
+    result = ModelResult(
+        path=path, operators=[(s, i, model.op_type(op)) for s, i, _, op in model.iter_ops()]
+    )
+    if target is not None:
+        report = place_model(model, target)
+        findings += target_findings(report, severity)
+        result.target = report.to_dict()
+    if accuracy is not None:
+        reference = load_model(accuracy.reference)
+        data = load_dataset(list(accuracy.data), model_inputs(reference))
+        comparison = compare_models(reference, model, data, accuracy.engine)
+        findings += accuracy_findings(comparison, accuracy.min_sqnr, severity)
+        result.accuracy = {**comparison.to_dict(), "min_sqnr": accuracy.min_sqnr}
+    result.findings = sorted((f for f in findings if f.severity != OFF), key=Finding.sort_key)
+    return result
 
 
 def _once_per_tensor(findings: Iterable[Finding]) -> list[Finding]:
@@ -37,7 +82,10 @@ def _once_per_tensor(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def check_paths(
-    paths: Iterable[str | os.PathLike], profiles: tuple[str, ...] = ()
+    paths: Iterable[str | os.PathLike],
+    profiles: tuple[str, ...] = (),
+    target: str | None = None,
+    accuracy: AccuracyGate | None = None,
 ) -> list[ModelResult]:
     """Audit each model file; an unreadable one gets its error and the others are still checked."""
     results = []
@@ -47,8 +95,5 @@ def check_paths(
         except QtoolError as exc:
             results.append(ModelResult(path=str(path), error=str(exc)))
             continue
-        operators = [(s, i, model.op_type(op)) for s, i, _, op in model.iter_ops()]
-        results.append(
-            ModelResult(path=str(path), findings=audit_model(model, profiles), operators=operators)
-        )
+        results.append(check_model(model, profiles, target, accuracy, path=str(path)))
     return results

@@ -44,6 +44,8 @@ class ModelResult:
     findings: list[Finding] = field(default_factory=list)
     error: str | None = None
     operators: list[tuple[int, int, str]] = field(default_factory=list)  # (subgraph, index, type)
+    target: dict[str, Any] | None = None  # placement on the --target (TargetReport.to_dict)
+    accuracy: dict[str, Any] | None = None  # comparison with the --reference model
 
     @property
     def summary(self) -> dict[str, int]:

@@ -37,6 +37,35 @@ def summary_line(result: ModelResult) -> str:
     )
 
 
+def target_line(target: dict[str, Any]) -> str:
+    share = target["mac_share"]
+    macs = "no MACs" if share is None else f"{share:.1%} of {target['macs']:,} MACs"
+    return (
+        f"target {target['target']}: {target['on_target']} of {target['ops']} ops ({macs}) run "
+        f"on the {target['accelerator']}, {target['fallback']} fall back to the CPU, "
+        f"{target['cannot_run']} cannot run"
+    )
+
+
+def accuracy_line(accuracy: dict[str, Any]) -> str:
+    worst = min((o["sqnr_db"] for o in accuracy["outputs"]), default=float("inf"))
+    return (
+        f"accuracy: worst output SQNR {worst:.2f} dB (min-sqnr {accuracy['min_sqnr']:g}) over "
+        f"{accuracy['samples']} samples, quantized model "
+        f"{'run in LiteRT' if accuracy['engine'] == 'litert' else 'simulated'}"
+    )
+
+
+def extra_lines(result: ModelResult) -> list[str]:
+    """The target and accuracy summaries of a model, when they were asked for."""
+    lines = []
+    if result.target is not None:
+        lines.append(target_line(result.target))
+    if result.accuracy is not None:
+        lines.append(accuracy_line(result.accuracy))
+    return lines
+
+
 def _where(finding: Finding) -> str:
     if finding.subgraph is None:
         return "model"
@@ -82,6 +111,8 @@ def render_text(results: Sequence[ModelResult], console: Console, quiet: bool = 
             else ("yellow" if result.summary["warnings"] else "green")
         )
         console.print(Text(summary_line(result), style=style), soft_wrap=True)
+        for line in extra_lines(result):
+            console.print(Text(f"  {line}"), soft_wrap=True)
 
 
 def to_text(results: Sequence[ModelResult], quiet: bool = False, width: int = 160) -> str:
@@ -104,6 +135,8 @@ def to_json(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dic
             "operators": len(result.operators),
             "findings": [finding.to_dict() for finding in result.findings],
             "summary": result.summary,
+            **({"target": result.target} if result.target is not None else {}),
+            **({"accuracy": result.accuracy} if result.accuracy is not None else {}),
         }
         for result in results
     ]
@@ -147,12 +180,31 @@ def _testcase(suite: ET.Element, classname: str, name: str, findings: list[Findi
     return bool(errors)
 
 
+def _properties(suite: ET.Element, result: ModelResult) -> None:
+    """Target placement and accuracy summaries as suite properties (CI dashboards show them)."""
+    values: dict[str, Any] = {}
+    if result.target is not None:
+        values.update({f"target.{k}": v for k, v in result.target.items() if k != "placement"})
+    if result.accuracy is not None:
+        values["accuracy.samples"] = result.accuracy["samples"]
+        values["accuracy.engine"] = result.accuracy["engine"]
+        for output in result.accuracy["outputs"]:
+            values[f"accuracy.sqnr_db.{output['name']}"] = round(output["sqnr_db"], 3)
+            if output["top1"] is not None:
+                values[f"accuracy.top1.{output['name']}"] = output["top1"]
+    if values:
+        properties = ET.SubElement(suite, "properties")
+        for name, value in values.items():
+            ET.SubElement(properties, "property", name=name, value=str(value))
+
+
 def to_junit(results: Sequence[ModelResult]) -> str:
     """One test suite per model, one test case per op plus one for model-level findings."""
     root = ET.Element("testsuites", name="qtool check")
     totals = {"tests": 0, "failures": 0, "errors": 0}
     for result in results:
         suite = ET.SubElement(root, "testsuite", name=result.path)
+        _properties(suite, result)
         counts = {"tests": 0, "failures": 0, "errors": 0}
         if result.error is not None:
             case = ET.SubElement(suite, "testcase", name="load model", classname=result.path)
@@ -213,7 +265,9 @@ def to_sarif(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> di
             "id": rule.id,
             "name": rule.id.removeprefix("QT-").title().replace("-", ""),
             "shortDescription": {"text": rule.title},
-            "fullDescription": {"text": rule.help},
+            "fullDescription": {
+                "text": rule.help + (f" On a device: {rule.on_device}" if rule.on_device else "")
+            },
             "help": {"text": rule.help},
             "defaultConfiguration": {
                 "level": SARIF_LEVELS[severity[rule.id]],
@@ -268,7 +322,14 @@ def to_sarif(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> di
                 ],
                 "artifacts": artifacts,
                 "results": sarif_results,
-                "properties": {"profiles": list(profiles)},
+                "properties": {
+                    "profiles": list(profiles),
+                    "models": [
+                        {"path": r.path, "target": r.target, "accuracy": r.accuracy}
+                        for r in results
+                        if r.target is not None or r.accuracy is not None
+                    ],
+                },
             }
         ],
     }
@@ -280,5 +341,6 @@ def render_rules(console: Console) -> None:
     for column in ("rule", "severity", "checks"):
         table.add_column(column, overflow="fold")
     for rule in RULES.values():
-        table.add_row(rule.id, rule.severity, f"{rule.title}\n[dim]{rule.help}[/]")
+        device = f"\n[italic]On a device: {rule.on_device}[/]" if rule.on_device else ""
+        table.add_row(rule.id, rule.severity, f"{rule.title}\n[dim]{rule.help}[/]{device}")
     console.print(table)

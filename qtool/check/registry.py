@@ -50,7 +50,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("bias scale", operands.check_bias_scales, ("QT-BIAS-SCALE",)),
     Family("fixed outputs", operands.check_fixed_outputs, ("QT-FIXED-OUTPUT",)),
     Family("same scale", operands.check_same_scale, ("QT-SAME-SCALE",)),
-    Family("tiny scales", risk.check_tiny_scales, ("QT-TINY-SCALE",)),
+    Family("tiny scales", risk.check_tiny_scales, ("QT-TINY-SCALE", "QT-DEAD-CHANNELS")),
     Family("bias saturation", risk.check_bias_saturation, ("QT-BIAS-SATURATED",), per_tensor=True),
     Family("activation range use", risk.check_range_use, ("QT-RANGE-UNDERUSED",)),
     Family("weight code use", risk.check_weight_codes, ("QT-WEIGHT-CODES",), per_tensor=True),

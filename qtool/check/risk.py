@@ -15,16 +15,52 @@ from qtool.numerics import quantize_multiplier
 
 
 def check_tiny_scales(ctx: AuditContext) -> Iterator[Finding]:
+    """Tiny scales of activations warn; constant channels whose values are negligible anyway
+    (dead filters: zero or about 1e-10 weights) are only counted, as an info."""
     limit = ctx.settings.tiny_scale
     for s, t, tensor in ctx.quantized_tensors():
-        smallest = float(tensor.quantization.scale.min())
-        if smallest < limit:
+        scales = tensor.quantization.scale
+        tiny = scales < limit
+        if not tiny.any():
+            continue
+        dead = _negligible_slices(ctx, tensor, limit) & tiny
+        if dead.any() and dead.sum() == tiny.sum():
             yield ctx.tensor_finding(
-                "QT-TINY-SCALE",
-                f"'{tensor.name}' has scale {num(smallest)} < tiny_scale {limit:g}",
+                "QT-DEAD-CHANNELS",
+                f"'{tensor.name}': {int(dead.sum())} of {scales.size} channels hold only values "
+                f"below {limit * NEGLIGIBLE_CODES:g} in magnitude (scale < tiny_scale {limit:g}): "
+                "they compute 0 in int8 as in float",
                 s,
                 t,
             )
+            continue
+        smallest = float(scales[tiny & ~dead].min())
+        yield ctx.tensor_finding(
+            "QT-TINY-SCALE",
+            f"'{tensor.name}' has scale {num(smallest)} < tiny_scale {limit:g}",
+            s,
+            t,
+        )
+
+
+NEGLIGIBLE_CODES = 128  # a value this many tiny steps from 0 is still negligible
+
+
+def _negligible_slices(ctx: AuditContext, tensor, limit: float) -> np.ndarray:
+    """Per scale: whether the constant's real values in that slice are all negligible."""
+    q = tensor.quantization
+    values = ctx.model.tensor_data(tensor) if ctx.model.is_constant(tensor) else None
+    if values is None or values.size == 0 or tensor.sparsity is not None:
+        return np.zeros(q.scale.size, bool)
+    zero = q.zero_point.astype(np.int64)
+    if q.per_axis:
+        along = [1] * values.ndim
+        along[q.quantized_dimension] = -1
+        offsets = np.abs(values.astype(np.int64) - zero.reshape(along))
+        peaks = offsets.max(axis=tuple(d for d in range(values.ndim) if d != q.quantized_dimension))
+    else:
+        peaks = np.array([np.abs(values.astype(np.int64) - zero[0]).max()])
+    return peaks * q.scale.astype(np.float64) <= limit * NEGLIGIBLE_CODES
 
 
 def check_bias_saturation(ctx: AuditContext) -> Iterator[Finding]:

@@ -18,10 +18,13 @@ class RuleInfo:
     severity: str  # default severity
     title: str  # one line
     help: str  # why it matters and what to do
+    on_device: str = ""  # what goes wrong on a device if a warning is ignored (device/kernel named)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
             raise ValueError(f"rule {self.id}: unknown severity {self.severity!r}")
+        if self.severity == "warning" and not self.on_device:
+            raise ValueError(f"warning rule {self.id} must say what goes wrong on a device")
 
 
 def _catalogue(*rules: RuleInfo) -> dict[str, RuleInfo]:
@@ -91,6 +94,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "per-tensor weights where the spec asks per-axis",
         "The op table quantizes these weights per output channel. Per-tensor weights still run "
         "but lose accuracy when channel ranges differ; re-quantize per channel.",
+        "Every int8 CONV_2D/DEPTHWISE_CONV_2D kernel (LiteRT, TFLite Micro, Ethos-U) applies the one scale to all channels, so channels with small weights keep a few codes or round to zero.",
     ),
     RuleInfo(
         "QT-WEIGHT-AXIS",
@@ -148,6 +152,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "float op left in an int8 model",
         "This op still computes in float between DEQUANTIZE/QUANTIZE: slower, and integer-only "
         "targets cannot run it.",
+        "TFLite Micro on a Cortex-M without an FPU runs the float kernel in software emulation, Ethos-U leaves the op to the CPU, and the Edge TPU compiler moves it and every later op to the CPU.",
     ),
     RuleInfo(
         "QT-FLOAT-FEED",
@@ -161,6 +166,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "legacy uint8 tensor inside the graph",
         "Asymmetric uint8 quantization is the legacy scheme; the spec uses int8. uint8 is fine "
         "only at the model boundary, converted by a QUANTIZE.",
+        "TFLite Micro has dropped most uint8 kernels and refuses the model at initialisation; LiteRT's XNNPACK delegate takes only signed int8, so uint8 ops run on the slower reference kernels.",
     ),
     RuleInfo(
         "QT-OP-UNCOVERED",
@@ -168,6 +174,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "int8 op not covered by the int8 spec",
         "The spec has no rules for this op, so its quantization cannot be audited and runtimes "
         "may not support it in int8.",
+        "A runtime without an int8 kernel for the op refuses the model at initialisation (TFLite Micro) or runs the op on its slow CPU fallback (XNNPACK, Ethos-U).",
     ),
     RuleInfo(
         "QT-OP-EXTENDED",
@@ -183,6 +190,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "bias values saturated at the int32 limit",
         "The real bias did not fit in int32 at scale input_scale * weight_scale (tiny scales); "
         "the clamped value is wrong. Enlarge that channel's weight scale.",
+        "The int8 CONV_2D/FULLY_CONNECTED kernels of LiteRT, TFLite Micro and Ethos-U add the clamped bias, so those channels are offset on every inference.",
     ),
     RuleInfo(
         "QT-RANGE-UNDERUSED",
@@ -190,6 +198,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "activation range uses few of the int8 codes",
         "The recorded min/max covers a small fraction of the representable range: precision is "
         "wasted. Recalibrate or narrow the quantization range.",
+        "The int8 kernels of LiteRT, TFLite Micro and the NPUs quantize the activation with this scale: the signal occupies few codes and loses about 6 dB of SQNR per unused bit.",
     ),
     RuleInfo(
         "QT-WEIGHT-CODES",
@@ -197,6 +206,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "constant weights use few of the int8 codes",
         "The largest |weight| of a channel maps far below 127, so few codes are used and "
         "precision is lost: the weight scale is too large for those values.",
+        "The int8 CONV_2D/FULLY_CONNECTED kernels of LiteRT, TFLite Micro and Ethos-U multiply these coarse codes as they are, so the layer's output carries the extra rounding error.",
     ),
     RuleInfo(
         "QT-RESCALE-ABORT",
@@ -212,6 +222,7 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "ADD/SUB multiplier flushed to zero",
         "An input (or the output) multiplier of the int8 ADD/SUB kernel is below 2^-32 and is "
         "flushed to 0: that input is ignored (or the output is constant).",
+        "LiteRT's and TFLite Micro's int8 ADD/SUB kernels compute with the flushed multiplier: that input contributes nothing (or the output is constant) on the device.",
     ),
     RuleInfo(
         "QT-TINY-SCALE",
@@ -219,5 +230,54 @@ RULES: dict[str, RuleInfo] = _catalogue(
         "scale is tiny",
         "Scales this small are close to float32 denormals: products and reciprocals lose "
         "precision or overflow, and bias values saturate.",
+        "Kernels that derive requantization multipliers from the scales in float32 (LiteRT, TFLite Micro, Vela for Ethos-U) get a zero or denormal multiplier, and the activation collapses to its zero point.",
     ),
+)
+
+
+# Rules of `--target` and of the accuracy gate (`--reference`), one row each:
+# id, default severity, title, help, what goes wrong on a device (warnings).
+RULES.update(
+    (row[0], RuleInfo(*row))
+    for row in (
+        (
+            "QT-TARGET-FALLBACK",
+            "warning",
+            "op falls back from the target's accelerator to the CPU",
+            "The target profile (schemas/targets/) says the accelerator does not take this op; "
+            "the message names the constraint it breaks and its limits.",
+            "The op runs on the device's CPU instead of the accelerator (e.g. Cortex-M with "
+            "TFLite Micro next to an Ethos-U, TFLite's kernels next to XNNPACK or the Edge TPU), "
+            "with a copy of its tensors across the boundary.",
+        ),
+        (
+            "QT-TARGET-UNSUPPORTED",
+            "error",
+            "op cannot run on the target at all",
+            "Neither the target's accelerator nor its CPU fallback runs this op (e.g. an op "
+            "TFLite Micro has no kernel for): the model fails to initialise on the device.",
+        ),
+        (
+            "QT-DEAD-CHANNELS",
+            "info",
+            "weight channels that are all zero or negligibly small",
+            "Channels whose weights are zero or below the tiny-scale limit compute 0 in int8 as "
+            "in float (dead filters): harmless, reported with their count.",
+        ),
+        (
+            "QT-SQNR",
+            "info",
+            "output SQNR against the float reference",
+            "The quantized model's output over the --data samples compared with the float "
+            "model's (SQNR in dB, and top-1 agreement of class-score outputs).",
+        ),
+        (
+            "QT-SQNR-LOW",
+            "error",
+            "output SQNR below the threshold",
+            "The quantized model's output is further from the float reference than --min-sqnr "
+            "allows: accuracy regressed. Recalibrate on representative data or keep the "
+            "sensitive layers in float.",
+        ),
+    )
 )

@@ -6,11 +6,13 @@ import json
 
 import click
 
-from qtool.check import check_paths
+from qtool.check import AccuracyGate, check_paths
 from qtool.check.formats import render_rules, render_text, to_json, to_junit, to_sarif, to_text
+from qtool.check.gates import DEFAULT_MIN_SQNR
 from qtool.cli.render import stderr, stdout
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
+from qtool.targets import target_names
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
 
@@ -44,6 +46,30 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
     help="Target runtimes that need per-tensor FULLY_CONNECTED weights "
     "(TFLite Micro, NNAPI, Ethos-U): per-axis FC weights become errors.",
 )
+@click.option(
+    "--target",
+    type=click.Choice(target_names()),
+    help="Also say where each op runs on this device (schemas/targets/NAME.json): its "
+    "accelerator, the CPU fallback (warning) or nowhere (error).",
+)
+@click.option(
+    "--reference",
+    type=click.Path(dir_okay=False),
+    help="Float model to compare outputs with (accuracy gate; needs --data).",
+)
+@click.option(
+    "--data",
+    "data",
+    multiple=True,
+    help="Samples for --reference: .npy/.npz file, directory, or module:function (repeatable).",
+)
+@click.option(
+    "--min-sqnr",
+    type=float,
+    default=DEFAULT_MIN_SQNR,
+    show_default=True,
+    help="With --reference: an output below this SQNR (dB) is an error.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Text format: print only the summary lines.")
 @click.option("--list-rules", is_flag=True, help="Print the rule catalogue and exit.")
 @click.pass_context
@@ -54,6 +80,10 @@ def check_command(
     output: str | None,
     fail_on: str,
     per_tensor_fc: bool,
+    target: str | None,
+    reference: str | None,
+    data: tuple[str, ...],
+    min_sqnr: float,
     quiet: bool,
     list_rules: bool,
 ) -> None:
@@ -69,8 +99,11 @@ def check_command(
         raise click.UsageError("give at least one MODEL (or --list-rules)")
     if output is not None:
         refuse_input_overwrite(output, models)
+    if (reference is None) != (not data):
+        raise click.UsageError("--reference and --data go together (the accuracy gate)")
     profiles = ("per-tensor-fc",) if per_tensor_fc else ()
-    results = check_paths(models, profiles)
+    accuracy = AccuracyGate(reference, data, min_sqnr) if reference is not None else None
+    results = check_paths(models, profiles, target, accuracy)
 
     if fmt == "text" and output is None:
         render_text(results, stdout, quiet=quiet)

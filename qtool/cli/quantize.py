@@ -13,6 +13,7 @@ from qtool.cli.render import print_json, stderr, stdout
 from qtool.jobs import QuantizeJob, QuantizeOutcome, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
 from qtool.report import summary_counts
+from qtool.targets import target_names
 
 
 @click.command("quantize")
@@ -44,6 +45,11 @@ from qtool.report import summary_counts
     "--per-tensor-fc",
     is_flag=True,
     help="Per-tensor FULLY_CONNECTED weights (TFLite Micro, NNAPI, Arm Ethos-U).",
+)
+@click.option(
+    "--target",
+    type=click.Choice(target_names()),
+    help="Plan for this device (schemas/targets/) and audit where each op runs on it.",
 )
 @click.option(
     "--keep-float",
@@ -84,6 +90,7 @@ def quantize_command(
     samples: int | None,
     io_mode: str,
     per_tensor_fc: bool,
+    target: str | None,
     keep_float: tuple[str, ...],
     strict: bool,
     report_path: str | None,
@@ -113,7 +120,11 @@ def quantize_command(
         custom_ops=custom_ops,
         layer_errors=layer_errors,
         options=QuantizeOptions(
-            io=io_mode, per_tensor_fc=per_tensor_fc, keep_float=keep_float, engine=engine
+            io=io_mode,
+            per_tensor_fc=per_tensor_fc,
+            keep_float=keep_float,
+            engine=engine,
+            target=target,
         ),
     )
     if synthetic and not data:

@@ -29,6 +29,7 @@ from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite
 from qtool.spec import load_spec
+from qtool.targets import load_target
 
 IO_MODES = IO_TYPES
 ACTIVATION_TYPES = (INT8, INT16)
@@ -45,6 +46,7 @@ class QuantizeOptions:
     bias_correction: bool = True
     activations: str = INT8  # int8, or int16 for the 16x8 scheme on every op that has it
     int16: tuple[str, ...] = ()  # op-type or tensor-name globs run in int16x8
+    target: str | None = None  # a device profile (schemas/targets/): plan with its spec profiles
 
     def __post_init__(self) -> None:
         if self.io not in IO_MODES:
@@ -58,7 +60,12 @@ class QuantizeOptions:
 
     @property
     def profiles(self) -> tuple[str, ...]:
-        return ("per-tensor-fc",) if self.per_tensor_fc else ()
+        profiles = ("per-tensor-fc",) if self.per_tensor_fc else ()
+        if self.target is not None:
+            profiles += tuple(
+                p for p in load_target(self.target).spec_profiles if p not in profiles
+            )
+        return profiles
 
     @property
     def int16_patterns(self) -> tuple[str, ...]:

@@ -1,0 +1,179 @@
+"""One operator as target constraints see it: its tensors, geometry, options and cost in MACs."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from qtool.model import Model, Operator, Tensor, dtype_name
+
+PADDING = {0: "SAME", 1: "VALID"}
+ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
+# Where the weights of the weighted ops sit among the inputs.
+WEIGHT_INPUT = {
+    "CONV_2D": 1,
+    "DEPTHWISE_CONV_2D": 1,
+    "FULLY_CONNECTED": 1,
+    "TRANSPOSE_CONV": 1,
+    "CONV_3D": 1,
+}
+BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
+POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D")
+
+
+@dataclass(frozen=True)
+class TargetOp:
+    model: Model
+    subgraph: int
+    index: int
+    type: str
+    version: int
+    operator: Operator
+
+    @functools.cached_property
+    def tensors(self) -> list[Tensor]:
+        return self.model.subgraphs[self.subgraph].tensors
+
+    @functools.cached_property
+    def inputs(self) -> tuple[Tensor | None, ...]:
+        return tuple(self.tensors[t] if t >= 0 else None for t in self.operator.inputs)
+
+    @functools.cached_property
+    def outputs(self) -> tuple[Tensor, ...]:
+        return tuple(self.tensors[t] for t in self.operator.outputs)
+
+    def input(self, position: int) -> Tensor | None:
+        return self.inputs[position] if position < len(self.inputs) else None
+
+    def constant(self, tensor: Tensor | None) -> bool:
+        return tensor is not None and self.model.is_constant(tensor)
+
+    def values(self, position: int) -> np.ndarray | None:
+        tensor = self.input(position)
+        return None if tensor is None else self.model.tensor_data(tensor)
+
+    def option(self, name: str, default=None):
+        try:
+            return self.operator.option(name)
+        except KeyError:
+            return default
+
+    # ------------------------------------------------------------------ tensors by role
+
+    @property
+    def weights(self) -> Tensor | None:
+        position = WEIGHT_INPUT.get(self.type)
+        return None if position is None else self.input(position)
+
+    @property
+    def bias(self) -> Tensor | None:
+        position = BIAS_INPUT.get(self.type)
+        return None if position is None else self.input(position)
+
+    @functools.cached_property
+    def feature_maps(self) -> tuple[Tensor, ...]:
+        """Activations the op reads and writes (non-constant inputs, and outputs)."""
+        reads = tuple(t for t in self.inputs if t is not None and not self.constant(t))
+        return reads + self.outputs
+
+    @functools.cached_property
+    def data_tensors(self) -> tuple[Tensor, ...]:
+        """Feature maps and weights: the tensors an accelerator computes on."""
+        weights = self.weights
+        return self.feature_maps + ((weights,) if weights is not None else ())
+
+    @property
+    def ifm(self) -> Tensor | None:
+        return next((t for t in self.inputs if t is not None and not self.constant(t)), None)
+
+    @property
+    def ofm(self) -> Tensor | None:
+        return self.outputs[0] if self.outputs else None
+
+    @staticmethod
+    def type_name(tensor: Tensor) -> str:
+        return dtype_name(tensor.dtype).lower()
+
+    # ------------------------------------------------------------------ geometry
+
+    @property
+    def stride(self) -> tuple[int, int]:
+        return int(self.option("stride_h", 1) or 1), int(self.option("stride_w", 1) or 1)
+
+    @property
+    def dilation(self) -> tuple[int, int]:
+        return (
+            int(self.option("dilation_h_factor", 1) or 1),
+            int(self.option("dilation_w_factor", 1) or 1),
+        )
+
+    @property
+    def padding(self) -> str | None:
+        value = self.option("padding")
+        return None if value is None else PADDING.get(int(value), str(value))
+
+    @property
+    def activation(self) -> str:
+        return ACTIVATIONS.get(int(self.option("fused_activation_function", 0) or 0), "NONE")
+
+    @property
+    def pads_nothing(self) -> bool:
+        """Whether the op reads no padding: VALID, or SAME where the window tiles the input."""
+        if self.padding != "SAME":
+            return True
+        kernel, ifm = self.kernel, self.ifm
+        if kernel is None or ifm is None or len(ifm.shape) != 4:
+            return False
+        for size, k, s, d in zip(ifm.shape[1:3], kernel, self.stride, self.dilation, strict=True):
+            extent = (k - 1) * d + 1
+            if (-(-size // s) - 1) * s + extent - size > 0:
+                return False
+        return True
+
+    @property
+    def kernel(self) -> tuple[int, int] | None:
+        """(height, width) of the filter window of convolutions and pools."""
+        if self.type in POOLS:
+            return int(self.option("filter_height", 1)), int(self.option("filter_width", 1))
+        weights = self.weights
+        if self.type in ("CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV") and weights is not None:
+            return int(weights.shape[1]), int(weights.shape[2])
+        return None
+
+    # ------------------------------------------------------------------ cost
+
+    @functools.cached_property
+    def macs(self) -> int:
+        """Multiply-accumulates of one inference (convolutions, matrix products, pools)."""
+        out = self.ofm
+        if out is None:
+            return 0
+        outputs = int(np.prod(out.shape, dtype=np.int64)) if out.shape else 1
+        weights = self.weights
+        if self.type in ("CONV_2D", "CONV_3D") and weights is not None:
+            return outputs * int(np.prod(weights.shape[1:], dtype=np.int64))
+        if self.type == "DEPTHWISE_CONV_2D" and weights is not None:
+            return outputs * int(weights.shape[1] * weights.shape[2])
+        if self.type == "FULLY_CONNECTED" and weights is not None:
+            return outputs * int(weights.shape[-1])
+        if self.type == "TRANSPOSE_CONV" and weights is not None and self.input(2) is not None:
+            ifm = self.input(2)
+            return int(np.prod(ifm.shape, dtype=np.int64)) * int(
+                np.prod(weights.shape[:3], dtype=np.int64)
+            )
+        if self.type == "BATCH_MATMUL" and self.input(0) is not None and self.input(0).shape:
+            return outputs * int(self.input(0).shape[-1])
+        if self.type in POOLS:
+            height, width = self.kernel
+            return outputs * height * width
+        return 0
+
+
+def target_ops(model: Model) -> list[TargetOp]:
+    """Every operator of every subgraph, in the model's (execution) order."""
+    return [
+        TargetOp(model, s, i, model.op_type(op), model.operator_codes[op.opcode_index].version, op)
+        for s, i, _, op in model.iter_ops()
+    ]

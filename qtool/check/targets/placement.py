@@ -1,0 +1,184 @@
+"""Where each op of a model runs on a target: its accelerator, the CPU fallback, or nowhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from qtool.check.targets.constraints import CONSTRAINTS
+from qtool.check.targets.opview import TargetOp, target_ops
+from qtool.model import Model
+from qtool.targets import TFLITE_CPU, ConstraintUse, Target, constraint_uses, load_target
+
+ON_TARGET, FALLBACK, CANNOT_RUN = "target", "cpu", "none"
+AFTER_PARTITION = "after-partition"  # the id of the first-unsupported partitioning rule
+
+
+def checked_target(name: str) -> Target:
+    """The target profile `name`, every constraint it names registered and every limit given."""
+    target = load_target(name)
+    for use in constraint_uses(target):
+        if use.check not in CONSTRAINTS:
+            raise ValueError(f"target {name!r} uses unknown constraint {use.check!r}")
+        CONSTRAINTS[use.check].text(use.params)  # every placeholder has its limit
+    return target
+
+
+@dataclass(frozen=True)
+class Reason:
+    check: str  # constraint id
+    text: str  # the constraint as users read it, with the profile's limits
+    detail: str  # what the op has instead
+    source: str  # where the fact comes from
+
+    def __str__(self) -> str:
+        return f"[{self.check}] {self.text}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass(frozen=True)
+class OpPlacement:
+    subgraph: int
+    index: int
+    op: str
+    status: str  # ON_TARGET | FALLBACK | CANNOT_RUN
+    macs: int
+    reasons: tuple[Reason, ...] = ()  # why the op left the accelerator
+    fallback_reasons: tuple[Reason, ...] = ()  # why the fallback runtime cannot run it either
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "subgraph": self.subgraph,
+            "op_index": self.index,
+            "op": self.op,
+            "status": self.status,
+            "macs": self.macs,
+            "reasons": [str(r) for r in self.reasons + self.fallback_reasons],
+        }
+
+
+@dataclass
+class TargetReport:
+    target: Target
+    ops: list[OpPlacement] = field(default_factory=list)
+
+    def count(self, status: str) -> int:
+        return sum(p.status == status for p in self.ops)
+
+    @property
+    def macs(self) -> int:
+        return sum(p.macs for p in self.ops)
+
+    @property
+    def target_macs(self) -> int:
+        return sum(p.macs for p in self.ops if p.status == ON_TARGET)
+
+    @property
+    def mac_share(self) -> float | None:
+        """Fraction of the MACs the accelerator computes; None when the model has none."""
+        return self.target_macs / self.macs if self.macs else None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "target": self.target.name,
+            "accelerator": self.target.accelerator,
+            "ops": len(self.ops),
+            "on_target": self.count(ON_TARGET),
+            "fallback": self.count(FALLBACK),
+            "cannot_run": self.count(CANNOT_RUN),
+            "macs": self.macs,
+            "target_macs": self.target_macs,
+            "mac_share": self.mac_share,
+        }
+
+    def summary_line(self) -> str:
+        share = self.mac_share
+        macs = "no MACs" if share is None else f"{share:.1%} of {self.macs:,} MACs"
+        where = fallback_name(self.target)
+        return (
+            f"{self.target.name}: {self.count(ON_TARGET)} of {len(self.ops)} ops ({macs}) run on "
+            f"the {self.target.accelerator}; {self.count(FALLBACK)} fall back to {where}; "
+            f"{self.count(CANNOT_RUN)} cannot run"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.summary(), "placement": [p.to_dict() for p in self.ops]}
+
+
+def fallback_name(target: Target) -> str:
+    if target.fallback is None:
+        return "nothing (no CPU fallback)"
+    if target.fallback == TFLITE_CPU:
+        return "the TFLite CPU kernels"
+    return f"the CPU ({load_target(target.fallback).title})"
+
+
+def _applies(use: ConstraintUse, op: TargetOp) -> bool:
+    return op.type not in use.exempt
+
+
+def violations(target: Target, op: TargetOp) -> tuple[Reason, ...]:
+    """The constraints of `target` that `op` breaks (empty: it runs on the accelerator)."""
+    if op.type not in target.ops:
+        check = CONSTRAINTS["op-list"]
+        params = {"op": op.type, "target": target.title}
+        return (Reason(check.id, check.text(params), "", target.op_source),)
+    reasons = []
+    for use in (*target.generic, *target.ops[op.type]):
+        if not _applies(use, op) or any(r.check == use.check for r in reasons):
+            continue
+        check = CONSTRAINTS[use.check]
+        detail = check.check(op, **use.params)
+        if detail is not None:
+            reasons.append(Reason(check.id, check.text(use.params), detail, use.source))
+    return tuple(reasons)
+
+
+def _partition_reason(target: Target, first: TargetOp) -> Reason:
+    text = (
+        f"Ops after the first op the {target.accelerator} cannot run stay on the CPU "
+        "(the compiler partitions the graph once)"
+    )
+    return Reason(AFTER_PARTITION, text, f"after op {first.index} {first.type}", "partition")
+
+
+def _model_boundary(model: Model, op: TargetOp) -> bool:
+    """A QUANTIZE of a model input or a DEQUANTIZE to a model output (float I/O conversion)."""
+    subgraph = model.subgraphs[op.subgraph]
+    if op.type == "QUANTIZE":
+        return all(t in subgraph.inputs for t in op.operator.inputs)
+    if op.type == "DEQUANTIZE":
+        return all(t in subgraph.outputs for t in op.operator.outputs)
+    return False
+
+
+def place_model(model: Model, target: Target | str) -> TargetReport:
+    """Each op's placement on `target`, in model order."""
+    if isinstance(target, str):
+        target = checked_target(target)
+    fallback = load_target(target.fallback) if target.fallback not in (None, TFLITE_CPU) else None
+    report = TargetReport(target)
+    first_unsupported: dict[int, TargetOp] = {}
+    for op in target_ops(model):
+        reasons = violations(target, op)
+        if (
+            not reasons
+            and target.partition == "first-unsupported"
+            and op.subgraph in first_unsupported
+        ):
+            reasons = (_partition_reason(target, first_unsupported[op.subgraph]),)
+        if not reasons:
+            report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, op.macs))
+            continue
+        if not _model_boundary(model, op):
+            first_unsupported.setdefault(op.subgraph, op)
+        if target.fallback is None:
+            status, fallback_reasons = CANNOT_RUN, ()
+        elif fallback is None:
+            status, fallback_reasons = FALLBACK, ()
+        else:
+            fallback_reasons = violations(fallback, op)
+            status = CANNOT_RUN if fallback_reasons else FALLBACK
+        report.ops.append(
+            OpPlacement(op.subgraph, op.index, op.type, status, op.macs, reasons, fallback_reasons)
+        )
+    return report
