@@ -63,6 +63,8 @@ class QuantSpec:
     dtype_ranges: dict[str, tuple[int, int]]
     bias_value_limit: int
     profiles: tuple[str, ...] = field(default_factory=tuple)
+    # op type -> builtin options (schema field names) the scheme's kernels need set
+    required_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def rule(self, op_type: str) -> OpRule | None:
         return self.ops.get(op_type)
@@ -127,4 +129,8 @@ def load_spec(profiles: tuple[str, ...] = (), scheme: str = "int8") -> QuantSpec
         dtype_ranges={k: tuple(v) for k, v in raw["dtypes"].items()},
         bias_value_limit=raw["bias_value_limit"],
         profiles=profiles,
+        required_options={
+            op: {k: v for k, v in options.items() if not isinstance(v, str)}
+            for op, options in raw["check"].get("required_options", {}).items()
+        },
     )

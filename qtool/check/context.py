@@ -23,6 +23,9 @@ FLOAT_TYPES = frozenset(
 # Integer types that only quantized tensors use; their presence makes an op an int8 op.
 QUANTIZED_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT16, TensorType.INT4})
 
+# Activation types of the schemes: a QUANTIZE may convert between any two of them.
+ACTIVATION_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT16})
+
 INT8, FLOAT, OTHER = "int8", "float", "other"  # what an operator computes in
 
 
@@ -55,6 +58,7 @@ class OpView:
     outputs: tuple[Operand, ...]
     boundary: bool  # QUANTIZE/DEQUANTIZE: one side may be float (or uint8) by design
     mode: str  # INT8 | FLOAT | OTHER
+    scheme: str = "int8"  # the spec table audited against: "int8", or "int16" (16x8)
 
     @property
     def operands(self) -> tuple[Operand, ...]:
@@ -89,6 +93,7 @@ class AuditContext:
         self.model = model
         self.profiles = profiles
         self.spec = load_spec(profiles)
+        self.spec16 = load_spec(profiles, "int16")  # ops whose activations are int16 (16x8)
         self.base_spec = load_spec(())
         self.settings = load_settings(profiles)
         self.ops = [
@@ -110,7 +115,8 @@ class AuditContext:
         op = self.model.subgraphs[s].operators[i]
         tensors = self.model.subgraphs[s].tensors
         op_type = self.model.op_type(op)
-        rule = self.spec.rule(op_type)
+        spec = self.scheme(op, tensors)
+        rule = spec.rule(op_type)
 
         def operands(kind: str, indices: list[int]) -> tuple[Operand, ...]:
             lookup = (rule.input_rule if kind == "input" else rule.output_rule) if rule else None
@@ -130,7 +136,17 @@ class AuditContext:
             outputs,
             boundary=op_type in self.settings.boundary_ops,
             mode=_compute_mode(inputs, outputs, rule),
+            scheme="int16" if spec is self.spec16 else "int8",
         )
+
+    def scheme(self, op, tensors: list[Tensor]):
+        """The spec an op is audited against: the 16x8 table when its first activation input or
+        its first output is int16 (the scheme's activation type), the int8 table otherwise."""
+        first = [op.inputs[0]] if op.inputs and op.inputs[0] >= 0 else []
+        first += op.outputs[:1]
+        if any(tensors[t].dtype == TensorType.INT16 for t in first):
+            return self.spec16
+        return self.spec
 
     # ------------------------------------------------------------------ classification
 
@@ -144,11 +160,19 @@ class AuditContext:
         return (op for op in self.ops if op.mode == INT8 and op.rule is not None)
 
     def checked_operands(self, op: OpView) -> Iterator[Operand]:
-        """Operands the op table covers, minus the float/legacy side of a boundary op."""
+        """Operands the op table covers, minus the other side of a boundary op: float, legacy
+        uint8, or the other scheme's activation type (QUANTIZE between int8 and int16)."""
         for operand in op.operands:
             if operand.rule is None:
                 continue
-            if op.boundary and (operand.tensor.dtype in FLOAT_TYPES or self.is_legacy(operand)):
+            if op.boundary and (
+                operand.tensor.dtype in FLOAT_TYPES
+                or self.is_legacy(operand)
+                or (
+                    operand.tensor.dtype in ACTIVATION_TYPES
+                    and not self.is_dtype(operand.tensor, operand.rule.dtype)
+                )
+            ):
                 continue
             yield operand
 

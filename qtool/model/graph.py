@@ -101,6 +101,16 @@ class Operator:
                     return spec.default
         raise KeyError(f"operator has no option {name!r} (options type {self.options_type})")
 
+    def set_option(self, schema_name: str, value: Any) -> None:
+        """Set an option given by its name in the flatbuffer schema ("pot_scale_int16"), which
+        may split words differently from the decoded name ("pot_scale_int_16")."""
+        wanted = schema_name.replace("_", "")
+        for spec in table_layout(self.options_type)[0] if self.options_type else ():
+            if spec.name.replace("_", "") == wanted:
+                self.options[spec.name] = value
+                return
+        raise KeyError(f"options type {self.options_type} has no field {schema_name!r}")
+
 
 @dataclass
 class OperatorCode:

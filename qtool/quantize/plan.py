@@ -4,7 +4,8 @@ Every rule comes from the spec data (`qtool.spec`): the int8 table, and the int1
 operators asked to run with 16-bit activations. An operator runs in int8, in int16x8, in float
 (no kernel, or kept on purpose) or is left alone (integer-only shape arithmetic).
 
-A quantized version of an activation is a *slot*: `(tensor, dtype)`, or `(tensor, dtype, op,
+A quantized version of an activation is a *slot*: `(tensor, dtype)` (the operand's dtype in the
+spec: int16 activations of a 16x8 op, but an int8 PRELU alpha), or `(tensor, dtype, op,
 position)` for a private requantized copy that one operator reads. Each integer operator writes
 its outputs to slots and reads slots; the rewriter materialises every slot as a tensor and adds
 the QUANTIZE/DEQUANTIZE converters between the slot a tensor is produced in and the slots it is
@@ -236,7 +237,7 @@ def make_plan(
         rule = precision.specs[mode].rule(model.op_type(op))
         outputs = output_positions(rule, op, tensors)
         for p in outputs:
-            slot = (op.outputs[p], mode)
+            slot = (op.outputs[p], rule.output_rule(p).dtype)
             plan.writes[(i, p)] = slot
             fixed = rule.output_rule(p).fixed
             if fixed is not None:
@@ -244,7 +245,7 @@ def make_plan(
             groups.find(slot)
         inputs = activation_positions(rule, op, tensors)
         for p in inputs:
-            plan.reads[(i, p)] = (op.inputs[p], mode)
+            plan.reads[(i, p)] = (op.inputs[p], rule.input_rule(p).dtype)
             groups.find(plan.reads[(i, p)])
         if not rule.same_scale:
             continue
@@ -252,11 +253,12 @@ def make_plan(
         if len(live) > 1:
             multi_input.append((i, inputs, outputs))
             continue
-        for p in inputs:
-            for q in outputs:
-                groups.union(plan.reads[(i, p)], plan.writes[(i, q)])
+        # Outputs, or the first input of an op with no real-valued output (a comparison).
+        anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
+        for slot in [plan.reads[(i, p)] for p in inputs] + [plan.writes[(i, q)] for q in outputs]:
+            groups.union(anchor, slot)
     for i, inputs, outputs in multi_input:
-        anchor = plan.writes[(i, outputs[0])]
+        anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for p in inputs:
             slot = plan.reads[(i, p)]
             live = not model.is_constant(tensors[slot[0]])

@@ -270,9 +270,12 @@ class _Rewriter:
     # ------------------------------------------------------------------ operators
 
     def _rewrite_quantized(self, i: int, op: Operator, mode: str) -> None:
-        rule = self.specs[mode].rule(self.model.op_type(op))
+        op_type = self.model.op_type(op)
+        rule = self.specs[mode].rule(op_type)
         code = self.model.operator_codes[op.opcode_index]
         code.version = max(code.version, rule.int8_version)
+        for name, value in self.specs[mode].required_options.get(op_type, {}).items():
+            op.set_option(name, value)
         layer = self.plan.weights.get(i)
         if layer is not None:
             self._store_weights(i, op, layer)
