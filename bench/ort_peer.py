@@ -1,34 +1,51 @@
 """Accuracy peer: ONNX Runtime's static int8 quantizer on the real models and data qtool uses.
 
 For each model of `bench.real_models` this converts the float `.tflite` to ONNX with tf2onnx
-(cached under `build/real_models/onnx/`), runs ORT's recommended pre-processing
+(opset 17; cached under `build/real_models/onnx/`), runs ORT's recommended pre-processing
 (`quant_pre_process`: symbolic shape inference and graph optimisation), then quantizes it with
 `onnxruntime.quantization.quantize_static` once per calibration method (MinMax, Entropy,
-Percentile, Distribution), each with ORT's defaults otherwise: QDQ format, per-channel int8
+Percentile, Distribution), everything else as ORT's defaults for: QDQ format, per-channel int8
 weights (symmetric), int8 activations (asymmetric), the model's 64 calibration samples.
 
 Accuracy is judged on the 64 held-out samples against the float `.tflite` run in LiteRT
 (`ai_edge_litert`): per output, SQNR in dB over all samples (`qtool.numerics.sqnr_db`, float64
-sums). The float ONNX model is compared with LiteRT the same way first, so a conversion error
-cannot pass for quantization error. Each method's figure is its worst output; the best method is
-the one whose worst output is highest. A method that raises is reported with its error and left
-out of the ranking.
+sums), ONNX outputs matched to LiteRT's by tensor name (tf2onnx keeps them). The float ONNX model
+is compared with LiteRT the same way, so a conversion error cannot pass for quantization error.
+Each method's figure is its worst output; the best method is the one whose worst output is
+highest. A method that raises is reported with its error and left out of the ranking.
 
-Needs tensorflow, tf2onnx, onnx, onnxruntime and ai_edge_litert besides qtool's own dependencies,
-so it does not run in the project's `.venv`; the benchmark venv at /tmp/benv has them all. Run
-from the repository root:
+tf2onnx cannot read two things these models hold, so it converts a rewritten copy (checked by
+the float comparison above): sparse weights (DENSIFY), folded to dense constants by qtool's
+`prepare_float_model`, and MediaPipe's custom Convolution2DTransposeBias, rewritten as the builtin
+TRANSPOSE_CONV followed by an ADD of the bias.
+
+Two things to know when reading the numbers (onnxruntime 1.32):
+* Entropy equals MinMax: its defaults (128 histogram bins, 128 quantized bins) leave the KL search
+  a single candidate, the whole range, and quantize_static does not pass bin counts on.
+* Distribution gives symmetric activation ranges, yet the quantizer still drops Relu (it only
+  keeps Relu when the ActivationSymmetric option is set), so negative values pass where Relu
+  clamped them: on Relu models it collapses. It is meant for float8.
+
+Needs tensorflow, tf2onnx, onnx, onnxruntime (with sympy, for the pre-processing) and
+ai_edge_litert besides qtool's own dependencies, so it does not run in the project's `.venv`; the
+benchmark venv /tmp/benv has them all. Run from the repository root:
 
     /tmp/benv/bin/python -m bench.ort_peer                   # the 6 development models
     /tmp/benv/bin/python -m bench.ort_peer face_landmark     # any models of MODELS, by name
     /tmp/benv/bin/python -m bench.ort_peer --all --json build/ort_peer.json
+
+Quantizing all 13 models with the four methods takes about 15 minutes on 2 cores.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import statistics
+import struct
 import sys
 import time
 import traceback
@@ -49,7 +66,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.real_models import CACHE, MODELS, make_data, model_path
-from qtool.model import load_model, save_model
+from qtool.model import Model, Operator, Tensor, TensorType, load_model, save_model
 from qtool.numerics import sqnr_db
 from qtool.quantize import prepare_float_model
 
@@ -103,27 +120,65 @@ class ModelResult:
         return max(ranked, key=lambda name: self.methods[name].worst, default=None)
 
 
-def folded_tflite(name: str) -> Path:
-    """The float model with its constant operators folded by qtool (`prepare_float_model`).
+def builtin_transpose_convs(model: Model) -> None:
+    """Rewrite MediaPipe's custom Convolution2DTransposeBias as the builtin TRANSPOSE_CONV
+    followed by an ADD of its bias, in place.
+
+    The custom op reads (input, weights OHWI, bias) and keeps its options as the C struct
+    TfLiteTransposeConvParams: padding (TfLitePadding: 1 same, 2 valid), stride_w, stride_h."""
+    for subgraph in model.subgraphs:
+        operators = []
+        for op in subgraph.operators:
+            if model.op_type(op) != "Convolution2DTransposeBias":
+                operators.append(op)
+                continue
+            padding, stride_w, stride_h = struct.unpack("<3i", op.custom_options[:12])
+            data, weights, bias = op.inputs
+            output = subgraph.tensors[op.outputs[0]]
+            shape = model.add_buffer(np.array(output.shape, np.int32))
+            output_shape = subgraph.add_tensor(
+                Tensor(f"{output.name}/output_shape", [4], TensorType.INT32, buffer=shape)
+            )
+            unbiased = subgraph.add_tensor(
+                Tensor(f"{output.name}/unbiased", list(output.shape), output.dtype)
+            )
+            options = {"padding": padding - 1, "stride_w": stride_w, "stride_h": stride_h}
+            operators += [
+                Operator(
+                    model.opcode_for("TRANSPOSE_CONV"),
+                    [output_shape, weights, data],
+                    [unbiased],
+                    "TransposeConvOptions",
+                    options,
+                ),
+                Operator(model.opcode_for("ADD"), [unbiased, bias], op.outputs, "AddOptions"),
+            ]
+        subgraph.operators = operators
+
+
+def convertible_tflite(name: str) -> Path:
+    """The float model as tf2onnx can read it, written once and reused.
 
     tf2onnx reads sparse weights (TFLite's sparsity encoding, expanded by DENSIFY) as if they were
-    dense and fails to reshape them; folded, they are plain float constants. Float16 weights
-    behind DEQUANTIZE become float32 the same way, which changes no value."""
-    target = ONNX_CACHE / f"{name}.folded.tflite"
+    dense and fails to reshape them: qtool folds them into plain float constants (and float16
+    weights behind DEQUANTIZE into float32 ones, which changes no value)."""
+    target = ONNX_CACHE / f"{name}.convertible.tflite"
     if not target.exists():
         ONNX_CACHE.mkdir(parents=True, exist_ok=True)
-        save_model(prepare_float_model(load_model(model_path(name))).model, target)
+        model = prepare_float_model(load_model(model_path(name))).model
+        builtin_transpose_convs(model)
+        save_model(model, target)
     return target
 
 
 def float_onnx(name: str) -> Path:
-    """The folded model converted by tf2onnx, written once and reused."""
+    """The convertible model converted by tf2onnx, written once and reused."""
     import onnx
     import tf2onnx  # pulls in TensorFlow: only when a conversion is actually needed
 
     target = ONNX_CACHE / f"{name}.onnx"
     if not target.exists():
-        proto, _ = tf2onnx.convert.from_tflite(str(folded_tflite(name)), opset=OPSET)
+        proto, _ = tf2onnx.convert.from_tflite(str(convertible_tflite(name)), opset=OPSET)
         # tf2onnx keeps an op it cannot convert as a node named after the TFLite op
         unconverted = sorted({n.op_type for n in proto.graph.node if n.op_type.startswith("TFL_")})
         if unconverted:
@@ -143,16 +198,17 @@ def preprocessed(float_model: Path) -> Path:
 def quantized(model: Path, samples: np.ndarray, method: CalibrationMethod) -> Path:
     target = model.with_name(model.name.replace(".pre.onnx", f".{method.name}.qdq.onnx"))
     input_name = ort_session(model).get_inputs()[0].name
-    quantize_static(
-        model,
-        target,
-        SampleReader(input_name, samples),
-        quant_format=QuantFormat.QDQ,
-        per_channel=True,
-        activation_type=QuantType.QInt8,
-        weight_type=QuantType.QInt8,
-        calibrate_method=method,
-    )
+    with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print progress
+        quantize_static(
+            model,
+            target,
+            SampleReader(input_name, samples),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=method,
+        )
     return target
 
 
@@ -226,9 +282,19 @@ def evaluate(name: str) -> ModelResult:
     return result
 
 
-def median_best(results: list[ModelResult]) -> float | None:
-    bests = [r.methods[r.best].worst for r in results if r.best]
-    return statistics.median(bests) if bests else None
+def best_by_group(results: list[ModelResult]) -> dict[str, list[float]]:
+    """The best worst-output SQNR of each quantized model: development, held-out and all."""
+    best = {r.name: r.methods[r.best].worst for r in results if r.best}
+    return {
+        "development": [db for name, db in best.items() if MODELS[name].development],
+        "held-out": [db for name, db in best.items() if not MODELS[name].development],
+        "all": list(best.values()),
+    }
+
+
+def medians(results: list[ModelResult]) -> dict[str, float]:
+    groups = best_by_group(results).items()
+    return {group: statistics.median(values) for group, values in groups if values}
 
 
 def summary_table(results: list[ModelResult]) -> Table:
@@ -274,10 +340,12 @@ def timing_table(results: list[ModelResult]) -> Table:
 def show(results: list[ModelResult]) -> None:
     for table in (summary_table(results), outputs_table(results), timing_table(results)):
         console.print(table)
-    median = median_best(results)
-    ranked = sum(1 for r in results if r.best)
-    if median is not None:
-        console.print(f"median over {ranked} models of the best worst-output SQNR: {median:.2f} dB")
+    for group, values in best_by_group(results).items():
+        if values:
+            console.print(
+                f"median best worst-output SQNR, {group} models ({len(values)}): "
+                f"{statistics.median(values):.2f} dB"
+            )
     for r in results:
         if r.error:
             console.print(f"{r.name}: not quantized: {r.error}")
@@ -315,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown models: {', '.join(unknown)}")
     names = args.models or [m.name for m in MODELS.values() if m.development or args.all]
-    logging.getLogger().setLevel(logging.ERROR)  # ORT's per-tensor calibration chatter
+    logging.getLogger().setLevel(logging.ERROR)  # ORT warns once per tensor while calibrating
     results = [evaluate(name) for name in names]
     show(results)
     if args.json:
@@ -323,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
             "versions": versions(),
             "opset": OPSET,
             "preprocess": "onnxruntime.quantization.shape_inference.quant_pre_process",
-            "median_best_worst_db": median_best(results),
+            "median_best_worst_db": medians(results),
             "models": [as_json(r) for r in results],
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -47,6 +47,7 @@ class Collected:
     fit: SubgraphStatistics  # the calibration samples outside the evaluation fold
     evaluation: EvaluationSet | None
     calibration: CalibrationResult
+    fit_data: Dataset  # the samples `fit` was computed from, for further passes
 
 
 def selected(
@@ -140,7 +141,7 @@ def collect(
                 inputs, reference, "held-out data" if holdout is not None else "calibration fold"
             )
     calibration.samples = statistics.samples
-    return Collected(statistics, fit, evaluation, calibration)
+    return Collected(statistics, fit, evaluation, calibration, fit_data)
 
 
 def _in_fold(index: np.ndarray) -> np.ndarray:

@@ -10,23 +10,24 @@ fallback method is used.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from qtool.calibrate.collect import Collected
 from qtool.calibrate.ranges import Method
 from qtool.model import Model
+from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.evaluation import simulated_accuracy, worst
-from qtool.quantize.plan import Plan
 
 AUTO = "auto"
 CANDIDATES = (Method("minmax"), Method("percentile", 99.99), Method("mse"))
 FALLBACK = Method("mse")
 
-PlanFor = Callable[[int, object, Method], Plan]
-
 
 def choose_method(
-    model: Model, collected: Mapping[int, Collected], plan_for: PlanFor
+    model: Model,
+    collected: Mapping[int, Collected],
+    planners: Mapping[int, Planner],
+    start: Recipe,
 ) -> tuple[Method, dict[str, float]]:
     """The best candidate and each candidate's score (worst output SQNR in dB)."""
     folds = {s: c for s, c in collected.items() if c.evaluation is not None}
@@ -34,8 +35,9 @@ def choose_method(
         return FALLBACK, {}
     scores: dict[str, float] = {}
     for method in CANDIDATES:
+        recipe = start.with_changes(method=method)
         scores[str(method)] = min(
-            worst(simulated_accuracy(model, plan_for(s, c.fit, method), c.evaluation))
+            worst(simulated_accuracy(model, planners[s].plan(c.fit, recipe), c.evaluation))
             for s, c in folds.items()
         )
     best = max(CANDIDATES, key=lambda m: scores[str(m)])

@@ -1,41 +1,135 @@
-"""A complete plan for one subgraph: decisions, activation parameters and integer weights."""
+"""A complete plan for one subgraph from a recipe: decisions, activation parameters and integer
+weights."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
+import numpy as np
+
+from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
-from qtool.model import Model
+from qtool.model import Model, Subgraph
 from qtool.quantize.bias_correction import mean_output_error
-from qtool.quantize.plan import QUANTIZED, OpDecision, Plan, Precision, make_plan
+from qtool.quantize.plan import (
+    FLOAT,
+    INT16,
+    QUANTIZED,
+    OpDecision,
+    Plan,
+    Precision,
+    decide,
+    make_plan,
+)
+from qtool.quantize.rounding import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.weights import Rounder, nearest, quantize_layer
+
+FOR_TARGET = "kept in float to reach the target SQNR"
+MOMENT_CHUNK = 32
 
 
 @dataclass(frozen=True)
-class WeightOptions:
+class Recipe:
+    """Every choice that turns statistics into a plan for one subgraph."""
+
+    method: Method
     bias_correction: bool = True
-    rounders: Mapping[int, Rounder] = field(default_factory=dict)  # op index -> rounding
+    int16_tensors: frozenset[int] = frozenset()  # activations whose producer and readers run 16x8
+    float_ops: frozenset[int] = frozenset()  # operators kept in float on purpose
+    rounding_ops: frozenset[int] = frozenset()  # operators whose weight rounding is optimised
+
+    def with_changes(self, **changes) -> Recipe:
+        return replace(self, **changes)
 
 
-def build_plan(
-    model: Model,
-    statistics: SubgraphStatistics,
-    method: Method,
-    precision: Precision,
-    keep_float: tuple[str, ...],
-    source_index: list[int],
-    subgraph_index: int = 0,
-    weights: WeightOptions = WeightOptions(),
-    decisions: list[OpDecision] | None = None,
-) -> Plan:
-    """Decide, take ranges with `method`, and quantize every weight of the subgraph."""
-    ranges = statistics.ranges(method)
-    plan = make_plan(model, precision, ranges, keep_float, source_index, subgraph_index, decisions)
-    quantize_weights(model, plan, precision, statistics, weights)
-    return plan
+@dataclass
+class Planner:
+    """Builds plans of one subgraph for recipes (statistics and second moments given)."""
+
+    model: Model
+    precision: Precision
+    keep_float: tuple[str, ...]
+    source_index: list[int]
+    subgraph_index: int = 0
+    calibration: Dataset | None = None  # samples for the second moments of rounding
+    _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
+    _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def subgraph(self) -> Subgraph:
+        return self.model.subgraphs[self.subgraph_index]
+
+    def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:
+        """The precision's decisions, with the recipe's int16 regions and float operators."""
+        subgraph = self.subgraph
+        decisions = [
+            decide(self.model, subgraph, op, self.precision, ranges, self.keep_float)
+            for op in subgraph.operators
+        ]
+        if recipe.int16_tensors and INT16 in self.precision.specs:
+            wide = Precision(self.precision.specs, ("*",))
+            for i in _region(subgraph, recipe.int16_tensors):
+                if decisions[i].mode in QUANTIZED:
+                    widened = decide(self.model, subgraph, subgraph.operators[i], wide, ranges, ())
+                    if widened.mode == INT16:
+                        decisions[i] = OpDecision(INT16, "int16 to reach the target SQNR")
+        for i in recipe.float_ops:
+            if decisions[i].mode in QUANTIZED:
+                decisions[i] = OpDecision(FLOAT, FOR_TARGET)
+        return decisions
+
+    def plan(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
+        ranges = statistics.ranges(recipe.method)
+        plan = make_plan(
+            self.model,
+            self.precision,
+            ranges,
+            self.keep_float,
+            self.source_index,
+            self.subgraph_index,
+            self.decisions(recipe, ranges),
+        )
+        quantize_weights(
+            self.model, plan, self.precision, statistics, recipe, self._rounders(recipe)
+        )
+        return plan
+
+    def prepare_rounding(self, ops) -> None:
+        """Gather the second moments rounding optimisation needs, for all `ops` in one pass."""
+        missing = [i for i in ops if i not in self._moments]
+        if missing and self.calibration is not None:
+            chunks = self.calibration.iter_chunks(MOMENT_CHUNK)
+            gathered = gather_moments(self.model, self.subgraph_index, missing, chunks)
+            self._moments.update({i: gathered.moment(i) for i in missing})
+
+    def _rounders(self, recipe: Recipe) -> dict[int, Rounder]:
+        self.prepare_rounding(recipe.rounding_ops)
+        found = {}
+        for i in recipe.rounding_ops:
+            moment = self._moments.get(i)
+            if moment is not None:
+                layout = layer_layout(self.model, self.subgraph.operators[i])
+                found[i] = partial(self._optimised, i, moment=moment, layout=layout)
+        return found
+
+    def _optimised(self, op_index, weights, scale, axis, *, moment, layout) -> np.ndarray:
+        """Optimised rounding, computed once per layer and weight scale (plans are rebuilt
+        many times during a search)."""
+        key = (op_index, np.asarray(scale).tobytes())
+        if key not in self._rounded:
+            self._rounded[key] = optimise_rounding(weights, scale, moment, layout)
+        return self._rounded[key]
+
+
+def _region(subgraph: Subgraph, tensors: frozenset[int]) -> set[int]:
+    """Operators producing or reading any of `tensors`."""
+    ops = set()
+    for i, op in enumerate(subgraph.operators):
+        if tensors.intersection(op.outputs) or tensors.intersection(op.inputs):
+            ops.add(i)
+    return ops
 
 
 def quantize_weights(
@@ -43,10 +137,12 @@ def quantize_weights(
     plan: Plan,
     precision: Precision,
     statistics: SubgraphStatistics,
-    options: WeightOptions = WeightOptions(),
+    recipe: Recipe,
+    rounders: dict[int, Rounder] | None = None,
 ) -> None:
     """Fill `plan.weights` for every integer operator with a constant weight operand."""
     subgraph = model.subgraphs[plan.subgraph_index]
+    rounders = rounders or {}
     plan.weights = {}
     for i, op in enumerate(subgraph.operators):
         mode = plan.decisions[i].mode
@@ -68,7 +164,7 @@ def quantize_weights(
         )
         input_params = plan.params[plan.reads[(i, activation)]]
         corrector = None
-        mean = statistics.means.mean(op.inputs[activation]) if options.bias_correction else None
+        mean = statistics.means.mean(op.inputs[activation]) if recipe.bias_correction else None
         if mean is not None:
             corrector = partial(
                 _weight_error_shift, model, subgraph, i, activation, mean, position, bias_position
@@ -79,22 +175,22 @@ def quantize_weights(
             op,
             rule,
             input_params,
-            rounder=options.rounders.get(i, nearest),
+            rounder=rounders.get(i, nearest),
             corrector=corrector,
         )
 
 
 def _weight_error_shift(
     model: Model,
-    subgraph,
+    subgraph: Subgraph,
     op_index: int,
     activation: int,
-    mean_input,
+    mean_input: np.ndarray,
     weight_position: int,
     bias_position: int | None,
-    real_weights,
-    rounded_weights,
-):
+    real_weights: np.ndarray,
+    rounded_weights: np.ndarray,
+) -> np.ndarray:
     return mean_output_error(
         model,
         subgraph,

@@ -16,18 +16,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from qtool.calibrate import CalibrationResult, Dataset
-from qtool.calibrate.collect import Collected, collect
-from qtool.calibrate.ranges import Method, parse_method
+from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect
+from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
 from qtool.errors import UsageError
 from qtool.model import Model, TensorType
 from qtool.model.edit import clone_model, remove_unused
-from qtool.quantize.auto import AUTO, choose_method
-from qtool.quantize.build import WeightOptions, build_plan
+from qtool.quantize.auto import AUTO, FALLBACK, choose_method
+from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.evaluation import OutputAccuracy, simulated_accuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite
+from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
 from qtool.spec import load_spec
 from qtool.targets import load_target
 
@@ -46,6 +47,9 @@ class QuantizeOptions:
     bias_correction: bool = True
     activations: str = INT8  # int8, or int16 for the 16x8 scheme on every op that has it
     int16: tuple[str, ...] = ()  # op-type or tensor-name globs run in int16x8
+    optimize_rounding: bool = False  # rounding optimisation for the weight-limited layers
+    target_sqnr: float | None = None  # dB every output must reach on held-out samples
+    allow_float: bool = False  # the target search may keep operators in float
     target: str | None = None  # a device profile (schemas/targets/): plan with its spec profiles
 
     def __post_init__(self) -> None:
@@ -98,6 +102,9 @@ class QuantizeResult:
     statistics: CalibrationStatistics
     method: str  # the calibration method used
     method_scores: dict[str, float] = field(default_factory=dict)  # auto: worst SQNR of each
+    recipes: dict[int, Recipe] = field(default_factory=dict)  # the choices, per subgraph
+    rounded: dict[int, list[Remedy]] = field(default_factory=dict)  # optimize_rounding's layers
+    searches: dict[int, SearchResult] = field(default_factory=dict)  # with a target SQNR
     accuracy: list[OutputAccuracy] = field(default_factory=list)  # held-out, simulated
     accuracy_source: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -179,38 +186,60 @@ def quantize_model(
     statistics = CalibrationStatistics(
         model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
     )
-    weight_options = WeightOptions(bias_correction=options.bias_correction)
-
-    def plan_for(s: int, stats, method: Method) -> Plan:
-        return build_plan(
+    planners = {
+        s: Planner(
             prepared.model,
-            stats,
-            method,
             precision,
             options.keep_float,
             prepared.source_index[s],
             s,
-            weight_options,
+            calibration=c.fit_data,
         )
-
+        for s, c in collected.items()
+    }
+    start = Recipe(FALLBACK, options.bias_correction)
     if options.calibration == AUTO:
-        method, scores = choose_method(prepared.model, collected, plan_for)
+        method, scores = choose_method(prepared.model, collected, planners, start)
     else:
         method, scores = parse_method(options.calibration), {}
+    recipes = {s: start.with_changes(method=method) for s in collected}
+    rounded: dict[int, list[Remedy]] = {}
+    if options.optimize_rounding:
+        for s, found in collected.items():
+            if found.evaluation is not None:
+                recipes[s], rounded[s] = weight_limited_rounding(
+                    planners[s], found.fit, recipes[s], found.evaluation.inputs
+                )
+    searches = {}
+    if options.target_sqnr is not None:
+        for s, found in collected.items():
+            if found.evaluation is None:
+                raise UsageError(
+                    "a target SQNR needs held-out samples: give more calibration samples "
+                    f"(at least {MIN_SAMPLES_FOR_HOLDOUT}) or a held-out dataset"
+                )
+            searches[s] = search(
+                planners[s],
+                found.fit,
+                recipes[s],
+                found.evaluation.inputs,
+                options.target_sqnr,
+                options.allow_float,
+            )
+            recipes[s] = searches[s].recipe
     work = clone_model(prepared.model)
-    specs = precision.specs
     plans, float_ops, accuracy = {}, [], []
     notes = RewriteNotes()
     for s, found in collected.items():
-        plan = plan_for(s, found.statistics, method)
+        plan = planners[s].plan(found.statistics, recipes[s])
         plans[s] = plan
-        accuracy += _estimate(prepared.model, found, plan_for, s, method, plan)
+        accuracy += _estimate(prepared.model, found, planners[s], recipes[s], plan)
         float_ops += [
             FloatOp(s, decision.source_index, work.op_type(op), decision.reason or "")
             for op, decision in zip(work.subgraphs[s].operators, plan.decisions, strict=True)
             if decision.mode == FLOAT
         ]
-        rewrite(work, plan, specs, io=options.io, notes=notes)
+        rewrite(work, plan, precision.specs, io=options.io, notes=notes)
     remove_unused(work)
     return QuantizeResult(
         model=work,
@@ -223,20 +252,23 @@ def quantize_model(
         statistics=statistics,
         method=str(method),
         method_scores=scores,
+        recipes=recipes,
+        rounded=rounded,
+        searches=searches,
         accuracy=accuracy,
         accuracy_source=_accuracy_source(collected),
         warnings=_warnings(work, collected, datasets, notes),
     )
 
 
-def _estimate(model, found: Collected, plan_for, s: int, method: Method, final: Plan):
+def _estimate(model, found: Collected, planner: Planner, recipe: Recipe, final: Plan):
     """Held-out accuracy: of the final plan on a separate held-out dataset, or of the plan
     fitted without the evaluation fold on that fold (the final plan has seen it)."""
     if found.evaluation is None:
         return []
     if found.evaluation.source == "held-out data":
         return simulated_accuracy(model, final, found.evaluation)
-    return simulated_accuracy(model, plan_for(s, found.fit, method), found.evaluation)
+    return simulated_accuracy(model, planner.plan(found.fit, recipe), found.evaluation)
 
 
 def _accuracy_source(collected: Mapping[int, Collected]) -> str:

@@ -1,0 +1,238 @@
+"""A target SQNR: the fewest, cheapest per-place remedies until every output reaches it.
+
+The sensitivity analysis (`sensitivity.py`) splits each output's noise into the shares of the
+places it comes from (an operator's weights, an activation tensor). Places are ranked by the
+largest fraction they hold of a failing output's noise, and the top of the ranking gets
+remedies, cheapest first:
+
+1. integer remedies: rounding optimisation for weights (no size cost), int16 for an
+   activation (its producer and readers run 16x8 kernels where they exist);
+2. with `allow_float` only, after the integer remedies fall short: float for the places that
+   still hold the most noise (measured again on the improved plan).
+
+Each stage grows the remedied prefix of its ranking until a simulation of the plan on the
+held-out samples reaches the target, then drops the remedies it can do without (smallest
+shares first), so the result changes few places. When no remedy is left, the search fails and
+names the places that would need float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+
+import numpy as np
+
+from qtool.calibrate.statistics import SubgraphStatistics
+from qtool.model import Model
+from qtool.quantize.build import Planner, Recipe
+from qtool.quantize.rounding import supported as rounding_supported
+from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
+
+ROUNDING, INT16, FLOAT = "rounding", "int16", "float"
+GROWTH = 1.5  # how much the remedied prefix grows after a miss
+MAX_PRUNE_TRIES = 24
+WORST_SLACK_DB = 0.25
+
+
+@dataclass(frozen=True)
+class Remedy:
+    kind: str  # ROUNDING, INT16 or FLOAT
+    place: Place
+    name: str  # the tensor's name
+    op_type: str
+    share_db: float  # the place's share of the failing output's noise, in dB of the signal
+
+
+@dataclass
+class SearchResult:
+    recipe: Recipe
+    reached: bool
+    output_sqnr: list[float]  # of the final recipe on the evaluation samples
+    remedies: list[Remedy] = field(default_factory=list)
+    needs_float: list[Sensitivity] = field(default_factory=list)  # when not reached
+
+
+def _noise(sqnr_db: Sequence[float]) -> np.ndarray:
+    """Noise power relative to the signal, per output."""
+    return np.array([10 ** (-v / 10) if np.isfinite(v) else 0.0 for v in sqnr_db])
+
+
+def _ranked(found: list[Sensitivity], current: list[float], target_db: float) -> list[Sensitivity]:
+    """Places by the largest fraction they hold of the noise of a failing output."""
+    failing = [o for o, v in enumerate(current) if v < target_db] or list(range(len(current)))
+    totals = np.sum([_noise(s.output_sqnr) for s in found], axis=0) if found else None
+
+    def weight(s: Sensitivity) -> float:
+        shares = _noise(s.output_sqnr)
+        return max(shares[o] / totals[o] if totals[o] else 0.0 for o in failing)
+
+    return sorted((s for s in found if weight(s) > 0), key=weight, reverse=True)
+
+
+def _integer_remedy(place: Place, recipe: Recipe, model: Model, subgraph) -> tuple | None:
+    if place.kind == "weights":
+        op = subgraph.operators[place.op_index]
+        if rounding_supported(model, subgraph, op):
+            return ROUNDING, recipe.with_changes(
+                rounding_ops=recipe.rounding_ops | {place.op_index}
+            )
+        return None
+    return INT16, recipe.with_changes(int16_tensors=recipe.int16_tensors | {place.tensor})
+
+
+def _float_remedy(place: Place, recipe: Recipe, subgraph) -> tuple:
+    ops = {place.op_index} if place.op_index >= 0 else set()
+    if place.kind == "activation":
+        ops |= {i for i, op in enumerate(subgraph.operators) if place.tensor in op.inputs}
+    return FLOAT, recipe.with_changes(float_ops=recipe.float_ops | ops)
+
+
+class _Search:
+    def __init__(self, model, plan_for, inputs, target_db, subgraph_index) -> None:
+        self.model = model
+        self.plan_for = plan_for
+        self.inputs = inputs
+        self.target_db = target_db
+        self.subgraph = model.subgraphs[subgraph_index]
+
+    def evaluate(self, recipe: Recipe) -> tuple[Analyzer, list[float]]:
+        analyzer = Analyzer(self.model, self.plan_for(recipe), self.inputs)
+        return analyzer, analyzer.full()
+
+    def reached(self, sqnr: list[float]) -> bool:
+        return min(sqnr) >= self.target_db
+
+    def stage(self, base: Recipe, ranking: list[Sensitivity], remedy) -> tuple:
+        """Grow the remedied prefix of `ranking` until the target is reached; then prune."""
+        options = []
+        for sensitivity in ranking:
+            found = remedy(sensitivity.place)
+            if found is not None:
+                options.append((sensitivity, found[0]))
+        count, sqnr, recipe = 0, None, base
+        while count < len(options):
+            count = min(len(options), max(count + 1, int(count * GROWTH)))
+            recipe = self._apply(base, options[:count], remedy)
+            _, sqnr = self.evaluate(recipe)
+            if self.reached(sqnr):
+                return self._prune(base, options[:count], remedy, sqnr)
+        return recipe, options[:count], sqnr
+
+    def _apply(self, base: Recipe, chosen, remedy) -> Recipe:
+        recipe = base
+        for sensitivity, _ in chosen:
+            recipe = remedy(sensitivity.place, recipe)[1]
+        return recipe
+
+    def _prune(self, base: Recipe, chosen: list, remedy, sqnr) -> tuple:
+        """Drop remedies, smallest shares first, while the target still holds."""
+        kept = list(chosen)
+        for candidate in list(reversed(chosen))[:MAX_PRUNE_TRIES]:
+            trial = [c for c in kept if c is not candidate]
+            _, trial_sqnr = self.evaluate(self._apply(base, trial, remedy))
+            if self.reached(trial_sqnr):
+                kept, sqnr = trial, trial_sqnr
+        return self._apply(base, kept, remedy), kept, sqnr
+
+
+def search(
+    planner: Planner,
+    statistics: SubgraphStatistics,
+    start: Recipe,
+    inputs: Sequence[np.ndarray],
+    target_db: float,
+    allow_float: bool,
+) -> SearchResult:
+    """Remedies from `start` until every output's simulated SQNR on `inputs` is >= target."""
+    model = planner.model
+    run = _Search(
+        model, partial(planner.plan, statistics), inputs, target_db, planner.subgraph_index
+    )
+    subgraph = run.subgraph
+    analyzer, current = run.evaluate(start)
+    if run.reached(current):
+        return SearchResult(start, True, current)
+    measured = [analyzer.measure(p) for p in places(model, analyzer.plan)]
+    ranking = _ranked(measured, current, target_db)
+    planner.prepare_rounding(
+        s.place.op_index for s in ranking if s.place.kind == "weights"
+    )  # one pass over the calibration data for every layer the search may round
+
+    def integer(place: Place, recipe: Recipe = start):
+        return _integer_remedy(place, recipe, model, subgraph)
+
+    recipe, chosen, sqnr = run.stage(start, ranking, integer)
+    remedies = _remedies(chosen)
+    if sqnr is not None and run.reached(sqnr):
+        return SearchResult(recipe, True, sqnr, remedies)
+    # What still holds the noise once every integer remedy is in place.
+    analyzer, current = run.evaluate(recipe)
+    remaining = _ranked(
+        [analyzer.measure(p) for p in places(model, analyzer.plan)], current, target_db
+    )
+    if not allow_float:
+        return SearchResult(recipe, False, current, remedies, remaining[:10])
+
+    def floating(place: Place, base: Recipe = recipe):
+        return _float_remedy(place, base, subgraph)
+
+    final, chosen, sqnr = run.stage(recipe, remaining, floating)
+    reached = sqnr is not None and run.reached(sqnr)
+    return SearchResult(
+        final,
+        reached,
+        sqnr or current,
+        remedies + _remedies(chosen),
+        [] if reached else remaining[:10],
+    )
+
+
+def _remedies(chosen: list) -> list[Remedy]:
+    return [
+        Remedy(kind, s.place, s.name, s.op_type, float(min(s.output_sqnr, default=np.inf)))
+        for s, kind in chosen
+    ]
+
+
+def weight_limited_rounding(
+    planner: Planner,
+    statistics: SubgraphStatistics,
+    start: Recipe,
+    inputs: Sequence[np.ndarray],
+    within_db: float = 10.0,
+) -> tuple[Recipe, list[Remedy]]:
+    """Rounding optimisation for the weight-limited layers: those whose weights alone bring
+    an output within `within_db` of the whole plan's SQNR. Kept only if it helps on the
+    held-out samples (outputs gain on average, the worst loses at most `WORST_SLACK_DB`), else
+    the layers are tried by halves."""
+    model = planner.model
+    run = _Search(
+        model, partial(planner.plan, statistics), inputs, float("inf"), planner.subgraph_index
+    )
+    analyzer, current = run.evaluate(start)
+    candidates = []
+    for place in places(model, analyzer.plan):
+        if place.kind != "weights":
+            continue
+        if not rounding_supported(model, run.subgraph, run.subgraph.operators[place.op_index]):
+            continue
+        found = analyzer.measure(place)
+        if any(w < c + within_db for w, c in zip(found.output_sqnr, current, strict=True)):
+            candidates.append(found)
+    candidates.sort(key=lambda s: s.worst_db)
+    planner.prepare_rounding(s.place.op_index for s in candidates)
+    while candidates:
+        ops = frozenset(s.place.op_index for s in candidates)
+        recipe = start.with_changes(rounding_ops=start.rounding_ops | ops)
+        _, sqnr = run.evaluate(recipe)
+        gains = np.subtract(_finite(sqnr), _finite(current))
+        if gains.mean() > 0 and min(sqnr) >= min(current) - WORST_SLACK_DB:
+            return recipe, _remedies([(s, ROUNDING) for s in candidates])
+        candidates = candidates[: len(candidates) // 2]
+    return start, []
+
+
+def _finite(sqnr: Sequence[float]) -> np.ndarray:
+    return np.minimum(np.asarray(sqnr, np.float64), 200.0)  # an exact output counts as 200 dB
