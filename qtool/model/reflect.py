@@ -2,10 +2,12 @@
 
 The `tflite` package has readers and builder functions but no object API. Rather than writing a
 reader and a writer by hand for each of the ~200 option tables (and silently dropping the fields of
-ops qtool does not know), the layout of every table is derived once from the generated accessor
-methods: each accessor names its vtable offset, and whether the field is a scalar (with its
-flatbuffers type and default), a string, a table, a vector of those, or a union. Decoding turns a
-table into a plain dict keyed by snake_case field names; encoding builds the same table back.
+ops qtool does not know), the layout of every table is derived once by running the generated
+accessor methods against a probe that records what they read: the vtable offset a method asks for,
+and whether it then reads a scalar (with its flatbuffers type; run on an absent field, the accessor
+returns the default), a string, a table, a vector of those, or a union. Only the classes' behaviour
+is used, never their source, so a bytecode-only install works. Decoding turns a table into a plain
+dict keyed by snake_case field names; encoding builds the same table back.
 
 Scalar vectors decode to numpy arrays that are views into the source bytes (zero copy), which is
 what keeps multi-gigabyte weight buffers cheap to read.
@@ -13,7 +15,6 @@ what keeps multi-gigabyte weight buffers cheap to read.
 
 from __future__ import annotations
 
-import ast
 import functools
 import importlib
 import inspect
@@ -48,12 +49,7 @@ _FLAG_DTYPES = {
     "Float64": np.float64,
 }
 
-_METHOD_RE = re.compile(r"    def (\w+)\(self(, j)?\):\n((?:        .*\n|\n)+)")
-_OFFSET_RE = re.compile(r"self\._tab\.Offset\((\d+)\)")
-_FLAGS_RE = re.compile(r"flatbuffers\.number_types\.(\w+)Flags")
-_CLASS_RE = re.compile(r"from tflite\.(\w+) import")
-_RETURN_RE = re.compile(r"return (.+)\n\s*$")
-_NUMFIELDS_RE = re.compile(r"StartObject\((\d+)\)")
+_COMPANION_SUFFIXES = ("AsNumpy", "Length", "IsNone")
 
 
 class DecodeError(ValueError):
@@ -104,57 +100,116 @@ def union_codes(enum_name: str) -> dict[str, int]:
 @functools.cache
 def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
     """The fields of table `name` and its vtable size (number of slots)."""
-    module = importlib.import_module(f"tflite.{name}")
-    source = inspect.getsource(table_class(name))
+    cls = table_class(name)
+    methods = {key: value for key, value in vars(cls).items() if inspect.isfunction(value)}
     fields = []
-    for method, vector_arg, body in _METHOD_RE.findall(source):
-        offset_match = _OFFSET_RE.search(body)
-        if offset_match is None or method.endswith(("AsNumpy", "Length", "IsNone")):
+    for method, function in methods.items():
+        if _is_companion(method, methods) or function.__code__.co_argcount not in (1, 2):
             continue
-        slot = (int(offset_match.group(1)) - 4) // 2
-        flags = _FLAGS_RE.findall(body)
-        scalar = next((f for f in flags if f != "UOffsetT"), None)
-        child = _CLASS_RE.search(body) if "Indirect(" in body else None
-        if vector_arg:
-            if "self._tab.String(" in body:
-                kind = "string_vector"
-            elif child:
-                kind = "table_vector"
-            else:
-                kind = "scalar_vector"
-            fields.append(
-                Field(
-                    snake_case(method),
-                    slot,
-                    kind,
-                    scalar,
-                    child=child.group(1) if child else None,
-                )
-            )
-        elif "self._tab.Union(" in body:
-            fields.append(
-                Field(snake_case(method), slot, "union", child=UNION_ENUMS[(name, method)])
-            )
-        elif "self._tab.String(" in body:
-            fields.append(Field(snake_case(method), slot, "string"))
-        elif child:
-            fields.append(Field(snake_case(method), slot, "table", child=child.group(1)))
-        else:
-            default = _literal_default(body)
-            fields.append(Field(snake_case(method), slot, "scalar", scalar, default))
-    start_source = inspect.getsource(getattr(module, f"{name}Start"))
-    num_slots = int(_NUMFIELDS_RE.search(start_source).group(1))
-    num_slots = max([num_slots, *(f.slot + 1 for f in fields)])
+        field = _probe_field(name, method, function)
+        if field is not None:
+            fields.append(field)
+    start = _SlotCounter()
+    getattr(importlib.import_module(f"tflite.{name}"), f"{name}Start")(start)
+    num_slots = max([start.slots, *(f.slot + 1 for f in fields)])
     return tuple(sorted(fields, key=lambda f: f.slot)), num_slots
 
 
-def _literal_default(body: str) -> Any:
-    # Hand-patched accessors (OperatorCode.BuiltinCode) end in an expression, not the default;
-    # every such field defaults to 0 in the schema.
-    try:
-        return ast.literal_eval(_RETURN_RE.search(body).group(1))
-    except (ValueError, SyntaxError, AttributeError):
+def _is_companion(method: str, methods: dict[str, Any]) -> bool:
+    """`ShapeLength`, `ShapeAsNumpy`, `ShapeIsNone`: helpers of the field accessor `Shape`."""
+    return any(
+        method.endswith(suffix) and method.removesuffix(suffix) in methods
+        for suffix in _COMPANION_SUFFIXES
+    )
+
+
+class _Probe:
+    """Stands in for a flatbuffers Table while an accessor runs, recording what it reads.
+
+    Every accessor starts with ``self._tab.Offset(vtable_offset)``; what it does next tells the
+    field's kind: ``Get(flags, ...)`` reads a scalar of that type, ``String`` a string,
+    ``Indirect`` a table, ``Union`` a union, and ``Vector`` first means a vector of those.
+    With `present` False the field is absent and the accessor returns its default.
+    """
+
+    def __init__(self, present: bool) -> None:
+        self.Bytes = bytearray(8)  # the Table attributes the accessors read
+        self.Pos = 0
+        self.present = present
+        self.vtable_offset: int | None = None
+        self.reads: list[str] = []
+        self.scalar: str | None = None
+
+    def Offset(self, vtable_offset: int) -> int:
+        # Only the first read is the field's own (OperatorCode.BuiltinCode falls back to another).
+        if self.vtable_offset is None:
+            self.vtable_offset = vtable_offset
+        return 4 if self.present else 0
+
+    def Get(self, flags: type, offset: int) -> int:
+        self.reads.append("get")
+        if self.scalar is None:
+            self.scalar = flags.__name__.removesuffix("Flags")
         return 0
+
+    def String(self, offset: int) -> bytes:
+        self.reads.append("string")
+        return b""
+
+    def Indirect(self, offset: int) -> int:
+        self.reads.append("indirect")
+        return 0
+
+    def Union(self, table: Any, offset: int) -> Any:
+        self.reads.append("union")
+        return table
+
+    def Vector(self, offset: int) -> int:
+        self.reads.append("vector")
+        return 0
+
+    def VectorLen(self, offset: int) -> int:
+        return 0
+
+
+class _SlotCounter:
+    """Stands in for the Builder given to ``<Table>Start``, which declares the slot count."""
+
+    slots = 0
+
+    def StartObject(self, slots: int) -> None:
+        self.slots = slots
+
+
+def _run_accessor(cls: type, function: Any, present: bool) -> tuple[_Probe, Any]:
+    probe = _Probe(present)
+    instance = cls()
+    instance._tab = probe
+    args = (0,) if function.__code__.co_argcount == 2 else ()
+    return probe, function(instance, *args)
+
+
+def _probe_field(table: str, method: str, function: Any) -> Field | None:
+    cls = table_class(table)
+    probe, value = _run_accessor(cls, function, present=True)
+    if probe.vtable_offset is None:
+        return None  # not a field accessor
+    name, slot = snake_case(method), (probe.vtable_offset - 4) // 2
+    reads = probe.reads
+    child = type(value).__name__ if "indirect" in reads else None
+    if "union" in reads:
+        return Field(name, slot, "union", child=UNION_ENUMS[(table, method)])
+    if reads[:1] == ["vector"]:
+        kind = (
+            "string_vector" if "string" in reads else "table_vector" if child else "scalar_vector"
+        )
+        return Field(name, slot, kind, probe.scalar, child=child)
+    if "string" in reads:
+        return Field(name, slot, "string")
+    if child:
+        return Field(name, slot, "table", child=child)
+    _, default = _run_accessor(cls, function, present=False)
+    return Field(name, slot, "scalar", probe.scalar, default)
 
 
 # --------------------------------------------------------------------------- decoding
