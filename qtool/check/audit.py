@@ -7,6 +7,7 @@ with an accuracy gate it compares the model's outputs with its float reference.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
 from qtool.calibrate import load_dataset, model_inputs
@@ -90,10 +91,13 @@ def check_paths(
     """Audit each model file; an unreadable one gets its error and the others are still checked."""
     results = []
     for path in paths:
+        start = time.perf_counter()
         try:
             model = load_model(path)
         except QtoolError as exc:
-            results.append(ModelResult(path=str(path), error=str(exc)))
-            continue
-        results.append(check_model(model, profiles, target, accuracy, path=str(path)))
+            result = ModelResult(path=str(path), error=str(exc))
+        else:
+            result = check_model(model, profiles, target, accuracy, path=str(path))
+        result.seconds = time.perf_counter() - start
+        results.append(result)
     return results
