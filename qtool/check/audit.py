@@ -10,7 +10,6 @@ import os
 import time
 from collections.abc import Iterable
 
-from qtool.calibrate import load_dataset, model_inputs
 from qtool.check.config import OFF, load_settings
 from qtool.check.context import AuditContext
 from qtool.check.findings import Finding, ModelResult
@@ -18,7 +17,6 @@ from qtool.check.gates import AccuracyGate, accuracy_findings, target_findings
 from qtool.check.registry import FAMILIES, GATE
 from qtool.check.targets import checked_target, place_model
 from qtool.errors import QtoolError
-from qtool.evaluate import compare_models
 from qtool.model import Model, load_model
 
 __all__ = ["AccuracyGate", "ModelResult", "audit_model", "check_model", "check_paths"]
@@ -62,6 +60,10 @@ def check_model(
         findings += target_findings(report, severity)
         result.target = report.to_dict()
     if accuracy is not None:
+        # Imported here: calibration data and the numpy engine are needed by the gate only.
+        from qtool.calibrate import load_dataset, model_inputs
+        from qtool.evaluate import compare_models
+
         reference = load_model(accuracy.reference)
         data = load_dataset(list(accuracy.data), model_inputs(reference))
         comparison = compare_models(reference, model, data, accuracy.engine)

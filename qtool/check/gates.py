@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qtool.check.findings import Finding
 from qtool.check.targets import CANNOT_RUN, FALLBACK, TargetReport
 from qtool.check.targets.placement import fallback_name
-from qtool.evaluate import Comparison
+
+if TYPE_CHECKING:  # the accuracy gate's runtime is imported only when a gate runs
+    from qtool.evaluate import Comparison
 
 DEFAULT_MIN_SQNR = 20.0
 # The rules this module emits (the spec rule families are in qtool.check.registry).

@@ -14,8 +14,9 @@ from pathlib import PurePath
 from typing import Any
 
 from qtool.check.findings import SEVERITY_RANK, Finding, ModelResult
-from qtool.check.formats.text import location, printable
+from qtool.check.formats.text import location
 from qtool.check.rules import RULES
+from qtool.display import printable
 
 
 def classname(path: str) -> str:

@@ -17,17 +17,9 @@ from rich.text import Text
 
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.rules import RULES
+from qtool.display import printable
 
 _STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-def printable(text: str) -> str:
-    """`text` on one line: control characters (newline, tab, ...) shown as escapes."""
-    if text.isprintable():
-        return text
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text
-    )
 
 
 def location(finding: Finding) -> str:
