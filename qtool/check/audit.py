@@ -15,7 +15,6 @@ from qtool.check.context import AuditContext
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.gates import AccuracyGate, accuracy_findings, target_findings
 from qtool.check.registry import FAMILIES, GATE
-from qtool.check.targets import checked_target, place_model
 from qtool.errors import QtoolError
 from qtool.model import Model, load_model
 
@@ -49,6 +48,9 @@ def check_model(
     float reference (`accuracy`)."""
     profiles = tuple(profiles)
     if target is not None:
+        # Imported here, like the accuracy gate below: a plain audit does not load them.
+        from qtool.check.targets import checked_target, place_model
+
         profiles += tuple(p for p in checked_target(target).spec_profiles if p not in profiles)
     severity = load_settings(profiles).severity
     findings = _spec_findings(model, profiles)
