@@ -8,7 +8,6 @@ use it, so an alert keeps its identity across runs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections import Counter
@@ -40,6 +39,8 @@ def identity(path: str, finding: Finding) -> Identity:
 
 def fingerprint(path: str, finding: Finding) -> str:
     """A stable hash of the finding's identity (stays the same when op indices shift)."""
+    import hashlib  # only SARIF needs it: kept out of every other run's start-up
+
     return hashlib.sha256("\0".join(identity(path, finding)).encode()).hexdigest()[:32]
 
 

@@ -1,13 +1,13 @@
-"""A generic, lossless codec for TFLite flatbuffer tables, driven by the generated `tflite` classes.
+"""A generic, lossless codec for TFLite flatbuffer tables, driven by the schema as data.
 
-The `tflite` package has readers and builder functions but no object API. Rather than writing a
-reader and a writer by hand for each of the ~200 option tables (and silently dropping the fields of
-ops qtool does not know), the layout of every table is derived once by running the generated
-accessor methods against a probe that records what they read: the vtable offset a method asks for,
-and whether it then reads a scalar (with its flatbuffers type; run on an absent field, the accessor
-returns the default), a string, a table, a vector of those, or a union. Only the classes' behaviour
-is used, never their source, so a bytecode-only install works. Decoding turns a table into a plain
-dict keyed by snake_case field names; encoding builds the same table back.
+Rather than writing a reader and a writer by hand for each of the ~200 option tables (and
+silently dropping the fields of ops qtool does not know), every table is read and written from
+its layout in `tflite_schema.json`: for each field its vtable slot and whether it is a scalar
+(with its flatbuffers type and default), a string, a table, a vector of those, or a union. That
+file is generated at build time from the flatc-generated classes of the `tflite` package
+(`qtool/model/schema_gen.py`), so at run time qtool imports no `tflite` and reads no Python source:
+bytecode-only installs work. Decoding turns a table into a plain dict keyed by snake_case field
+names; encoding builds the same table back.
 
 Scalar vectors decode to numpy arrays that are views into the source bytes (zero copy), which is
 what keeps multi-gigabyte weight buffers cheap to read.
@@ -16,24 +16,17 @@ what keeps multi-gigabyte weight buffers cheap to read.
 from __future__ import annotations
 
 import functools
-import importlib
-import inspect
+import json
 import re
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import flatbuffers
 import numpy as np
 from flatbuffers import number_types as nt
 
-# Union fields do not name their enum in generated Python, so the schema's unions are listed here.
-UNION_ENUMS = {
-    ("Operator", "BuiltinOptions"): "BuiltinOptions",
-    ("Operator", "BuiltinOptions2"): "BuiltinOptions2",
-    ("QuantizationParameters", "Details"): "QuantizationDetails",
-    ("DimensionMetadata", "ArraySegments"): "SparseIndexVector",
-    ("DimensionMetadata", "ArrayIndices"): "SparseIndexVector",
-}
+SCHEMA_RESOURCE = "tflite_schema.json"
 
 _FLAG_DTYPES = {
     "Bool": np.bool_,
@@ -48,8 +41,6 @@ _FLAG_DTYPES = {
     "Float32": np.float32,
     "Float64": np.float64,
 }
-
-_COMPANION_SUFFIXES = ("AsNumpy", "Length", "IsNone")
 
 
 class DecodeError(ValueError):
@@ -78,18 +69,20 @@ def snake_case(name: str) -> str:
 
 
 @functools.cache
-def table_class(name: str) -> type:
-    return getattr(importlib.import_module(f"tflite.{name}"), name)
+def schema() -> dict[str, Any]:
+    """The shipped schema data (tables and enums), read once."""
+    return json.loads(resources.files(__package__).joinpath(SCHEMA_RESOURCE).read_text())
+
+
+@functools.cache
+def enum_members(enum_name: str) -> dict[str, int]:
+    """The values of a schema enum by name, e.g. enum_members("TensorType")["INT8"] == 9."""
+    return dict(schema()["enums"][enum_name])
 
 
 @functools.cache
 def union_members(enum_name: str) -> dict[int, str]:
-    enum_cls = table_class(enum_name)
-    return {
-        value: key
-        for key, value in vars(enum_cls).items()
-        if not key.startswith("_") and isinstance(value, int) and key != "NONE"
-    }
+    return {code: key for key, code in enum_members(enum_name).items() if key != "NONE"}
 
 
 @functools.cache
@@ -100,116 +93,12 @@ def union_codes(enum_name: str) -> dict[str, int]:
 @functools.cache
 def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
     """The fields of table `name` and its vtable size (number of slots)."""
-    cls = table_class(name)
-    methods = {key: value for key, value in vars(cls).items() if inspect.isfunction(value)}
-    fields = []
-    for method, function in methods.items():
-        if _is_companion(method, methods) or function.__code__.co_argcount not in (1, 2):
-            continue
-        field = _probe_field(name, method, function)
-        if field is not None:
-            fields.append(field)
-    start = _SlotCounter()
-    getattr(importlib.import_module(f"tflite.{name}"), f"{name}Start")(start)
-    num_slots = max([start.slots, *(f.slot + 1 for f in fields)])
-    return tuple(sorted(fields, key=lambda f: f.slot)), num_slots
-
-
-def _is_companion(method: str, methods: dict[str, Any]) -> bool:
-    """`ShapeLength`, `ShapeAsNumpy`, `ShapeIsNone`: helpers of the field accessor `Shape`."""
-    return any(
-        method.endswith(suffix) and method.removesuffix(suffix) in methods
-        for suffix in _COMPANION_SUFFIXES
+    table = schema()["tables"][name]
+    fields = tuple(
+        Field(snake_case(accessor), slot, kind, scalar, default, child)
+        for accessor, slot, kind, scalar, default, child in table["fields"]
     )
-
-
-class _Probe:
-    """Stands in for a flatbuffers Table while an accessor runs, recording what it reads.
-
-    Every accessor starts with ``self._tab.Offset(vtable_offset)``; what it does next tells the
-    field's kind: ``Get(flags, ...)`` reads a scalar of that type, ``String`` a string,
-    ``Indirect`` a table, ``Union`` a union, and ``Vector`` first means a vector of those.
-    With `present` False the field is absent and the accessor returns its default.
-    """
-
-    def __init__(self, present: bool) -> None:
-        self.Bytes = bytearray(8)  # the Table attributes the accessors read
-        self.Pos = 0
-        self.present = present
-        self.vtable_offset: int | None = None
-        self.reads: list[str] = []
-        self.scalar: str | None = None
-
-    def Offset(self, vtable_offset: int) -> int:
-        # Only the first read is the field's own (OperatorCode.BuiltinCode falls back to another).
-        if self.vtable_offset is None:
-            self.vtable_offset = vtable_offset
-        return 4 if self.present else 0
-
-    def Get(self, flags: type, offset: int) -> int:
-        self.reads.append("get")
-        if self.scalar is None:
-            self.scalar = flags.__name__.removesuffix("Flags")
-        return 0
-
-    def String(self, offset: int) -> bytes:
-        self.reads.append("string")
-        return b""
-
-    def Indirect(self, offset: int) -> int:
-        self.reads.append("indirect")
-        return 0
-
-    def Union(self, table: Any, offset: int) -> Any:
-        self.reads.append("union")
-        return table
-
-    def Vector(self, offset: int) -> int:
-        self.reads.append("vector")
-        return 0
-
-    def VectorLen(self, offset: int) -> int:
-        return 0
-
-
-class _SlotCounter:
-    """Stands in for the Builder given to ``<Table>Start``, which declares the slot count."""
-
-    slots = 0
-
-    def StartObject(self, slots: int) -> None:
-        self.slots = slots
-
-
-def _run_accessor(cls: type, function: Any, present: bool) -> tuple[_Probe, Any]:
-    probe = _Probe(present)
-    instance = cls()
-    instance._tab = probe
-    args = (0,) if function.__code__.co_argcount == 2 else ()
-    return probe, function(instance, *args)
-
-
-def _probe_field(table: str, method: str, function: Any) -> Field | None:
-    cls = table_class(table)
-    probe, value = _run_accessor(cls, function, present=True)
-    if probe.vtable_offset is None:
-        return None  # not a field accessor
-    name, slot = snake_case(method), (probe.vtable_offset - 4) // 2
-    reads = probe.reads
-    child = type(value).__name__ if "indirect" in reads else None
-    if "union" in reads:
-        return Field(name, slot, "union", child=UNION_ENUMS[(table, method)])
-    if reads[:1] == ["vector"]:
-        kind = (
-            "string_vector" if "string" in reads else "table_vector" if child else "scalar_vector"
-        )
-        return Field(name, slot, kind, probe.scalar, child=child)
-    if "string" in reads:
-        return Field(name, slot, "string")
-    if child:
-        return Field(name, slot, "table", child=child)
-    _, default = _run_accessor(cls, function, present=False)
-    return Field(name, slot, "scalar", probe.scalar, default)
+    return fields, table["slots"]
 
 
 # --------------------------------------------------------------------------- decoding
