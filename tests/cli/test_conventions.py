@@ -139,3 +139,23 @@ def test_readme_ci_recipes(ci) -> None:
         assert args[args.index("--format") + 1] == "junit"
         assert job["artifacts"]["reports"]["junit"] == _output_of(args)
         assert job["artifacts"]["when"] == "always"
+
+
+def test_readme_config_example_is_valid(tmp_path) -> None:
+    from qtool.cli.config import command_defaults
+
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", README, re.DOTALL) if "tool.qtool" in b]
+    sections = tomllib.loads(block)["tool"]["qtool"]
+    assert set(sections) == {"check", "quantize"}
+    ctx = click.Context(main)
+    for name, table in sections.items():
+        command = main.get_command(ctx, name)
+        defaults = command_defaults(ctx, command, table, f"README [tool.qtool.{name}]", tmp_path)
+        # The values go through the options' own types, as they do when qtool runs.
+        parsed = command.make_context(name, ["model.tflite"], default_map=defaults).params
+        for key, value in table.items():
+            param = next(p for p in command.params if f"--{key}" in getattr(p, "opts", ()))
+            expected = tuple(value) if isinstance(value, list) else value
+            if isinstance(param.type, click.Path):
+                expected = str(tmp_path / value)
+            assert parsed[param.name] == expected, key
