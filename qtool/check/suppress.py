@@ -89,7 +89,17 @@ def load_baseline(path: str | os.PathLike) -> Counter[Identity]:
     try:
         report = json.loads(Path(path).read_text())
         return Counter(
-            identity(model["path"], Finding(**finding))
+            identity(
+                model["path"],
+                Finding(
+                    rule=finding["rule"],
+                    severity=finding["severity"],
+                    message=finding["message"],
+                    op=finding.get("op"),
+                    role=finding.get("role"),
+                    tensor=finding.get("tensor"),
+                ),
+            )
             for model in report["models"]
             for finding in model["findings"]
         )

@@ -55,7 +55,7 @@ def _model_cases(result: ModelResult) -> list[tuple[str, list[Finding]]]:
         (f"subgraph {s} op {i} {op_type}", by_place.pop((s, i), []))
         for s, i, op_type in result.operators
     ]
-    # Findings at an op the operator list does not name (never expected) are still reported.
+    # A result built without its operator list (e.g. by hand) still reports every finding.
     places += [(location(fs[0]), fs) for fs in by_place.values()]
     return places
 
