@@ -138,7 +138,7 @@ def check_command(
     accuracy = AccuracyGate(reference, data, min_sqnr) if reference is not None else None
     results, ignored = apply_ignores(check_paths(models, profiles, target, accuracy), ignore_rules)
     if write_baseline is not None:
-        write_atomic(write_baseline, json.dumps(to_json(results, profiles), indent=2) + "\n")
+        write_atomic(write_baseline, _report("json", results, profiles, quiet, fail_on))
     in_baseline = 0
     if known is not None:
         results, in_baseline = subtract_baseline(results, known)
