@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import click
@@ -18,22 +16,14 @@ from qtool.cli import COMMANDS, main
 from qtool.cli.render import PlainProgress
 from qtool.model import load_model, save_model
 from tests.conftest import DATA, MODELS
+from tests.quantize.test_cli import qtool as run_qtool
 
 PREFIX = "serving_default_" + "very_long_input_name_shared_by_both_inputs_" * 2
 
 
-def qtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def qtool(*args: str) -> subprocess.CompletedProcess:
     """The installed command as a CI job runs it: no terminal, a narrow default width."""
-    env = {**os.environ, "COLUMNS": "60", "TERM": "dumb"}
-    return subprocess.run(
-        [sys.executable, "-m", "qtool", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-        env=env,
-        check=False,
-    )
+    return run_qtool(*args, env={"COLUMNS": "60", "TERM": "dumb"})
 
 
 @pytest.fixture(scope="module")

@@ -8,9 +8,7 @@ model and must produce the very bytes the normal install does.
 
 from __future__ import annotations
 
-import compileall
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import qtool
 from qtool.model import load_model, model_to_bytes
 from tests.conftest import MODELS, float_model_names, tf_int8_model_paths
+from tests.model.bytecode import bytecode_only_copy
 
 FIXTURES = [MODELS / f"{name}.tflite" for name in float_model_names()] + tf_int8_model_paths()
 
@@ -43,13 +42,8 @@ print(json.dumps(out))
 
 def test_models_round_trip_from_bytecode_without_tflite(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    # symlinks=False: package data reached through a symlink (qtool/_schemas) is copied as files.
-    shutil.copytree(
-        Path(qtool.__file__).parent, site / "qtool", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    assert compileall.compile_dir(site, quiet=1, legacy=True)
-    for source in site.rglob("*.py"):
-        source.unlink()
+    bytecode_only_copy(Path(qtool.__file__).parent, site)
+    assert not list(site.rglob("*.py"))
 
     paths = [str(p) for p in FIXTURES]
     run = subprocess.run(

@@ -8,10 +8,8 @@ accessors, an implementation independent of qtool's codec.
 
 from __future__ import annotations
 
-import compileall
 import importlib
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +21,7 @@ import tflite
 from qtool.model import model_to_bytes
 from qtool.model.reflect import schema, snake_case, union_members
 from qtool.model.schema_gen import SCHEMA_FILE, dumps, generate
+from tests.model.bytecode import bytecode_only_copy
 from tests.model.test_roundtrip import options_model, random_table
 
 
@@ -35,12 +34,7 @@ def test_shipped_table_is_generated_from_the_installed_tflite() -> None:
 
 def test_generator_reads_no_source(tmp_path: Path) -> None:
     site = tmp_path / "site"
-    shutil.copytree(
-        Path(tflite.__file__).parent, site / "tflite", ignore=shutil.ignore_patterns("__pycache__")
-    )
-    assert compileall.compile_dir(site, quiet=1, legacy=True)
-    for source in site.rglob("*.py"):
-        source.unlink()
+    bytecode_only_copy(Path(tflite.__file__).parent, site)
     script = (
         "import sys; sys.path.insert(0, sys.argv[1]); import json, tflite; "
         "from qtool.model.schema_gen import generate; "
