@@ -7,17 +7,15 @@ with an accuracy gate it compares the model's outputs with its float reference.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 
-from qtool.calibrate import load_dataset, model_inputs
 from qtool.check.config import OFF, load_settings
 from qtool.check.context import AuditContext
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.gates import AccuracyGate, accuracy_findings, target_findings
 from qtool.check.registry import FAMILIES, GATE
-from qtool.check.targets import checked_target, place_model
 from qtool.errors import QtoolError
-from qtool.evaluate import compare_models
 from qtool.model import Model, load_model
 
 __all__ = ["AccuracyGate", "ModelResult", "audit_model", "check_model", "check_paths"]
@@ -50,6 +48,9 @@ def check_model(
     float reference (`accuracy`)."""
     profiles = tuple(profiles)
     if target is not None:
+        # Imported here, like the accuracy gate below: a plain audit does not load them.
+        from qtool.check.targets import checked_target, place_model
+
         profiles += tuple(p for p in checked_target(target).spec_profiles if p not in profiles)
     severity = load_settings(profiles).severity
     findings = _spec_findings(model, profiles)
@@ -61,6 +62,10 @@ def check_model(
         findings += target_findings(report, severity)
         result.target = report.to_dict()
     if accuracy is not None:
+        # Imported here: calibration data and the numpy engine are needed by the gate only.
+        from qtool.calibrate import load_dataset, model_inputs
+        from qtool.evaluate import compare_models
+
         reference = load_model(accuracy.reference)
         data = load_dataset(list(accuracy.data), model_inputs(reference))
         comparison = compare_models(reference, model, data, accuracy.engine)
@@ -90,10 +95,13 @@ def check_paths(
     """Audit each model file; an unreadable one gets its error and the others are still checked."""
     results = []
     for path in paths:
+        start = time.perf_counter()
         try:
             model = load_model(path)
         except QtoolError as exc:
-            results.append(ModelResult(path=str(path), error=str(exc)))
-            continue
-        results.append(check_model(model, profiles, target, accuracy, path=str(path)))
+            result = ModelResult(path=str(path), error=str(exc))
+        else:
+            result = check_model(model, profiles, target, accuracy, path=str(path))
+        result.seconds = time.perf_counter() - start
+        results.append(result)
     return results

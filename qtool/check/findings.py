@@ -46,6 +46,7 @@ class ModelResult:
     operators: list[tuple[int, int, str]] = field(default_factory=list)  # (subgraph, index, type)
     target: dict[str, Any] | None = None  # placement on the --target (TargetReport.to_dict)
     accuracy: dict[str, Any] | None = None  # comparison with the --reference model
+    seconds: float = 0.0  # time taken to read and audit the model
 
     @property
     def summary(self) -> dict[str, int]:

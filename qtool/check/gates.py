@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from qtool.check.findings import Finding
-from qtool.check.targets import CANNOT_RUN, FALLBACK, TargetReport
-from qtool.check.targets.placement import fallback_name
-from qtool.evaluate import Comparison
+
+if TYPE_CHECKING:  # placement and the accuracy gate's runtime load only when they run
+    from qtool.check.targets import TargetReport
+    from qtool.evaluate import Comparison
 
 DEFAULT_MIN_SQNR = 20.0
 # The rules this module emits (the spec rule families are in qtool.check.registry).
@@ -17,6 +19,9 @@ RULE_IDS = ("QT-TARGET-FALLBACK", "QT-TARGET-UNSUPPORTED", "QT-SQNR", "QT-SQNR-L
 
 def target_findings(report: TargetReport, severity: dict[str, str]) -> list[Finding]:
     """One finding per op that leaves the target's accelerator, naming the broken constraints."""
+    from qtool.check.targets import CANNOT_RUN, FALLBACK
+    from qtool.check.targets.placement import fallback_name
+
     target = report.target
     findings = []
     for placement in report.ops:

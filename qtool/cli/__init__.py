@@ -11,10 +11,22 @@ import sys
 import click
 
 from qtool import __version__
+from qtool.cli.config import load_defaults
+from qtool.cli.lazy import LazyCommand, LazyGroup
 from qtool.errors import QtoolError
 
+# Commands are imported when they run; `qtool --help` shows these summaries without importing.
+COMMANDS = {
+    "array": LazyCommand("qtool.cli.array:array_group", "Quantize and dequantize .npy arrays."),
+    "check": LazyCommand("qtool.cli.check:check_command", "Audit MODEL... against the int8 spec."),
+    "inspect": LazyCommand("qtool.cli.inspect:inspect_command", "Show what is in a model."),
+    "quantize": LazyCommand(
+        "qtool.cli.quantize:quantize_command", "Quantize a float MODEL to int8."
+    ),
+}
 
-class QtoolGroup(click.Group):
+
+class QtoolGroup(LazyGroup):
     """Turns library errors into ``qtool: error: ...`` and an exit code, never a traceback."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
@@ -32,19 +44,16 @@ class QtoolGroup(click.Group):
             sys.exit(130)
 
 
-@click.group(cls=QtoolGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=QtoolGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="qtool")
-def main() -> None:
-    """Quantize float TFLite models to the int8 spec, and audit quantized models."""
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """Quantize float TFLite models to the int8 spec, and audit quantized models.
 
-
-def _register() -> None:
-    from qtool.cli import array, check, inspect, quantize
-
-    main.add_command(inspect.inspect_command)
-    main.add_command(array.array_group)
-    main.add_command(quantize.quantize_command)
-    main.add_command(check.check_command)
-
-
-_register()
+    Default options come from [tool.qtool.COMMAND] in the nearest pyproject.toml.
+    """
+    ctx.default_map = load_defaults(ctx, main)

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 import numpy as np
-from rich.table import Table
 
-from qtool.cli.render import print_json, stdout
+from qtool.cli.render import print_json, print_table, stdout
+from qtool.display import printable
 from qtool.errors import DataError, UsageError
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
@@ -128,17 +128,21 @@ def _ints(values: Any) -> list[int]:
     return [int(v) for v in np.asarray(values).ravel()]
 
 
-def _report(title: str, info: dict[str, Any], as_json: bool) -> None:
+def _report(title: str, info: dict[str, Any], as_json: bool, quiet: bool) -> None:
     if as_json:
         print_json(info)
         return
-    table = Table(title=title, title_justify="left")
-    table.add_column("parameter")
-    table.add_column("value")
-    for key, value in info.items():
-        shown = ", ".join(str(v) for v in value) if isinstance(value, list) else str(value)
-        table.add_row(key.replace("_", " "), shown)
-    stdout.print(table)
+    if quiet:
+        stdout.out(f"wrote {printable(info['output'])}", highlight=False)
+        return
+    rows = [
+        (
+            key.replace("_", " "),
+            ", ".join(str(v) for v in value) if isinstance(value, list) else str(value),
+        )
+        for key, value in info.items()
+    ]
+    print_table(stdout, title, ("parameter", "value"), rows)
 
 
 def _quantize_tflite(
@@ -295,6 +299,7 @@ def array_group() -> None:
     help="TensorFlow modes: minimum width of the range (default 0.01, as TensorFlow).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the parameters as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the file written.")
 def quantize_command(
     input_path: Path,
     output: Path | None,
@@ -309,6 +314,7 @@ def quantize_command(
     round_mode: RoundMode | None,
     ensure_minimum_range: float | None,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Quantize the float array IN.npy and write the integers to -o OUT.npy."""
     out = _output_path(input_path, output)
@@ -340,7 +346,7 @@ def quantize_command(
         "shape": list(result.shape),
         "output": str(out),
     }
-    _report("qtool array quantize", info, as_json)
+    _report("qtool array quantize", info, as_json, quiet)
 
 
 @array_group.command("dequantize")
@@ -364,6 +370,7 @@ def quantize_command(
     help="Float type of the result.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the parameters as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="Print only the file written.")
 def dequantize_command(
     input_path: Path,
     output: Path | None,
@@ -372,6 +379,7 @@ def dequantize_command(
     axis: int | None,
     out_dtype: str,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Dequantize the integer array IN.npy: (q - zero_point) * scale, written to -o OUT.npy."""
     out = _output_path(input_path, output)
@@ -389,4 +397,4 @@ def dequantize_command(
         "shape": list(result.shape),
         "output": str(out),
     }
-    _report("qtool array dequantize", info, as_json)
+    _report("qtool array dequantize", info, as_json, quiet)

@@ -7,8 +7,11 @@ import json
 import click
 
 from qtool.check import AccuracyGate, check_paths
-from qtool.check.formats import render_rules, render_text, to_json, to_junit, to_sarif, to_text
+from qtool.check.findings import ModelResult
+from qtool.check.formats.json_report import to_json
+from qtool.check.formats.text import render_rules, render_text, to_text
 from qtool.check.gates import DEFAULT_MIN_SQNR
+from qtool.check.suppress import Ignore, apply_ignores, load_baseline, subtract_baseline
 from qtool.cli.render import stderr, stdout
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
@@ -70,7 +73,26 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
     show_default=True,
     help="With --reference: an output below this SQNR (dB) is an error.",
 )
+@click.option(
+    "--ignore",
+    "ignores",
+    multiple=True,
+    metavar="RULE[:GLOB]",
+    help="Leave out findings of RULE (an id or a glob over ids); with :GLOB only those whose "
+    "model path, tensor name or op type matches GLOB. Repeatable.",
+)
+@click.option(
+    "--baseline",
+    type=click.Path(dir_okay=False),
+    help="Report only findings not in this file (a --format json report or --write-baseline).",
+)
+@click.option(
+    "--write-baseline",
+    type=click.Path(dir_okay=False),
+    help="Write the findings of this run (after --ignore) to FILE as the baseline to keep.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Text format: print only the summary lines.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --format json.")
 @click.option("--list-rules", is_flag=True, help="Print the rule catalogue and exit.")
 @click.pass_context
 def check_command(
@@ -84,7 +106,11 @@ def check_command(
     reference: str | None,
     data: tuple[str, ...],
     min_sqnr: float,
+    ignores: tuple[str, ...],
+    baseline: str | None,
+    write_baseline: str | None,
     quiet: bool,
+    as_json: bool,
     list_rules: bool,
 ) -> None:
     """Audit MODEL... against the TFLite int8 spec.
@@ -97,23 +123,30 @@ def check_command(
         return
     if not models:
         raise click.UsageError("give at least one MODEL (or --list-rules)")
-    if output is not None:
-        refuse_input_overwrite(output, models)
+    if as_json:
+        if fmt not in ("text", "json"):
+            raise click.UsageError(f"--json and --format {fmt} contradict each other")
+        fmt = "json"
+    for path in (output, write_baseline):
+        if path is not None:
+            refuse_input_overwrite(path, models)
     if (reference is None) != (not data):
         raise click.UsageError("--reference and --data go together (the accuracy gate)")
+    ignore_rules = [Ignore.parse(text) for text in ignores]
+    known = load_baseline(baseline) if baseline is not None else None
     profiles = ("per-tensor-fc",) if per_tensor_fc else ()
     accuracy = AccuracyGate(reference, data, min_sqnr) if reference is not None else None
-    results = check_paths(models, profiles, target, accuracy)
+    results, ignored = apply_ignores(check_paths(models, profiles, target, accuracy), ignore_rules)
+    if write_baseline is not None:
+        write_atomic(write_baseline, _report("json", results, profiles, quiet, fail_on))
+    in_baseline = 0
+    if known is not None:
+        results, in_baseline = subtract_baseline(results, known)
 
     if fmt == "text" and output is None:
         render_text(results, stdout, quiet=quiet)
     else:
-        report = {
-            "text": lambda: to_text(results, quiet=quiet),
-            "json": lambda: json.dumps(to_json(results, profiles), indent=2) + "\n",
-            "junit": lambda: to_junit(results),
-            "sarif": lambda: json.dumps(to_sarif(results, profiles), indent=2) + "\n",
-        }[fmt]()
+        report = _report(fmt, results, profiles, quiet, fail_on)
         if output is None:
             click.echo(report, nl=False)
         else:
@@ -123,7 +156,36 @@ def check_command(
         for result in results:
             if result.error is not None:
                 stderr.print(f"qtool: error: {result.error}", markup=False, soft_wrap=True)
+    _say_suppressed(ignored, in_baseline, baseline)
 
     if any(result.error is not None for result in results):
         ctx.exit(EXIT_UNREADABLE)
     ctx.exit(EXIT_FINDINGS if any(r.fails(fail_on) for r in results) else EXIT_OK)
+
+
+def _report(
+    fmt: str, results: list[ModelResult], profiles: tuple[str, ...], quiet: bool, fail_on: str
+) -> str:
+    if fmt == "text":
+        return to_text(results, quiet=quiet)
+    if fmt == "json":
+        return json.dumps(to_json(results, profiles), indent=2) + "\n"
+    if fmt == "junit":
+        from qtool.check.formats.junit import to_junit
+
+        return to_junit(results, fail_on=fail_on)
+    from qtool.check.formats.sarif import to_sarif
+
+    return json.dumps(to_sarif(results, profiles), indent=2) + "\n"
+
+
+def _say_suppressed(ignored: int, in_baseline: int, baseline: str | None) -> None:
+    """On stderr, so that report formats on stdout stay pure."""
+    if ignored:
+        stderr.print(f"qtool: {ignored} finding(s) left out by --ignore", soft_wrap=True)
+    if in_baseline:
+        stderr.print(
+            f"qtool: {in_baseline} finding(s) already in the baseline {baseline}",
+            markup=False,
+            soft_wrap=True,
+        )

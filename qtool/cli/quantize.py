@@ -5,11 +5,11 @@ from __future__ import annotations
 import sys
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.text import Text
 
 from qtool.calibrate import ENGINES
-from qtool.cli.render import print_json, stderr, stdout
+from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
+from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
 from qtool.report import summary_counts
@@ -79,7 +79,7 @@ from qtool.targets import target_names
     "the worst; all of them go in the report.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --synthetic data.")
-@click.option("--quiet", is_flag=True, help="No progress bar and no summary table.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no summary: one line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 def quantize_command(
@@ -132,32 +132,14 @@ def quantize_command(
             "[bold yellow]warning:[/] calibrating on SYNTHETIC random data: the "
             "activation ranges are not meaningful and accuracy will be poor"
         )
-    show_progress = not (quiet or as_json) and stderr.is_terminal
-    with Progress(
-        TextColumn("calibrating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        console=stderr,
-        disable=not show_progress,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("calibrate", total=None, rate="")
-
-        def advance(count: int) -> None:
-            bar.advance(task, count)
-            elapsed = bar.tasks[task].elapsed or 0
-            if elapsed:
-                bar.update(task, rate=f"{bar.tasks[task].completed / elapsed:.0f} samples/s")
-
-        outcome = quantize_file(job, progress=advance, on_total=lambda n: bar.update(task, total=n))
+    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
+        outcome = quantize_file(job, progress=advance, on_total=on_total)
     if as_json:
         print_json(outcome.report)
     elif not quiet:
         render_summary(outcome)
     else:
-        stdout.print(f"wrote {outcome.output_path}")
+        stdout.out(f"wrote {printable(outcome.output_path)}", highlight=False)
     sys.exit(outcome.exit_code)
 
 
@@ -172,60 +154,81 @@ def render_summary(outcome: QuantizeOutcome) -> None:
     engines = "/".join(sorted({c["engine"] for c in calibrations}))
     seconds = sum(c["seconds"] for c in calibrations)
     synthetic = any(c["synthetic"] for c in calibrations)
-    head = Table.grid(padding=(0, 2))
-    head.add_row("[bold]wrote[/]", outcome.output_path)
-    head.add_row("report", outcome.report_path)
-    head.add_row(
-        "size",
-        f"{report['input_model']['size_bytes']:,} -> "
-        f"{report['output_model']['size_bytes']:,} bytes",
-    )
-    head.add_row(
-        "calibration",
-        f"{samples} samples, {engines} engine, {seconds:.2f} s"
-        + (" [yellow](synthetic)[/]" if synthetic else "")
-        + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
-    )
-    head.add_row(
-        "operators",
-        f"{counts['int8']} int8, {counts['float']} float, "
-        f"{counts['integer']} integer, {counts['folded']} folded",
-    )
     audit = report["audit"]
-    status = "[green]compliant[/]" if not audit["errors"] else "[red]NOT compliant[/]"
-    head.add_row("audit", f"{status}: {audit['errors']} errors, {audit['warnings']} warnings")
-    stdout.print(head)
-    io_table = Table(title="model inputs and outputs", title_justify="left")
-    for column in ("role", "name", "dtype", "shape", "scale", "zero point"):
-        io_table.add_column(column)
+    status = (
+        Text("compliant", style="green")
+        if not audit["errors"]
+        else Text("NOT compliant", style="red")
+    )
+    print_fields(
+        stdout,
+        [
+            ("wrote", outcome.output_path),
+            ("report", outcome.report_path),
+            (
+                "size",
+                f"{report['input_model']['size_bytes']:,} -> "
+                f"{report['output_model']['size_bytes']:,} bytes",
+            ),
+            (
+                "calibration",
+                f"{samples} samples, {engines} engine, {seconds:.2f} s"
+                + (" (synthetic)" if synthetic else "")
+                + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
+            ),
+            (
+                "operators",
+                f"{counts['int8']} int8, {counts['float']} float, "
+                f"{counts['integer']} integer, {counts['folded']} folded",
+            ),
+            ("audit", status + f": {audit['errors']} errors, {audit['warnings']} warnings"),
+        ],
+    )
+    io_rows = []
     for row in report["io"]:
         q = row["quantization"] or {}
-        io_table.add_row(
-            row["role"],
-            row["name"],
-            row["dtype"],
-            str(row["shape"]),
-            f"{q['scale'][0]:.6g}" if "scale" in q else "-",
-            str(q["zero_point"][0]) if "zero_point" in q else "-",
+        io_rows.append(
+            (
+                row["role"],
+                row["name"],
+                row["dtype"],
+                str(row["shape"]),
+                f"{q['scale'][0]:.6g}" if "scale" in q else "-",
+                str(q["zero_point"][0]) if "zero_point" in q else "-",
+            )
         )
-    stdout.print(io_table)
+    print_table(
+        stdout,
+        "model inputs and outputs",
+        ("role", "name", "dtype", "shape", "scale", "zero point"),
+        io_rows,
+    )
     if report["float_ops"]:
-        table = Table(title="operators left in float", title_justify="left")
-        for column in ("#", "op", "reason"):
-            table.add_column(column)
-        for row in report["float_ops"]:
-            table.add_row(str(row["index"]), row["op"], row["reason"])
-        stdout.print(table)
+        print_table(
+            stdout,
+            "operators left in float",
+            ("#", "op", "reason"),
+            [(str(row["index"]), row["op"], row["reason"]) for row in report["float_ops"]],
+        )
     if report["layer_errors"]:
-        worst = Table(title="layers with the largest quantization error", title_justify="left")
-        for column in ("tensor", "op", "SQNR dB"):
-            worst.add_column(column, overflow="fold")
-        for row in report["layer_errors"][:WORST_LAYERS]:
-            sqnr = "exact" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}"
-            worst.add_row(row["tensor"], row["op"], sqnr)
-        stdout.print(worst)
+        print_table(
+            stdout,
+            "layers with the largest quantization error",
+            ("tensor", "op", "SQNR dB"),
+            [
+                (
+                    row["tensor"],
+                    row["op"],
+                    "exact" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}",
+                )
+                for row in report["layer_errors"][:WORST_LAYERS]
+            ],
+        )
     for warning in report["warnings"]:
-        stdout.print(f"[yellow]warning:[/] {warning}")
+        stdout.print(Text("warning: ", style="yellow") + Text(printable(warning)))
     for finding in audit["findings"]:
         if finding["severity"] == "error":
-            stdout.print(f"[red]audit error[/] {finding['rule']}: {finding['message']}")
+            stdout.print(
+                Text("audit error ", style="red")
+                + Text(printable(f"{finding['rule']}: {finding['message']}"))
+            )

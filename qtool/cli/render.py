@@ -1,16 +1,149 @@
-"""Shared console helpers for the commands: one stdout console, one stderr console, JSON output."""
+"""Shared output of the commands: rich tables on a terminal, whole plain lines elsewhere.
+
+CI logs and pipes get no table borders, no colour and nothing cut or wrapped: every name is
+printed whole (control characters escaped), so two different names never look the same.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from qtool.display import printable
 
 stdout = Console(highlight=False)
 stderr = Console(stderr=True, highlight=False)
+
+Cell = str | Text  # a str is shown as it is (never read as markup)
+
+PROGRESS_INTERVAL = 5.0  # seconds between progress lines when no terminal is attached
 
 
 def print_json(data: Any) -> None:
     """Plain JSON on stdout (no rich markup), so pipelines can parse it."""
     print(json.dumps(data, indent=2, sort_keys=False))
+
+
+def _plain(cell: Cell) -> str:
+    return printable(cell.plain if isinstance(cell, Text) else cell)
+
+
+def _rich(cell: Cell) -> Text:
+    return cell if isinstance(cell, Text) else Text(cell)
+
+
+def print_fields(console: Console, rows: Sequence[tuple[str, Cell]]) -> None:
+    """Label/value pairs: an aligned grid on a terminal, `label: value` lines elsewhere."""
+    if not console.is_terminal:
+        for label, value in rows:
+            console.out(f"{label}: {_plain(value)}", highlight=False)
+        return
+    grid = Table.grid(padding=(0, 2))
+    for label, value in rows:
+        grid.add_row(Text(label, style="bold"), _rich(value))
+    console.print(grid)
+
+
+def print_table(
+    console: Console, title: str, columns: Sequence[str], rows: Sequence[Sequence[Cell]]
+) -> None:
+    """A table on a terminal (long cells fold onto more lines, never cut); elsewhere the title
+    and one whole line per row, columns aligned."""
+    if not console.is_terminal:
+        console.out(f"{title}:", highlight=False)
+        cells = [list(columns)] + [[_plain(cell) for cell in row] for row in rows]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+        for row in cells:
+            line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            console.out("  " + line.rstrip(), highlight=False)
+        return
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*(_rich(cell) for cell in row))
+    console.print(table)
+
+
+class PlainProgress:
+    """Progress for logs: a line on the console every `interval` seconds, and a last one."""
+
+    def __init__(
+        self,
+        console: Console,
+        what: str,
+        interval: float = PROGRESS_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console, self.what, self.interval, self.clock = console, what, interval, clock
+        self.start = self.last = clock()
+        self.done = 0
+        self.total: int | None = None
+
+    def set_total(self, total: int | None) -> None:
+        self.total = total
+
+    def advance(self, count: int) -> None:
+        self.done += count
+        now = self.clock()
+        if now - self.last >= self.interval:
+            self.last = now
+            self.console.out(f"{self.what}: {self._status(now)}", highlight=False)
+
+    def finish(self) -> None:
+        self.console.out(f"{self.what}: done, {self._status(self.clock())}", highlight=False)
+
+    def _status(self, now: float) -> str:
+        elapsed = now - self.start
+        of = f"/{self.total}" if self.total else ""
+        rate = f", {self.done / elapsed:.1f}/s" if elapsed > 0 else ""
+        return f"{self.done}{of} samples{rate}, {elapsed:.1f} s"
+
+
+@contextlib.contextmanager
+def progress(
+    console: Console, what: str, enabled: bool
+) -> Iterator[tuple[Callable[[int], None], Callable[[int | None], None]]]:
+    """(advance, set_total) callbacks showing progress: a live bar on a terminal, a line every
+    few seconds in a log, nothing when not `enabled`."""
+    if not enabled:
+        yield (lambda count: None), (lambda total: None)
+        return
+    if not console.is_terminal:
+        plain = PlainProgress(console, what)
+        yield plain.advance, plain.set_total
+        plain.finish()
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        TextColumn(what),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(what, total=None, rate="")
+
+        def advance(count: int) -> None:
+            bar.advance(task, count)
+            elapsed = bar.tasks[task].elapsed or 0
+            if elapsed:
+                bar.update(task, rate=f"{bar.tasks[task].completed / elapsed:.0f} samples/s")
+
+        yield advance, lambda total: bar.update(task, total=total)

@@ -1,11 +1,13 @@
-"""A generic, lossless codec for TFLite flatbuffer tables, driven by the generated `tflite` classes.
+"""A generic, lossless codec for TFLite flatbuffer tables, driven by the schema as data.
 
-The `tflite` package has readers and builder functions but no object API. Rather than writing a
-reader and a writer by hand for each of the ~200 option tables (and silently dropping the fields of
-ops qtool does not know), the layout of every table is derived once from the generated accessor
-methods: each accessor names its vtable offset, and whether the field is a scalar (with its
-flatbuffers type and default), a string, a table, a vector of those, or a union. Decoding turns a
-table into a plain dict keyed by snake_case field names; encoding builds the same table back.
+Rather than writing a reader and a writer by hand for each of the ~200 option tables (and
+silently dropping the fields of ops qtool does not know), every table is read and written from
+its layout in `tflite_schema.json`: for each field its vtable slot and whether it is a scalar
+(with its flatbuffers type and default), a string, a table, a vector of those, or a union. That
+file is generated at build time from the flatc-generated classes of the `tflite` package
+(`qtool/model/schema_gen.py`), so at run time qtool imports no `tflite` and reads no Python source:
+bytecode-only installs work. Decoding turns a table into a plain dict keyed by snake_case field
+names; encoding builds the same table back.
 
 Scalar vectors decode to numpy arrays that are views into the source bytes (zero copy), which is
 what keeps multi-gigabyte weight buffers cheap to read.
@@ -13,26 +15,18 @@ what keeps multi-gigabyte weight buffers cheap to read.
 
 from __future__ import annotations
 
-import ast
 import functools
-import importlib
-import inspect
+import json
 import re
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
 import flatbuffers
 import numpy as np
 from flatbuffers import number_types as nt
 
-# Union fields do not name their enum in generated Python, so the schema's unions are listed here.
-UNION_ENUMS = {
-    ("Operator", "BuiltinOptions"): "BuiltinOptions",
-    ("Operator", "BuiltinOptions2"): "BuiltinOptions2",
-    ("QuantizationParameters", "Details"): "QuantizationDetails",
-    ("DimensionMetadata", "ArraySegments"): "SparseIndexVector",
-    ("DimensionMetadata", "ArrayIndices"): "SparseIndexVector",
-}
+SCHEMA_RESOURCE = "tflite_schema.json"
 
 _FLAG_DTYPES = {
     "Bool": np.bool_,
@@ -47,13 +41,6 @@ _FLAG_DTYPES = {
     "Float32": np.float32,
     "Float64": np.float64,
 }
-
-_METHOD_RE = re.compile(r"    def (\w+)\(self(, j)?\):\n((?:        .*\n|\n)+)")
-_OFFSET_RE = re.compile(r"self\._tab\.Offset\((\d+)\)")
-_FLAGS_RE = re.compile(r"flatbuffers\.number_types\.(\w+)Flags")
-_CLASS_RE = re.compile(r"from tflite\.(\w+) import")
-_RETURN_RE = re.compile(r"return (.+)\n\s*$")
-_NUMFIELDS_RE = re.compile(r"StartObject\((\d+)\)")
 
 
 class DecodeError(ValueError):
@@ -82,18 +69,20 @@ def snake_case(name: str) -> str:
 
 
 @functools.cache
-def table_class(name: str) -> type:
-    return getattr(importlib.import_module(f"tflite.{name}"), name)
+def schema() -> dict[str, Any]:
+    """The shipped schema data (tables and enums), read once."""
+    return json.loads(resources.files(__package__).joinpath(SCHEMA_RESOURCE).read_text())
+
+
+@functools.cache
+def enum_members(enum_name: str) -> dict[str, int]:
+    """The values of a schema enum by name, e.g. enum_members("TensorType")["INT8"] == 9."""
+    return dict(schema()["enums"][enum_name])
 
 
 @functools.cache
 def union_members(enum_name: str) -> dict[int, str]:
-    enum_cls = table_class(enum_name)
-    return {
-        value: key
-        for key, value in vars(enum_cls).items()
-        if not key.startswith("_") and isinstance(value, int) and key != "NONE"
-    }
+    return {code: key for key, code in enum_members(enum_name).items() if key != "NONE"}
 
 
 @functools.cache
@@ -104,57 +93,12 @@ def union_codes(enum_name: str) -> dict[str, int]:
 @functools.cache
 def table_layout(name: str) -> tuple[tuple[Field, ...], int]:
     """The fields of table `name` and its vtable size (number of slots)."""
-    module = importlib.import_module(f"tflite.{name}")
-    source = inspect.getsource(table_class(name))
-    fields = []
-    for method, vector_arg, body in _METHOD_RE.findall(source):
-        offset_match = _OFFSET_RE.search(body)
-        if offset_match is None or method.endswith(("AsNumpy", "Length", "IsNone")):
-            continue
-        slot = (int(offset_match.group(1)) - 4) // 2
-        flags = _FLAGS_RE.findall(body)
-        scalar = next((f for f in flags if f != "UOffsetT"), None)
-        child = _CLASS_RE.search(body) if "Indirect(" in body else None
-        if vector_arg:
-            if "self._tab.String(" in body:
-                kind = "string_vector"
-            elif child:
-                kind = "table_vector"
-            else:
-                kind = "scalar_vector"
-            fields.append(
-                Field(
-                    snake_case(method),
-                    slot,
-                    kind,
-                    scalar,
-                    child=child.group(1) if child else None,
-                )
-            )
-        elif "self._tab.Union(" in body:
-            fields.append(
-                Field(snake_case(method), slot, "union", child=UNION_ENUMS[(name, method)])
-            )
-        elif "self._tab.String(" in body:
-            fields.append(Field(snake_case(method), slot, "string"))
-        elif child:
-            fields.append(Field(snake_case(method), slot, "table", child=child.group(1)))
-        else:
-            default = _literal_default(body)
-            fields.append(Field(snake_case(method), slot, "scalar", scalar, default))
-    start_source = inspect.getsource(getattr(module, f"{name}Start"))
-    num_slots = int(_NUMFIELDS_RE.search(start_source).group(1))
-    num_slots = max([num_slots, *(f.slot + 1 for f in fields)])
-    return tuple(sorted(fields, key=lambda f: f.slot)), num_slots
-
-
-def _literal_default(body: str) -> Any:
-    # Hand-patched accessors (OperatorCode.BuiltinCode) end in an expression, not the default;
-    # every such field defaults to 0 in the schema.
-    try:
-        return ast.literal_eval(_RETURN_RE.search(body).group(1))
-    except (ValueError, SyntaxError, AttributeError):
-        return 0
+    table = schema()["tables"][name]
+    fields = tuple(
+        Field(snake_case(accessor), slot, kind, scalar, default, child)
+        for accessor, slot, kind, scalar, default, child in table["fields"]
+    )
+    return fields, table["slots"]
 
 
 # --------------------------------------------------------------------------- decoding

@@ -5,14 +5,13 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from tflite.ActivationFunctionType import ActivationFunctionType
-from tflite.BuiltinOperator import BuiltinOperator
-from tflite.Padding import Padding
-from tflite.TensorType import TensorType
+
+from qtool.model.reflect import enum_members
 
 __all__ = [
     "ActivationFunctionType",
     "BuiltinOperator",
+    "DimensionType",
     "Padding",
     "TensorType",
     "builtin_code",
@@ -21,6 +20,18 @@ __all__ = [
     "op_type_name",
     "tensor_type",
 ]
+
+
+def _schema_enum(name: str) -> type:
+    """A schema enum as a class of int constants (`TensorType.INT8`), like flatc's classes."""
+    return type(name, (), {"__module__": __name__, **enum_members(name)})
+
+
+ActivationFunctionType = _schema_enum("ActivationFunctionType")
+BuiltinOperator = _schema_enum("BuiltinOperator")
+DimensionType = _schema_enum("DimensionType")
+Padding = _schema_enum("Padding")
+TensorType = _schema_enum("TensorType")
 
 
 def _enum_names(enum_cls: type) -> dict[int, str]:

@@ -11,11 +11,14 @@ from click.testing import CliRunner
 
 from qtool.calibrate import load_dataset, model_inputs
 from qtool.check import AccuracyGate, check_paths
-from qtool.check.formats import to_json, to_junit, to_sarif
+from qtool.check.formats.json_report import to_json
+from qtool.check.formats.junit import to_junit
+from qtool.check.formats.sarif import to_sarif
 from qtool.cli import main
 from qtool.evaluate import compare_models
 from qtool.model import load_model
 from tests.check.helpers import TF_INT8
+from tests.check.validators import validate_junit, validate_sarif
 from tests.conftest import DATA, MODELS, manifest
 
 HOLDOUT = str(DATA / "cnn_holdout.npz")
@@ -67,8 +70,11 @@ def test_gate_fails_below_threshold_in_every_format() -> None:
         report, json.loads((MODELS.parents[1] / "schemas" / "check.schema.json").read_text())
     )
     assert report["models"][0]["accuracy"]["min_sqnr"] == 40
-    assert "QT-SQNR-LOW" in to_junit([result]) and "accuracy.sqnr_db." in to_junit([result])
-    assert any(r["ruleId"] == "QT-SQNR-LOW" for r in to_sarif([result])["runs"][0]["results"])
+    junit, sarif = to_junit([result]), to_sarif([result])
+    validate_junit(junit)
+    validate_sarif(sarif)
+    assert "QT-SQNR-LOW" in junit and "accuracy.sqnr_db." in junit
+    assert any(r["ruleId"] == "QT-SQNR-LOW" for r in sarif["runs"][0]["results"])
 
 
 def test_gate_passes_as_info() -> None:

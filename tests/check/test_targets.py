@@ -10,7 +10,9 @@ import jsonschema
 from click.testing import CliRunner
 
 from qtool.check import check_paths
-from qtool.check.formats import to_json, to_junit, to_sarif
+from qtool.check.formats.json_report import to_json
+from qtool.check.formats.junit import to_junit
+from qtool.check.formats.sarif import to_sarif
 from qtool.check.targets import (
     CONSTRAINTS,
     FALLBACK,
@@ -23,6 +25,7 @@ from qtool.cli import main
 from qtool.model import parse_model
 from tests.check.helpers import TF_INT8, tf_model
 from tests.check.target_models import int8_model
+from tests.check.validators import validate_junit, validate_sarif
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 
@@ -87,8 +90,10 @@ def test_unsupported_op_is_an_error_in_every_format(tmp_path) -> None:
     target = report["models"][0]["target"]
     assert (target["target"], target["cannot_run"], target["ops"]) == ("tflm", 1, 41)
     junit = to_junit([result])
+    validate_junit(junit)
     assert 'name="target.cannot_run" value="1"' in junit and "QT-TARGET-UNSUPPORTED" in junit
     sarif = to_sarif([result])
+    validate_sarif(sarif)
     assert sarif["runs"][0]["properties"]["models"][0]["target"]["cannot_run"] == 1
     assert any(r["ruleId"] == "QT-TARGET-UNSUPPORTED" for r in sarif["runs"][0]["results"])
 

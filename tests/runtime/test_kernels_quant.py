@@ -11,12 +11,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from tflite.DimensionType import DimensionType
 
 from qtool.model import model_to_bytes
 from qtool.model.build import GraphBuilder
 from qtool.model.graph import Model, QuantParams
-from qtool.model.types import TensorType
+from qtool.model.types import DimensionType, TensorType
 from qtool.numerics import pack_int4
 from qtool.runtime import Engine
 from qtool.runtime.kernels.quant import densify

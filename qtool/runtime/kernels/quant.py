@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from tflite.DimensionType import DimensionType
 
 from qtool.errors import ModelError
 from qtool.model.graph import Tensor
-from qtool.model.types import TensorType
+from qtool.model.types import DimensionType, TensorType
 from qtool.numerics import dequantize as affine_dequantize
 from qtool.numerics import quantize as affine_quantize
 from qtool.numerics import quantize_multiplier, unpack_int4

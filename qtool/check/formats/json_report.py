@@ -1,0 +1,37 @@
+"""The JSON report of `qtool check` (schemas/check.schema.json); also the baseline file format."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from qtool import __version__
+from qtool.check.findings import ModelResult
+
+
+def to_json(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dict[str, Any]:
+    models = [
+        {
+            "path": result.path,
+            "error": result.error,
+            "operators": len(result.operators),
+            "findings": [finding.to_dict() for finding in result.findings],
+            "summary": result.summary,
+            **({"target": result.target} if result.target is not None else {}),
+            **({"accuracy": result.accuracy} if result.accuracy is not None else {}),
+        }
+        for result in results
+    ]
+    totals = {
+        key: sum(m["summary"][key] for m in models) for key in ("errors", "warnings", "infos")
+    }
+    return {
+        "tool": {"name": "qtool", "version": __version__},
+        "profiles": list(profiles),
+        "models": models,
+        "summary": {
+            "models": len(models),
+            "unreadable": sum(result.error is not None for result in results),
+            **totals,
+        },
+    }
