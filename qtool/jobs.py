@@ -13,14 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qtool.calibrate import load_dataset, model_inputs, synthetic_dataset
+from qtool.calibrate import Dataset, load_dataset, model_inputs, synthetic_dataset
 from qtool.check.audit import audit_model
 from qtool.errors import QtoolError, UsageError
 from qtool.model import Model, load_model, model_to_bytes, write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from qtool.quantize.analysis import layer_errors
+from qtool.quantize.quantizer import analyze_model
 from qtool.report import build_report
+from qtool.report.analysis_report import analysis_section
 from qtool.runtime import load_custom_ops
 
 DEFAULT_SYNTHETIC_SAMPLES = 64
@@ -32,12 +34,35 @@ class StrictModeError(QtoolError):
     exit_code = 1
 
 
+class TargetNotReachedError(QtoolError):
+    """A target SQNR that the allowed remedies cannot reach: exit code 1, nothing written."""
+
+    exit_code = 1
+
+
+def target_failure(result) -> str | None:
+    """Why the target SQNR was missed (the places that would need float), or None."""
+    missed = {s: r for s, r in result.searches.items() if not r.reached}
+    if not missed:
+        return None
+    parts = []
+    for s, search in missed.items():
+        worst = min(search.output_sqnr)
+        places = ", ".join(f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5])
+        parts.append(
+            f"subgraph {s}: worst output {worst:.1f} dB after "
+            f"{len(search.remedies)} remedies; most of the remaining noise comes from {places}"
+        )
+    return "; ".join(parts)
+
+
 @dataclass
 class QuantizeJob:
     model_path: str
     output_path: str | None = None
     report_path: str | None = None
     data: tuple[str, ...] = ()
+    holdout: tuple[str, ...] = ()  # held-out samples: accuracy is measured on them only
     synthetic: bool = False
     samples: int | None = None
     seed: int = 0
@@ -45,6 +70,7 @@ class QuantizeJob:
     force: bool = False
     custom_ops: str | None = None
     layer_errors: bool = False  # measure every layer's SQNR (needs ai-edge-litert)
+    analyze: bool = False  # where the error comes from (simulated), in the report
     options: QuantizeOptions = field(default_factory=QuantizeOptions)
 
 
@@ -111,15 +137,8 @@ def split_sources(sources: tuple[str, ...], entries: dict[int, str | None]) -> d
     return assigned
 
 
-def quantize_file(
-    job: QuantizeJob,
-    progress: Callable[[int], None] | None = None,
-    on_total: Callable[[int | None], None] | None = None,
-) -> QuantizeOutcome:
-    """Run `qtool quantize`; `progress(n)` follows calibration, `on_total` gets the expected
-    number of samples (None when only reading all the data would tell)."""
-    output, report_path = default_paths(job)
-    _check_destinations(job, output, report_path)
+def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[int, Dataset]]:
+    """The model, its calibration datasets and its held-out datasets, per subgraph."""
     if job.samples is not None and job.samples < 1:
         raise UsageError("--samples must be at least 1")
     if job.custom_ops:
@@ -140,10 +159,41 @@ def quantize_file(
             "calibration needs data: give --data PATH (or --synthetic to "
             "calibrate on random data, which gives meaningless ranges)"
         )
+    holdouts = {
+        s: load_dataset(paths, model_inputs(model, s))
+        for s, paths in (split_sources(job.holdout, entries) if job.holdout else {}).items()
+    }
+    return model, datasets, holdouts
+
+
+def analyze_file(job: QuantizeJob, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run `qtool analyze`: the analysis report of the plan `quantize_file` would make."""
+    model, datasets, holdouts = load_job_inputs(job)
+    diagnosis = analyze_model(model, datasets, job.options, progress=progress, holdout=holdouts)
+    return {"model": job.model_path, **analysis_section(diagnosis)}
+
+
+def quantize_file(
+    job: QuantizeJob,
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int | None], None] | None = None,
+) -> QuantizeOutcome:
+    """Run `qtool quantize`; `progress(n)` follows calibration, `on_total` gets the expected
+    number of samples (None when only reading all the data would tell)."""
+    output, report_path = default_paths(job)
+    _check_destinations(job, output, report_path)
+    model, datasets, holdouts = load_job_inputs(job)
     if on_total:
         expected = [d.expected_samples for d in datasets.values()]
         on_total(None if None in expected else sum(expected))
-    result = quantize_model(model, datasets, job.options, progress=progress)
+    result = quantize_model(
+        model, datasets, job.options, progress=progress, holdout=holdouts, analyze=job.analyze
+    )
+    missed = target_failure(result)
+    if missed:
+        target = job.options.target_sqnr
+        remedy = "" if job.options.allow_float else " (allowing float would let them stay float)"
+        raise TargetNotReachedError(f"target SQNR {target:g} dB not reached: {missed}{remedy}")
     if job.strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
         raise StrictModeError(

@@ -17,6 +17,9 @@ from qtool.errors import QtoolError
 
 # Commands are imported when they run; `qtool --help` shows these summaries without importing.
 COMMANDS = {
+    "analyze": LazyCommand(
+        "qtool.cli.analyze:analyze_command", "Where MODEL's quantization error comes from."
+    ),
     "array": LazyCommand("qtool.cli.array:array_group", "Quantize and dequantize .npy arrays."),
     "check": LazyCommand("qtool.cli.check:check_command", "Audit MODEL... against the int8 spec."),
     "inspect": LazyCommand("qtool.cli.inspect:inspect_command", "Show what is in a model."),

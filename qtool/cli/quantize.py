@@ -8,6 +8,7 @@ import click
 from rich.text import Text
 
 from qtool.calibrate import ENGINES
+from qtool.cli.planning import options_from, planning_options
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
 from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, quantize_file
@@ -27,6 +28,7 @@ from qtool.targets import target_names
     "(a generator of samples). Repeatable. A model with several signatures takes "
     "KEY=PATH per signature.",
 )
+@planning_options(target=True)
 @click.option(
     "--synthetic",
     is_flag=True,
@@ -78,6 +80,11 @@ from qtool.targets import target_names
     help="Measure each layer's SQNR against the float model (runs both in LiteRT) and list "
     "the worst; all of them go in the report.",
 )
+@click.option(
+    "--analyze",
+    is_flag=True,
+    help="Also analyse where the error comes from (as qtool analyze does); in the report.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of --synthetic data.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no summary: one line.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
@@ -86,6 +93,7 @@ def quantize_command(
     model_path: str,
     output: str | None,
     data: tuple[str, ...],
+    holdout: tuple[str, ...],
     synthetic: bool,
     samples: int | None,
     io_mode: str,
@@ -97,10 +105,12 @@ def quantize_command(
     engine: str,
     custom_ops: str | None,
     layer_errors: bool,
+    analyze: bool,
     seed: int,
     quiet: bool,
     as_json: bool,
     force: bool,
+    **planning,
 ) -> None:
     """Quantize a float .tflite MODEL to int8 following the TFLite int8 spec.
 
@@ -112,6 +122,7 @@ def quantize_command(
         output_path=output,
         report_path=report_path,
         data=data,
+        holdout=holdout,
         synthetic=synthetic,
         samples=samples,
         seed=seed,
@@ -119,12 +130,14 @@ def quantize_command(
         force=force,
         custom_ops=custom_ops,
         layer_errors=layer_errors,
+        analyze=analyze,
         options=QuantizeOptions(
             io=io_mode,
             per_tensor_fc=per_tensor_fc,
             keep_float=keep_float,
             engine=engine,
             target=target,
+            **options_from(planning),
         ),
     )
     if synthetic and not data:
@@ -144,6 +157,31 @@ def quantize_command(
 
 
 WORST_LAYERS = 10
+
+
+def _db(value: float | None) -> str:
+    return "exact" if value is None else f"{value:.1f}"
+
+
+def _target_fields(report: dict) -> list[tuple[str, str]]:
+    target = report["target"]
+    if target is None:
+        return []
+    remedies = [r for s in target["subgraphs"] for r in s["remedies"]]
+    kinds = {
+        kind: sum(r["kind"] == kind for r in remedies) for kind in ("rounding", "int16", "float")
+    }
+    size = report["output_model"]["size_bytes"]
+    baseline = target["size_without_remedies_bytes"]
+    cost = f", {size - baseline:+,} bytes" if baseline is not None else ""
+    return [
+        (
+            "target",
+            f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
+            f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
+            f"remedies{cost}",
+        )
+    ]
 
 
 def render_summary(outcome: QuantizeOutcome) -> None:
@@ -172,15 +210,19 @@ def render_summary(outcome: QuantizeOutcome) -> None:
             ),
             (
                 "calibration",
-                f"{samples} samples, {engines} engine, {seconds:.2f} s"
+                f"{samples} samples, {engines} engine, {seconds:.2f} s, "
+                f"{report['accuracy']['method']} ranges"
                 + (" (synthetic)" if synthetic else "")
                 + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
             ),
             (
                 "operators",
-                f"{counts['int8']} int8, {counts['float']} float, "
+                f"{counts['int8']} int8, "
+                + (f"{counts['int16']} int16, " if counts["int16"] else "")
+                + f"{counts['float']} float, "
                 f"{counts['integer']} integer, {counts['folded']} folded",
             ),
+            *_target_fields(report),
             ("audit", status + f": {audit['errors']} errors, {audit['warnings']} warnings"),
         ],
     )
@@ -203,6 +245,14 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         ("role", "name", "dtype", "shape", "scale", "zero point"),
         io_rows,
     )
+    accuracy = report["accuracy"]
+    if accuracy["outputs"]:
+        print_table(
+            stdout,
+            f"output SQNR vs float ({accuracy['source']})",
+            ("output", "SQNR dB"),
+            [(row["name"], _db(row["sqnr_db"])) for row in accuracy["outputs"]],
+        )
     if report["float_ops"]:
         print_table(
             stdout,

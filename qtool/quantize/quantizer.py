@@ -20,10 +20,11 @@ from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
 from qtool.errors import UsageError
-from qtool.model import Model, TensorType
+from qtool.model import Model, TensorType, model_to_bytes
 from qtool.model.edit import clone_model, remove_unused
 from qtool.quantize.auto import AUTO, FALLBACK, choose_method
 from qtool.quantize.build import Planner, Recipe
+from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated
 from qtool.quantize.evaluation import OutputAccuracy, simulated_accuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
@@ -76,9 +77,7 @@ class QuantizeOptions:
         return ("*",) if self.activations == INT16 else self.int16
 
     def precision(self) -> Precision:
-        specs = {INT8: load_spec(self.profiles)}
-        if self.int16_patterns:
-            specs[INT16] = load_spec(self.profiles, INT16)
+        specs = {INT8: load_spec(self.profiles), INT16: load_spec(self.profiles, INT16)}
         return Precision(specs, self.int16_patterns)
 
 
@@ -105,6 +104,8 @@ class QuantizeResult:
     recipes: dict[int, Recipe] = field(default_factory=dict)  # the choices, per subgraph
     rounded: dict[int, list[Remedy]] = field(default_factory=dict)  # optimize_rounding's layers
     searches: dict[int, SearchResult] = field(default_factory=dict)  # with a target SQNR
+    baseline_size: int | None = None  # with a target: bytes of the model without remedies
+    diagnosis: Diagnosis | None = None  # where the error comes from, when asked for
     accuracy: list[OutputAccuracy] = field(default_factory=list)  # held-out, simulated
     accuracy_source: str = ""
     warnings: list[str] = field(default_factory=list)
@@ -150,20 +151,28 @@ def _as_datasets(data: Dataset | Mapping[int, Dataset] | None) -> dict[int, Data
     return {0: data} if isinstance(data, Dataset) else dict(data)
 
 
-def quantize_model(
+@dataclass
+class Calibrated:
+    """A model prepared and calibrated, with its calibration method chosen: what quantization
+    and analysis start from."""
+
+    prepared: FloatModel
+    collected: dict[int, Collected]
+    statistics: CalibrationStatistics
+    planners: dict[int, Planner]
+    start: Recipe  # the recipe before any per-place remedy
+    method_scores: dict[str, float]
+    datasets: dict[int, Dataset]
+
+
+def calibrate_model(
     model: Model,
     data: Dataset | Mapping[int, Dataset],
     options: QuantizeOptions = QuantizeOptions(),
     progress: Callable[[int], None] | None = None,
     holdout: Dataset | Mapping[int, Dataset] | None = None,
-) -> QuantizeResult:
-    """Quantize every subgraph that has calibration data; `model` is left unchanged.
-
-    `data` is one Dataset for subgraph 0, or a Dataset per subgraph index (one per signature of
-    a multi-signature model); `holdout`, the same way, held-out samples that only measure
-    accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
-    warnings.
-    """
+) -> Calibrated:
+    """Prepare `model`, calibrate every subgraph with data, and choose the calibration method."""
     datasets = _as_datasets(data)
     holdouts = _as_datasets(holdout)
     precision = options.precision()
@@ -202,7 +211,49 @@ def quantize_model(
         method, scores = choose_method(prepared.model, collected, planners, start)
     else:
         method, scores = parse_method(options.calibration), {}
-    recipes = {s: start.with_changes(method=method) for s in collected}
+    return Calibrated(
+        prepared,
+        collected,
+        statistics,
+        planners,
+        start.with_changes(method=method),
+        scores,
+        datasets,
+    )
+
+
+def analyze_model(
+    model: Model,
+    data: Dataset | Mapping[int, Dataset],
+    options: QuantizeOptions = QuantizeOptions(),
+    progress: Callable[[int], None] | None = None,
+    holdout: Dataset | Mapping[int, Dataset] | None = None,
+) -> Diagnosis:
+    """Where the error of the plan `quantize_model` would make comes from (`qtool analyze`)."""
+    return diagnose_calibrated(calibrate_model(model, data, options, progress, holdout))
+
+
+def quantize_model(
+    model: Model,
+    data: Dataset | Mapping[int, Dataset],
+    options: QuantizeOptions = QuantizeOptions(),
+    progress: Callable[[int], None] | None = None,
+    holdout: Dataset | Mapping[int, Dataset] | None = None,
+    analyze: bool = False,
+) -> QuantizeResult:
+    """Quantize every subgraph that has calibration data; `model` is left unchanged.
+
+    `data` is one Dataset for subgraph 0, or a Dataset per subgraph index (one per signature of
+    a multi-signature model); `holdout`, the same way, held-out samples that only measure
+    accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
+    warnings.
+    """
+    calibrated = calibrate_model(model, data, options, progress, holdout)
+    diagnosis = diagnose_calibrated(calibrated) if analyze else None
+    prepared, collected, planners = calibrated.prepared, calibrated.collected, calibrated.planners
+    precision = options.precision()
+    start, method = calibrated.start, calibrated.start.method
+    recipes = {s: start for s in collected}
     rounded: dict[int, list[Remedy]] = {}
     if options.optimize_rounding:
         for s, found in collected.items():
@@ -227,20 +278,28 @@ def quantize_model(
                 options.allow_float,
             )
             recipes[s] = searches[s].recipe
-    work = clone_model(prepared.model)
-    plans, float_ops, accuracy = {}, [], []
-    notes = RewriteNotes()
-    for s, found in collected.items():
-        plan = planners[s].plan(found.statistics, recipes[s])
-        plans[s] = plan
-        accuracy += _estimate(prepared.model, found, planners[s], recipes[s], plan)
-        float_ops += [
-            FloatOp(s, decision.source_index, work.op_type(op), decision.reason or "")
-            for op, decision in zip(work.subgraphs[s].operators, plan.decisions, strict=True)
-            if decision.mode == FLOAT
-        ]
-        rewrite(work, plan, precision.specs, io=options.io, notes=notes)
-    remove_unused(work)
+    plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
+    work, notes = _rewritten(prepared.model, plans, precision, options.io)
+    float_ops = [
+        FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
+        for s, plan in plans.items()
+        for op, decision in zip(prepared.model.subgraphs[s].operators, plan.decisions, strict=True)
+        if decision.mode == FLOAT
+    ]
+    accuracy = [
+        row
+        for s, found in collected.items()
+        for row in _estimate(prepared.model, found, planners[s], recipes[s], plans[s])
+    ]
+    baseline_size = None
+    if searches:  # what the remedies cost: the size of the model without them
+        plain = {
+            s: planners[s].plan(found.statistics, start.with_changes(method=method))
+            for s, found in collected.items()
+        }
+        baseline_size = len(
+            model_to_bytes(_rewritten(prepared.model, plain, precision, options.io)[0])
+        )
     return QuantizeResult(
         model=work,
         float_model=prepared.model,
@@ -249,16 +308,30 @@ def quantize_model(
         folded=prepared.folded,
         float_ops=float_ops,
         notes=notes,
-        statistics=statistics,
+        statistics=calibrated.statistics,
         method=str(method),
-        method_scores=scores,
+        method_scores=calibrated.method_scores,
         recipes=recipes,
         rounded=rounded,
         searches=searches,
+        baseline_size=baseline_size,
+        diagnosis=diagnosis,
         accuracy=accuracy,
         accuracy_source=_accuracy_source(collected),
-        warnings=_warnings(work, collected, datasets, notes),
+        warnings=_warnings(work, collected, calibrated.datasets, notes),
     )
+
+
+def _rewritten(
+    model: Model, plans: Mapping[int, Plan], precision: Precision, io: str
+) -> tuple[Model, RewriteNotes]:
+    """A copy of `model` with every planned subgraph rewritten, unused parts dropped."""
+    work = clone_model(model)
+    notes = RewriteNotes()
+    for plan in plans.values():
+        rewrite(work, plan, precision.specs, io=io, notes=notes)
+    remove_unused(work)
+    return work, notes
 
 
 def _estimate(model, found: Collected, planner: Planner, recipe: Recipe, final: Plan):
@@ -278,10 +351,7 @@ def _accuracy_source(collected: Mapping[int, Collected]) -> str:
     samples = sum(e.samples for e in evaluations)
     if evaluations[0].source == "held-out data":
         return f"simulated on {samples} held-out samples"
-    return (
-        f"simulated on {samples} calibration samples held out of a calibration on the others "
-        "(an estimate for the model calibrated on all of them)"
-    )
+    return f"estimated on {samples} calibration samples held out, calibrating on the others"
 
 
 def _warnings(

@@ -12,6 +12,7 @@ from qtool.model import Model, dtype_name
 from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
+from qtool.report.analysis_report import analysis_section
 
 REPORT_VERSION = 3
 
@@ -137,6 +138,9 @@ def build_report(
             "bias_correction": options.bias_correction,
             "activations": options.activations,
             "int16": list(options.int16),
+            "optimize_rounding": options.optimize_rounding,
+            "target_sqnr": options.target_sqnr,
+            "allow_float": options.allow_float,
             "data": data_sources,
             "synthetic": any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
@@ -159,6 +163,9 @@ def build_report(
         "enlarged_weight_scales": result.notes.enlarged_weight_scales,
         "warnings": result.warnings,
         "accuracy": accuracy_section(result),
+        "recipe": recipe_section(result),
+        "target": target_section(result, options),
+        "analysis": None if result.diagnosis is None else analysis_section(result.diagnosis),
         "audit": audit,
         "layer_errors": [
             {
@@ -168,6 +175,62 @@ def build_report(
                 "sqnr_db": None if e.sqnr_db == float("inf") else round(e.sqnr_db, 3),
             }
             for e in layer_errors
+        ],
+    }
+
+
+def _names(result: QuantizeResult, s: int, tensors=(), ops=()) -> list[str]:
+    graph = result.float_model.subgraphs[s]
+    named = [graph.tensors[t].name for t in sorted(tensors)]
+    named += [graph.tensors[graph.operators[i].outputs[0]].name for i in sorted(ops)]
+    return named
+
+
+def recipe_section(result: QuantizeResult) -> list[dict[str, Any]]:
+    """Per subgraph, the choices that made the plan (what auto, rounding and a target chose)."""
+    rows = []
+    for s, recipe in sorted(result.recipes.items()):
+        rows.append(
+            {
+                "subgraph": s,
+                "method": str(recipe.method),
+                "bias_correction": recipe.bias_correction,
+                "rounding_optimized": _names(result, s, ops=recipe.rounding_ops),
+                "int16_tensors": _names(result, s, tensors=recipe.int16_tensors),
+                "float_for_target": _names(result, s, ops=recipe.float_ops),
+            }
+        )
+    return rows
+
+
+def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:
+    if options.target_sqnr is None:
+        return None
+    return {
+        "sqnr_db": options.target_sqnr,
+        "allow_float": options.allow_float,
+        "reached": all(search.reached for search in result.searches.values()),
+        "size_without_remedies_bytes": result.baseline_size,
+        "subgraphs": [
+            {
+                "subgraph": s,
+                "reached": search.reached,
+                "output_sqnr_db": [_db(v) for v in search.output_sqnr],
+                "remedies": [
+                    {
+                        "kind": remedy.kind,
+                        "place": remedy.place.kind,
+                        "op_index": result.plans[s].decisions[remedy.place.op_index].source_index
+                        if remedy.place.op_index >= 0
+                        else None,
+                        "op": remedy.op_type,
+                        "tensor": remedy.name,
+                        "alone_sqnr_db": _db(remedy.share_db),
+                    }
+                    for remedy in search.remedies
+                ],
+            }
+            for s, search in sorted(result.searches.items())
         ],
     }
 

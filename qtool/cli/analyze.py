@@ -1,0 +1,124 @@
+"""`qtool analyze MODEL --data PATH`: where a model's quantization error comes from."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from qtool.calibrate import ENGINES
+from qtool.cli.planning import options_from, planning_options
+from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
+from qtool.jobs import QuantizeJob, analyze_file
+from qtool.model import write_atomic
+from qtool.model.io import refuse_input_overwrite
+from qtool.quantize import QuantizeOptions
+
+SHOWN = 15
+
+
+@click.command("analyze")
+@click.argument("model_path", metavar="MODEL")
+@click.option(
+    "--data",
+    multiple=True,
+    required=True,
+    metavar="[KEY=]PATH",
+    help="Calibration data, as for qtool quantize. Repeatable.",
+)
+@planning_options(target=False)
+@click.option("--samples", type=int, help="Use at most N calibration samples.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="auto",
+    show_default=True,
+    help="What runs the float model during calibration.",
+)
+@click.option("--custom-ops", metavar="MODULE", help="Python module registering custom-op kernels.")
+@click.option(
+    "--top", type=int, default=SHOWN, show_default=True, help="Places shown (all in JSON)."
+)
+@click.option("-o", "--output", help="Write the analysis as JSON to this file.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the analysis as JSON.")
+def analyze_command(
+    model_path: str,
+    data: tuple[str, ...],
+    holdout: tuple[str, ...],
+    samples: int | None,
+    engine: str,
+    custom_ops: str | None,
+    top: int,
+    output: str | None,
+    quiet: bool,
+    as_json: bool,
+    **planning,
+) -> None:
+    """Where the quantization error of MODEL comes from, and which remedy helps.
+
+    For every layer's weights and every activation: each output's SQNR when only that place is
+    quantized (simulated on held-out samples), the activation's own SQNR along the quantized
+    model, and for the worst places the effect of each remedy (clip the range, bias correction,
+    rounding optimisation, int16, float). Worst first.
+    """
+    if output:
+        refuse_input_overwrite(output, [model_path, *data])
+    job = QuantizeJob(
+        model_path=model_path,
+        data=data,
+        holdout=holdout,
+        samples=samples,
+        custom_ops=custom_ops,
+        options=QuantizeOptions(engine=engine, **options_from(planning)),
+    )
+    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
+        analysis = analyze_file(job, progress=advance)
+    if output:
+        write_atomic(output, json.dumps(analysis, indent=2) + "\n")
+    if as_json:
+        print_json(analysis)
+    elif not quiet:
+        render(analysis, top)
+
+
+def _db(value: float | None) -> str:
+    return "exact" if value is None else f"{value:.1f}"
+
+
+def render(analysis: dict, top: int) -> None:
+    for sub in analysis["subgraphs"]:
+        print_fields(
+            stdout,
+            [
+                ("model", analysis["model"]),
+                ("ranges", analysis["method"]),
+                ("samples", f"{sub['samples']} ({analysis['samples_from']})"),
+                (
+                    "outputs",
+                    ", ".join(f"{k} {_db(v)} dB" for k, v in sub["output_sqnr_db"].items()),
+                ),
+            ],
+        )
+        rows = []
+        for place in sub["places"][:top]:
+            remedies = ", ".join(
+                f"{r['remedy']} {_db(r['alone_worst_db'])}" for r in place["remedies"]
+            )
+            rows.append(
+                (
+                    place["place"],
+                    place["op"],
+                    place["tensor"],
+                    _db(place["alone_worst_db"]),
+                    "-" if place["layer_sqnr_db"] is None else _db(place["layer_sqnr_db"]),
+                    place["recommended"] or "-",
+                    remedies or "-",
+                )
+            )
+        print_table(
+            stdout,
+            "worst places: output SQNR (dB, worst output) with only this place quantized",
+            ("place", "op", "tensor", "alone", "layer", "recommended", "remedies (alone dB)"),
+            rows,
+        )

@@ -1,0 +1,97 @@
+"""Options shared by `qtool quantize` and `qtool analyze`: how a model is calibrated and planned."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from qtool.quantize.quantizer import ACTIVATION_TYPES, DEFAULT_CALIBRATION
+
+_OPTIONS = [
+    click.option(
+        "--holdout",
+        multiple=True,
+        metavar="[KEY=]PATH",
+        help="Held-out samples (same forms as --data) on which accuracy is measured; without it, "
+        "every 4th calibration sample (up to 32) is held out for the estimate.",
+    ),
+    click.option(
+        "--calibration",
+        default=DEFAULT_CALIBRATION,
+        show_default=True,
+        metavar="METHOD",
+        help="How activation ranges are chosen: minmax, percentile[:P] (default P 99.99), mse, kl, "
+        "or auto (the method scoring best on held-out calibration samples).",
+    ),
+    click.option(
+        "--bias-correction/--no-bias-correction",
+        default=True,
+        show_default=True,
+        help="Shift biases by the mean output error of the rounded weights.",
+    ),
+    click.option(
+        "--optimize-rounding",
+        is_flag=True,
+        help="Round the weights of weight-limited layers up or down to minimise each layer's "
+        "output error on the calibration data (AdaRound-style); kept where it helps.",
+    ),
+    click.option(
+        "--activations",
+        type=click.Choice(ACTIVATION_TYPES),
+        default="int8",
+        show_default=True,
+        help="int16: TFLite's 16x8 scheme (int16 activations, int8 weights) on every op that has "
+        "a 16x8 kernel; the others stay int8.",
+    ),
+    click.option(
+        "--int16",
+        "int16_patterns",
+        multiple=True,
+        metavar="PATTERN",
+        help="Run matching ops in int16x8 (op-type glob or glob over produced tensor names), the "
+        "rest in int8. Repeatable.",
+    ),
+]
+
+_TARGET_OPTIONS = [
+    click.option(
+        "--target-sqnr",
+        type=float,
+        metavar="DB",
+        help="Every output must reach this SQNR on held-out samples: the most sensitive layers get "
+        "rounding optimisation or int16 (and float with --allow-float); exit 1 writing nothing "
+        "if it cannot be reached.",
+    ),
+    click.option(
+        "--allow-float",
+        is_flag=True,
+        help="Let --target-sqnr keep layers in float when integer remedies are not enough.",
+    ),
+]
+
+
+def planning_options(target: bool) -> Callable[[Callable], Callable]:
+    """--holdout, --calibration, --bias-correction, --optimize-rounding, --activations, --int16
+    and, with `target`, --target-sqnr and --allow-float, in that order on --help."""
+    options = _OPTIONS + (_TARGET_OPTIONS if target else [])
+
+    def decorate(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def options_from(values: dict) -> dict:
+    """QuantizeOptions keyword arguments from the shared options' values."""
+    return {
+        "calibration": values["calibration"],
+        "bias_correction": values["bias_correction"],
+        "optimize_rounding": values["optimize_rounding"],
+        "activations": values["activations"],
+        "int16": values["int16_patterns"],
+        "target_sqnr": values.get("target_sqnr"),
+        "allow_float": values.get("allow_float", False),
+    }

@@ -1,0 +1,200 @@
+"""`qtool analyze`: where a model's quantization error comes from, and what would help.
+
+On held-out samples, by simulation of the plan (fitted on the other calibration samples):
+
+- each output's SQNR with everything quantized;
+- per place (an operator's weights, an activation tensor): each output's SQNR when only that
+  place is quantized (sensitivity.py);
+- per quantized tensor: its own SQNR along the simulated integer model against the float one
+  (where error builds up layer after layer);
+- for the most damaging places, the SQNR each remedy gives that place alone: clipping the range
+  (another calibration method), bias correction on/off, rounding optimisation, int16; float
+  makes it exact. The recommended remedy is the cheapest that brings the place within
+  `GOOD_ENOUGH_DB` of its best.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qtool.calibrate.ranges import Method
+from qtool.errors import UsageError
+from qtool.numerics import sqnr_db
+from qtool.quantize.build import Planner, Recipe
+from qtool.quantize.plan import Plan
+from qtool.quantize.rounding import supported as rounding_supported
+from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
+from qtool.quantize.simulate import Simulator
+
+REMEDIED = 10  # the most damaging places get their remedies evaluated
+GOOD_ENOUGH_DB = 1.0
+MATTERS_DB = 10.0  # places whose noise alone is this far below the model's do not matter
+CLIP_METHODS = (Method("mse"), Method("percentile", 99.99), Method("percentile", 99.9))
+
+
+@dataclass
+class RemedyEffect:
+    remedy: str  # "clip (mse)", "bias correction off", "rounding", "int16", "float"
+    output_sqnr: list[float]  # each output's SQNR with only the place quantized, so remedied
+
+    @property
+    def worst_db(self) -> float:
+        return min(self.output_sqnr, default=float("inf"))
+
+
+@dataclass
+class PlaceReport:
+    sensitivity: Sensitivity
+    layer_sqnr_db: float | None  # the tensor's own SQNR along the simulated model
+    remedies: list[RemedyEffect] = field(default_factory=list)
+    recommended: str | None = None
+
+
+@dataclass
+class SubgraphDiagnosis:
+    subgraph: int
+    outputs: list[str]
+    output_sqnr: list[float]  # everything quantized
+    places: list[PlaceReport]  # most damaging first
+    layer_sqnr: dict[str, float]  # every quantized activation, along the simulated model
+    samples: int
+
+
+@dataclass
+class Diagnosis:
+    method: str
+    source: str
+    subgraphs: list[SubgraphDiagnosis]
+
+
+def _layer_sqnr(analyzer: Analyzer) -> dict[int, float]:
+    """Each fake-quantized activation's SQNR against the float tensor, in one simulated run."""
+    found: dict[int, list[np.ndarray]] = {}
+    wanted = {slot[0] for slot in analyzer.plan.writes.values()}
+    wanted &= set(analyzer.float.values)
+
+    def keep(t: int, value: np.ndarray) -> None:
+        if t in wanted:
+            found.setdefault(t, []).append(np.array(value))
+
+    Simulator(analyzer.model, analyzer.plan).run(analyzer.inputs, observers=[keep])
+    return {
+        t: sqnr_db(analyzer.float.values[t], np.concatenate(parts)) for t, parts in found.items()
+    }
+
+
+class _Remedies:
+    """The SQNR of one place alone under each applicable remedy."""
+
+    def __init__(self, planner: Planner, fit, recipe: Recipe, inputs) -> None:
+        self.planner, self.fit, self.recipe, self.inputs = planner, fit, recipe, inputs
+        self.analyzers: dict[Recipe, Analyzer] = {}
+
+    def _measure(self, recipe: Recipe, place: Place) -> list[float] | None:
+        if recipe not in self.analyzers:
+            self.analyzers[recipe] = Analyzer(
+                self.planner.model, self.planner.plan(self.fit, recipe), self.inputs
+            )
+        analyzer = self.analyzers[recipe]
+        same = [p for p in places(analyzer.model, analyzer.plan) if _same(p, place)]
+        return analyzer.measure(same[0]).output_sqnr if same else None
+
+    def effects(self, place: Place) -> list[RemedyEffect]:
+        options: list[tuple[str, Recipe]] = []
+        model, subgraph = self.planner.model, self.planner.subgraph
+        if place.kind == "activation":
+            options += [
+                (f"clip ({method})", self.recipe.with_changes(method=method))
+                for method in CLIP_METHODS
+                if method != self.recipe.method
+            ]
+            options.append(
+                ("int16", self.recipe.with_changes(int16_tensors=frozenset({place.tensor})))
+            )
+        else:
+            flipped = not self.recipe.bias_correction
+            options.append(
+                (
+                    f"bias correction {'on' if flipped else 'off'}",
+                    self.recipe.with_changes(bias_correction=flipped),
+                )
+            )
+            if rounding_supported(model, subgraph, subgraph.operators[place.op_index]):
+                options.append(
+                    ("rounding", self.recipe.with_changes(rounding_ops=frozenset({place.op_index})))
+                )
+        effects = []
+        for name, recipe in options:
+            measured = self._measure(recipe, place)
+            if measured is not None:
+                effects.append(RemedyEffect(name, measured))
+        effects.append(
+            RemedyEffect("float", [float("inf")] * len(self.analyzers[self.recipe].float.outputs))
+        )
+        return effects
+
+
+def _same(a: Place, b: Place) -> bool:
+    return (a.kind, a.op_index, a.tensor) == (b.kind, b.op_index, b.tensor)
+
+
+def _recommend(current: float, model_db: float, effects: list[RemedyEffect]) -> str | None:
+    """For a place that matters (alone within MATTERS_DB of the whole model's SQNR): the first
+    (cheapest) remedy within GOOD_ENOUGH_DB of the best integer one, or float when none helps."""
+    if current >= model_db + MATTERS_DB:
+        return None
+    finite = [e for e in effects if np.isfinite(e.worst_db)]
+    best = max((e.worst_db for e in finite), default=current)
+    if best <= current + GOOD_ENOUGH_DB:
+        return "float"
+    return next(e.remedy for e in finite if e.worst_db >= best - GOOD_ENOUGH_DB)
+
+
+def diagnose_calibrated(calibrated, remedied: int = REMEDIED) -> Diagnosis:
+    """Analyse the plan a calibrated model (`quantizer.Calibrated`) gets without a target."""
+    subgraphs = []
+    for s, found in calibrated.collected.items():
+        if found.evaluation is None:
+            raise UsageError(
+                "the analysis needs held-out samples: give more calibration samples or a "
+                "held-out dataset"
+            )
+        planner = calibrated.planners[s]
+        plan = planner.plan(found.fit, calibrated.start)
+        analyzer = Analyzer(planner.model, plan, found.evaluation.inputs)
+        subgraphs.append(
+            _diagnose_subgraph(planner, plan, analyzer, calibrated.start, found, remedied)
+        )
+    source = next((c.evaluation.source for c in calibrated.collected.values() if c.evaluation), "")
+    return Diagnosis(str(calibrated.start.method), source, subgraphs)
+
+
+def _diagnose_subgraph(
+    planner: Planner, plan: Plan, analyzer: Analyzer, recipe: Recipe, found, remedied: int
+) -> SubgraphDiagnosis:
+    subgraph = planner.subgraph
+    found_places = [analyzer.measure(p) for p in places(planner.model, plan)]
+    found_places.sort(key=lambda s: s.worst_db)
+    layers = _layer_sqnr(analyzer)
+    remedies = _Remedies(planner, found.fit, recipe, found.evaluation.inputs)
+    remedies.analyzers[recipe] = analyzer
+    reports = []
+    model_db = min(analyzer.full(), default=float("inf"))
+    for rank, sensitivity in enumerate(found_places):
+        place = sensitivity.place
+        layer = layers.get(place.tensor) if place.kind == "activation" else None
+        report = PlaceReport(sensitivity, layer)
+        if rank < remedied and np.isfinite(sensitivity.worst_db):
+            report.remedies = remedies.effects(place)
+            report.recommended = _recommend(sensitivity.worst_db, model_db, report.remedies)
+        reports.append(report)
+    return SubgraphDiagnosis(
+        plan.subgraph_index,
+        [subgraph.tensors[t].name for t in subgraph.outputs],
+        analyzer.full(),
+        reports,
+        {subgraph.tensors[t].name: v for t, v in layers.items()},
+        analyzer.float.samples,
+    )
