@@ -21,8 +21,6 @@ from qtool.runtime.registry import OpContext, fused, is_clamp_activation, kernel
 # that a 64-sample chunk of a large feature map neither exhausts memory nor thrashes the caches.
 _MATMUL_BLOCK_BYTES = 1 << 23
 _TAP_BLOCK_BYTES = 1 << 20
-# Below this many input channels im2col copies channel planes rather than pixels.
-_PIXEL_MAJOR_CHANNELS = 16
 
 
 def out_size_and_padding(
@@ -182,9 +180,9 @@ def conv_2d(ctx: OpContext) -> np.ndarray:
     # A filter narrower than the input is a grouped convolution (TFLite's reference kernel).
     groups = x.shape[3] // group_c
     stride, dilation = _window_options(ctx)
-    # Column phases pay off when im2col copies whole pixels (see _im2col).
-    split = kh * kw > 1 and x.shape[3] >= _PIXEL_MAJOR_CHANNELS
-    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"), split_phases=split)
+    if (kh, kw, *stride, groups) == (1, 1, 1, 1, 1):
+        return _pointwise(ctx, x, filters.reshape(out_c, -1), bias)
+    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"), split_phases=False)
     n, oh, ow = grid.out_shape
     # [groups, KH*KW*group_c, out_c/groups], rows in the (kh, kw, c) order of the im2col columns.
     weights = filters.reshape(groups, out_c // groups, -1).transpose(0, 2, 1)
@@ -195,32 +193,58 @@ def conv_2d(ctx: OpContext) -> np.ndarray:
         m = cols.shape[0]
         first = (block.samples.start * oh + block.rows.start) * ow  # blocks are whole rows
         result = out[first : first + m]
-        np.matmul(
-            cols.reshape(m, kh * kw, groups, group_c).transpose(2, 0, 1, 3).reshape(groups, m, -1),
-            weights,
-            out=result.reshape(m, groups, -1).transpose(1, 0, 2),
-        )
+        if groups == 1:
+            np.matmul(cols, weights[0], out=result)
+        else:
+            np.matmul(
+                cols.reshape(m, kh * kw, groups, group_c)
+                .transpose(2, 0, 1, 3)
+                .reshape(groups, m, -1),
+                weights,
+                out=result.reshape(m, groups, -1).transpose(1, 0, 2),
+            )
         _finish(ctx, result, bias)  # while the block is in cache
     return out.reshape(n, oh, ow, out_c)
 
 
+def _pointwise(
+    ctx: OpContext, x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None
+) -> np.ndarray:
+    """A 1x1 unstrided convolution: one matrix product over the pixels, cut into row blocks
+    whose bias and activation are applied while they are in cache."""
+    channels, out_c = x.shape[3], weights.shape[0]
+    pixels = x.reshape(-1, channels)
+    out = np.empty((pixels.shape[0], out_c), np.float32)
+    step = max(1, _MATMUL_BLOCK_BYTES // ((channels + out_c) * 4))
+    for start in range(0, pixels.shape[0], step):
+        result = out[start : start + step]
+        np.matmul(pixels[start : start + step], weights.T, out=result)
+        _finish(ctx, result, bias)
+    return out.reshape(*x.shape[:3], out_c)
+
+
 def _im2col(grid: TapGrid, block: Block) -> np.ndarray:
-    """The receptive fields of a block of output pixels as [pixels, KH*KW, C] (possibly a view
-    of channel-major memory, which matmul takes as is)."""
-    taps = [grid.tap(block, i, j) for i, j in grid.taps()]
-    n, rows, ow, channels = taps[0].shape
-    if len(taps) == 1:
-        return taps[0].reshape(-1, 1, channels)  # a 1x1 unstrided convolution copies nothing
-    if channels >= _PIXEL_MAJOR_CHANNELS:
-        cols = np.empty((n, rows, ow, len(taps), channels), taps[0].dtype)
-        for t, tap in enumerate(taps):
-            cols[:, :, :, t] = tap
-        return cols.reshape(-1, len(taps), channels)
-    # Copying pixel by pixel would move runs of a few channels: copy channel planes instead.
-    cols = np.empty((len(taps), channels, n, rows, ow), taps[0].dtype)
-    for t, tap in enumerate(taps):
-        cols[t] = tap.transpose(3, 0, 1, 2)
-    return cols.reshape(len(taps), channels, -1).transpose(2, 0, 1)
+    """The receptive fields of a block of output pixels as [pixels, KH*KW*C], in one copy.
+
+    A strided view lays the windows out pixel by pixel; with undilated columns a window row's
+    KW pixels are adjacent in memory, so the copy moves runs of KW*C values, not of C.
+    """
+    slab = block.slab[:, :, 0]  # [n, padded rows, padded columns, C]
+    n, _, _, channels = slab.shape
+    (kh, kw), (sh, sw), (dh, dw) = grid.kernel, grid.stride, grid.dilation
+    s_n, s_row, s_col, s_ch = slab.strides
+    rows, ow = len(block.rows), grid.out_shape[2]
+    if dw == 1 and s_col == channels * s_ch:
+        window_row = ((kw * channels,), (s_ch,))
+    else:
+        window_row = ((kw, channels), (dw * s_col, s_ch))
+    view = np.lib.stride_tricks.as_strided(
+        slab,
+        (n, rows, ow, kh, *window_row[0]),
+        (s_n, sh * s_row, sw * s_col, dh * s_row, *window_row[1]),
+        writeable=False,
+    )
+    return np.ascontiguousarray(view).reshape(n * rows * ow, -1)
 
 
 @kernel("DEPTHWISE_CONV_2D", batch=_constant_filter_and_bias)

@@ -1,0 +1,141 @@
+"""Running chunks of samples on several threads while observers see them in chunk order.
+
+The engine runs independent chunks of samples through the graph on worker threads (numpy
+releases the GIL inside its loops and BLAS calls). Observers, though, are stateful and may depend
+on the order they see values in, so `OrderedObservation` calls them exactly as a single thread
+would: chunk 0's tensors in production order, then chunk 1's, and so on, never two calls at once.
+A chunk that runs ahead of its turn has its tensors queued; whichever thread finishes the chunk
+whose turn it is delivers the queue. The queue is bounded: a thread whose chunk is ahead waits
+while more than `max_pending_bytes` are queued.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+Observer = Callable[[int, np.ndarray], None]
+
+_PENDING_BYTES = 1 << 28  # queued tensors of chunks ahead of their turn
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+_blas_controller = None
+_blas_lock = threading.Lock()
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """BLAS limited to the calling thread for the duration (the engine's threads take the cores).
+
+    OpenBLAS splitting the engine's small matrix products over cores was measured 5x slower than
+    one thread per product on a 2-core machine (bench/speed.py); `threadpoolctl` sets the limit
+    in whichever BLAS numpy loaded.
+    """
+    global _blas_controller
+    from threadpoolctl import ThreadpoolController
+
+    with _blas_lock:
+        if _blas_controller is None:
+            _blas_controller = ThreadpoolController()
+    with _blas_controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+class Cancelled(Exception):
+    """Raised in a worker whose run was abandoned because another chunk failed."""
+
+
+class OrderedObservation:
+    """Delivers (tensor, value) pairs of `chunks` chunks to observers in serial order."""
+
+    def __init__(
+        self,
+        observers: Sequence[Observer],
+        chunks: int,
+        max_pending_bytes: int = _PENDING_BYTES,
+    ) -> None:
+        self._observers = list(observers)
+        self._chunks = chunks
+        self._max_pending = max_pending_bytes
+        self._queues: list[deque[tuple[int, np.ndarray]]] = [deque() for _ in range(chunks)]
+        self._finished = [False] * chunks
+        self._turn = 0  # the chunk whose tensors observers see now
+        self._pending_bytes = 0
+        self._failed = False
+        self._state = threading.Condition()
+        self._delivering = threading.Lock()  # held by the one thread calling observers
+
+    def emit(self, chunk: int, tensor: int, value: np.ndarray) -> None:
+        if not self._observers:
+            return
+        with self._state:
+            while (
+                chunk != self._turn and self._pending_bytes > self._max_pending and not self._failed
+            ):
+                self._state.wait()
+            if self._failed:
+                raise Cancelled
+            self._queues[chunk].append((tensor, value))
+            self._pending_bytes += value.nbytes
+        self._deliver()
+
+    def finish(self, chunk: int) -> None:
+        with self._state:
+            self._finished[chunk] = True
+        self._deliver()
+
+    def abort(self) -> None:
+        with self._state:
+            self._failed = True
+            self._state.notify_all()
+
+    def _next(self) -> tuple[int, np.ndarray] | None:
+        """The next pair to deliver, advancing the turn past finished chunks; None when none
+        is ready."""
+        with self._state:
+            while self._turn < self._chunks and not self._failed:
+                queue = self._queues[self._turn]
+                if queue:
+                    tensor, value = queue.popleft()
+                    self._pending_bytes -= value.nbytes
+                    self._state.notify_all()
+                    return tensor, value
+                if not self._finished[self._turn]:
+                    return None
+                self._turn += 1
+                self._state.notify_all()
+            return None
+
+    def _deliver(self) -> None:
+        # Whoever holds `_delivering` calls the observers; a thread that finds it taken leaves
+        # its pairs queued, and the holder re-checks for them after letting go.
+        while self._delivering.acquire(blocking=False):
+            try:
+                while (item := self._next()) is not None:
+                    for observe in self._observers:
+                        observe(*item)
+            except BaseException:
+                self.abort()
+                raise
+            finally:
+                self._delivering.release()
+            if not self._ready():
+                return
+
+    def _ready(self) -> bool:
+        with self._state:
+            if self._failed or self._turn >= self._chunks:
+                return False
+            return bool(self._queues[self._turn]) or self._finished[self._turn]
