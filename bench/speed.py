@@ -35,7 +35,7 @@ from qtool.runtime import Engine
 SAMPLES = 64
 REPEATS = 3
 DEVELOPMENT = [name for name, model in MODELS.items() if model.development]
-console = Console()
+console = Console(width=150)
 
 
 @dataclass

@@ -19,20 +19,19 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import numpy as np
 
 from qtool.errors import DataError, UnsupportedOpError
-from qtool.model.graph import Model
+from qtool.model.graph import Model, Operator, Subgraph
 from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
 from qtool.runtime.heap import retained_heap
 from qtool.runtime.parallel import (
-    Cancelled,
     Observer,
     OrderedObservation,
     available_cores,
+    run_chunks,
     single_threaded_blas,
 )
 from qtool.runtime.registry import KernelEntry, OpContext, lookup
@@ -167,22 +166,9 @@ class Engine:
             )
             for position, (op_index, entry, mode) in enumerate(runtime_steps)
         ]
-        self.chunk = self._chunk_size()
-
-    def _chunk_size(self) -> int:
-        """Samples per pass, from the per-sample sizes of the tensors operators produce."""
-        sizes = [
-            int(np.prod(tensor.shape)) * np.dtype(numpy_dtype(tensor.dtype)).itemsize
-            for step in self.steps
-            for tensor in (
-                self.subgraph.tensors[t] for t in self.subgraph.operators[step.index].outputs
-            )
-        ]
-        if not sizes:
-            return _MAX_CHUNK
-        by_largest = _LARGEST_TENSOR_BYTES // max(max(sizes), 1)
-        by_total = _PASS_BYTES // max(sum(sizes), 1)
-        return int(np.clip(min(by_largest, by_total), 1, _MAX_CHUNK))
+        self.chunk = samples_per_pass(
+            self.subgraph, [self.subgraph.operators[step.index] for step in self.steps]
+        )
 
     def _fold_constant(self, op_index: int, entry: KernelEntry) -> None:
         op = self.subgraph.operators[op_index]
@@ -230,21 +216,13 @@ class Engine:
             if not self.batched_inputs:
                 part = [p[0] for p in part]  # the sample is the whole declared tensor
             parts.append(part)
-        order = OrderedObservation(observers, len(parts))
         timings = [Counter() if profile is not None else None for _ in parts]
 
-        def run_part(k: int) -> list[np.ndarray]:
-            outputs = self._run_chunk(k, parts[k], order, replace, timings[k])
-            order.finish(k)
-            return outputs
+        def run_part(k: int, order: OrderedObservation) -> list[np.ndarray]:
+            return self._run_chunk(k, parts[k], order, replace, timings[k])
 
-        threads = min(self.threads, len(parts))
         with single_threaded_blas(), retained_heap():
-            if threads == 1:
-                results = [run_part(k) for k in range(len(parts))]
-            else:
-                with ThreadPoolExecutor(threads, thread_name_prefix="qtool-engine") as pool:
-                    results = _gather([pool.submit(run_part, k) for k in range(len(parts))], order)
+            results = run_chunks(len(parts), run_part, observers, self.threads)
         if profile is not None:
             for timing in timings:
                 for op_type, seconds in timing.items():
@@ -347,17 +325,19 @@ class Engine:
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
 
-def _gather(futures: list[Future], order: OrderedObservation) -> list:
-    """The futures' results in order; on a failure, stop the others and raise it."""
-    done, _ = wait(futures, return_when="FIRST_EXCEPTION")
-    if any(f.exception() is not None for f in done):
-        order.abort()
-        for future in futures:
-            future.cancel()
-        wait(futures)
-        errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
-        raise next((e for e in errors if not isinstance(e, Cancelled)), errors[0])
-    return [f.result() for f in futures]
+def samples_per_pass(subgraph: Subgraph, operators: Sequence[Operator] | None = None) -> int:
+    """Samples per pass from the per-sample sizes of the tensors `operators` (default: all of
+    the subgraph's) produce."""
+    sizes = [
+        int(np.prod(tensor.shape)) * np.dtype(numpy_dtype(tensor.dtype)).itemsize
+        for op in (subgraph.operators if operators is None else operators)
+        for tensor in (subgraph.tensors[t] for t in op.outputs)
+    ]
+    if not sizes:
+        return _MAX_CHUNK
+    by_largest = _LARGEST_TENSOR_BYTES // max(max(sizes), 1)
+    by_total = _PASS_BYTES // max(sum(sizes), 1)
+    return int(np.clip(min(by_largest, by_total), 1, _MAX_CHUNK))
 
 
 def _as_list(result: np.ndarray | list[np.ndarray] | tuple) -> list[np.ndarray]:

@@ -15,11 +15,14 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from typing import TypeVar
 
 import numpy as np
 
 Observer = Callable[[int, np.ndarray], None]
+Result = TypeVar("Result")
 
 _PENDING_BYTES = 1 << 28  # queued tensors of chunks ahead of their turn
 
@@ -93,8 +96,19 @@ class OrderedObservation:
 
     def finish(self, chunk: int) -> None:
         with self._state:
+            if self._finished[chunk]:
+                return
             self._finished[chunk] = True
         self._deliver()
+
+    def wait_observed(self, chunk: int) -> None:
+        """Return once observers have seen all of a finished chunk (its values may then be
+        overwritten)."""
+        with self._state:
+            while self._turn <= chunk and not self._failed:
+                self._state.wait()
+            if self._failed:
+                raise Cancelled
 
     def abort(self) -> None:
         with self._state:
@@ -126,6 +140,7 @@ class OrderedObservation:
                 while (item := self._next()) is not None:
                     for observe in self._observers:
                         observe(*item)
+                    del item  # a value may be a view its producer wants back once observed
             except BaseException:
                 self.abort()
                 raise
@@ -139,3 +154,42 @@ class OrderedObservation:
             if self._failed or self._turn >= self._chunks:
                 return False
             return bool(self._queues[self._turn]) or self._finished[self._turn]
+
+
+def run_chunks(
+    count: int,
+    work: Callable[[int, OrderedObservation], Result],
+    observers: Sequence[Observer],
+    threads: int,
+) -> list[Result]:
+    """`work(k, order)` for every chunk k on up to `threads` threads, results in chunk order.
+
+    `work` hands its chunk's tensors to `order.emit(k, tensor, value)`; the chunk counts as
+    finished when `work` returns (or when it calls `order.finish(k)` itself). On a failure the
+    other chunks stop and the failure of the earliest chunk is raised.
+    """
+    order = OrderedObservation(observers, count)
+
+    def run(k: int) -> Result:
+        result = work(k, order)
+        order.finish(k)
+        return result
+
+    threads = min(threads, count)
+    if threads <= 1:
+        return [run(k) for k in range(count)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="qtool-chunk") as pool:
+        futures = [pool.submit(run, k) for k in range(count)]
+        return _gather(futures, order)
+
+
+def _gather(futures: list[Future], order: OrderedObservation) -> list:
+    done, _ = wait(futures, return_when="FIRST_EXCEPTION")
+    if any(f.exception() is not None for f in done):
+        order.abort()
+        for future in futures:
+            future.cancel()
+        wait(futures)
+        errors = [f.exception() for f in futures if not f.cancelled() and f.exception()]
+        raise next((e for e in errors if not isinstance(e, Cancelled)), errors[0])
+    return [f.result() for f in futures]
