@@ -281,13 +281,29 @@ def _transpose_conv_batches(ctx: OpContext) -> bool:
 @kernel("TRANSPOSE_CONV", batch=_transpose_conv_batches)
 def transpose_conv(ctx: OpContext) -> np.ndarray:
     output_shape, filters, x, bias = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
-    out_c, kh, kw, in_c = filters.shape
-    n, height, width, _ = x.shape
     oh, ow = (int(d) for d in np.asarray(output_shape).reshape(-1)[1:3])
+    _, kh, kw, _ = filters.shape
     sh, sw = ctx.option("stride_h"), ctx.option("stride_w")
     # TFLite computes the padding as for a forward convolution from the output to the input size.
     top = out_size_and_padding(ctx.option("padding"), oh, kh, sh)[1]
     left = out_size_and_padding(ctx.option("padding"), ow, kw, sw)[1]
+    out = scatter_windows(x, filters, (sh, sw), (top, left), (oh, ow))
+    return _finish(ctx, out, bias)
+
+
+def scatter_windows(
+    x: np.ndarray,
+    filters: np.ndarray,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    out_hw: tuple[int, int],
+) -> np.ndarray:
+    """A transposed convolution without bias: every input pixel times the [OC, KH, KW, IC]
+    filters added to its KH x KW output window, whose origin is (y * stride_h - top,
+    x * stride_w - left); contributions outside the [OH, OW] output are dropped."""
+    out_c, kh, kw, in_c = filters.shape
+    n, height, width, _ = x.shape
+    (sh, sw), (top, left), (oh, ow) = stride, padding, out_hw
     weights = filters.transpose(3, 1, 2, 0).reshape(in_c, -1)  # [IC, KH*KW*OC]
     span_h, span_w = (height - 1) * sh + 1, (width - 1) * sw + 1
     full_shape = (max(span_h + kh - 1, top + oh), max(span_w + kw - 1, left + ow), out_c)
@@ -302,7 +318,7 @@ def transpose_conv(ctx: OpContext) -> np.ndarray:
         for i, j in product(range(kh), range(kw)):
             full[:, i : i + span_h : sh, j : j + span_w : sw] += spread[:, :, :, i, j]
         out[start : start + step] = full[:, top : top + oh, left : left + ow]
-    return _finish(ctx, out, bias)
+    return out
 
 
 def _fully_connected_batches(ctx: OpContext) -> bool:
