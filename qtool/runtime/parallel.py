@@ -161,6 +161,7 @@ def run_chunks(
     work: Callable[[int, OrderedObservation], Result],
     observers: Sequence[Observer],
     threads: int,
+    max_pending_bytes: int = _PENDING_BYTES,
 ) -> list[Result]:
     """`work(k, order)` for every chunk k on up to `threads` threads, results in chunk order.
 
@@ -168,7 +169,7 @@ def run_chunks(
     finished when `work` returns (or when it calls `order.finish(k)` itself). On a failure the
     other chunks stop and the failure of the earliest chunk is raised.
     """
-    order = OrderedObservation(observers, count)
+    order = OrderedObservation(observers, count, max_pending_bytes)
 
     def run(k: int) -> Result:
         result = work(k, order)

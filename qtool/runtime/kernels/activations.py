@@ -117,7 +117,8 @@ def _prelu_pick(pick: np.ufunc) -> Callable[[np.ndarray, np.ndarray, np.ndarray]
 
 def _prelu_split(x: np.ndarray, alpha: np.ndarray, out: np.ndarray) -> None:
     negative = np.minimum(x, 0)
-    negative *= alpha
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in TFLite
+        negative *= alpha
     np.maximum(x, 0, out=out)
     out += negative
 
