@@ -1,4 +1,5 @@
-"""`python -m bench`: engine vs LiteRT calibration speed, and audit time on a 10 MB model.
+"""`python -m bench`: calibration speed on the real models (bench/speed.py), engine vs LiteRT on
+the fixtures, and audit time on a 10 MB model.
 
 Every figure is a ratio against a baseline timed in the same process, so results compare across
 machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
@@ -18,6 +19,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench.speed import bench_speed
 from qtool.calibrate import (
     Dataset,
     MinMaxObserver,
@@ -73,7 +75,7 @@ def litert_pass(model_bytes: bytes, feeds: list[np.ndarray], preserve: bool) -> 
 
 
 def calibrate_once(model, dataset, tensors) -> None:
-    calibrate(model, dataset, "numpy", MinMaxObserver(tensors), chunk=SAMPLES)
+    calibrate(model, dataset, "numpy", MinMaxObserver(tensors))
 
 
 def bench_calibration() -> None:
@@ -204,6 +206,7 @@ def litert_outputs(model_bytes: bytes, samples: np.ndarray) -> np.ndarray:
 
 
 if __name__ == "__main__":
+    bench_speed()
     bench_calibration()
     bench_check()
     bench_architectures()

@@ -20,7 +20,7 @@ from qtool.runtime.registry import OpContext, fused, is_clamp_activation, kernel
 # Temporaries (im2col columns, accumulators) are built a block of samples or rows at a time so
 # that a 64-sample chunk of a large feature map neither exhausts memory nor thrashes the caches.
 _MATMUL_BLOCK_BYTES = 1 << 23
-_TAP_BLOCK_BYTES = 1 << 20
+_TAP_BLOCK_BYTES = 1 << 21
 
 
 def out_size_and_padding(
@@ -148,6 +148,31 @@ class TapGrid:
         """Every (i, j) of the window, row by row."""
         return product(range(self.kernel[0]), range(self.kernel[1]))
 
+    def column_groups(self) -> list[list[int]]:
+        """The window columns j grouped by the column phase their taps read; within a group
+        the taps start at evenly spaced slab columns, so one strided view holds them all."""
+        groups: dict[int, list[int]] = {}
+        for j in range(self.kernel[1]):
+            groups.setdefault(j * self.dilation[1] % self.phases, []).append(j)
+        return list(groups.values())
+
+    def tap_stack(self, block: Block, columns: list[int]) -> np.ndarray:
+        """Taps (i, j) for every window row i and the `columns` of one group, as a read-only
+        view [KH, len(columns), n, rows, OW * C] whose last axis is contiguous.
+
+        Needs column phases (a column stride of 1 within a phase) and a contiguous input."""
+        slab = block.slab
+        s_n, s_row, _, s_col, s_ch = slab.strides
+        first, phase = divmod(columns[0] * self.dilation[1], self.phases)
+        step = (columns[1] - columns[0]) * self.dilation[1] // self.phases if columns[1:] else 0
+        n, ow, channels = slab.shape[0], self.out_shape[2], slab.shape[4]
+        return np.lib.stride_tricks.as_strided(
+            slab[:, :, phase, first:],
+            (self.kernel[0], len(columns), n, len(block.rows), ow * channels),
+            (self.dilation[0] * s_row, step * s_col, s_n, self.stride[0] * s_row, s_ch),
+            writeable=False,
+        )
+
 
 def _window_options(ctx: OpContext) -> tuple[tuple[int, int], tuple[int, int]]:
     return (
@@ -256,20 +281,26 @@ def depthwise_conv_2d(ctx: OpContext) -> np.ndarray:
     if multiplier > 1:
         x = np.repeat(x, multiplier, axis=3)  # output channel k reads input channel k // mult.
     stride, dilation = _window_options(ctx)
+    x = np.ascontiguousarray(x)  # tap_stack's views need it
     grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"))
     n, oh, ow = grid.out_shape
-    # Each tap's weights repeated along the output row: a tap's product is one contiguous pass.
-    weights = np.tile(filters.reshape(kh, kw, 1, out_c), (1, 1, ow, 1))
+    # Each tap's weights repeated along the output row, so that a tap's products run along
+    # contiguous [OW * C] rows: per column group, [KH, len(group), OW * C].
+    tiled = np.tile(filters.reshape(kh, kw, 1, out_c), (1, 1, ow, 1)).reshape(kh, kw, -1)
+    groups = [
+        (columns, np.ascontiguousarray(tiled[:, columns])) for columns in grid.column_groups()
+    ]
     out = np.empty((n, oh, ow, out_c), np.float32)
     for block in grid.blocks(2 * ow * out_c * 4, _TAP_BLOCK_BYTES):
         acc = out[block.samples, block.rows.start : block.rows.stop]
-        term = np.empty_like(acc)
-        for t, (i, j) in enumerate(grid.taps()):
-            if t == 0:
-                np.multiply(grid.tap(block, i, j), weights[i, j], out=acc)
+        flat = acc.reshape(acc.shape[0], acc.shape[1], -1)
+        # einsum multiplies and sums the taps in one loop, without a temporary per tap.
+        for g, (columns, weights) in enumerate(groups):
+            stack = grid.tap_stack(block, columns)
+            if g == 0:
+                np.einsum("ijnrk,ijk->nrk", stack, weights, out=flat)
             else:
-                np.multiply(grid.tap(block, i, j), weights[i, j], out=term)
-                acc += term
+                flat += np.einsum("ijnrk,ijk->nrk", stack, weights)
         _finish(ctx, acc, bias)
     return out
 
