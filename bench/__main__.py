@@ -19,7 +19,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from bench.speed import bench_speed
+from bench.speed import bench_speed, best_of
 from qtool.calibrate import (
     Dataset,
     MinMaxObserver,
@@ -38,15 +38,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 SAMPLES = 64
 console = Console()
-
-
-def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def litert_pass(model_bytes: bytes, feeds: list[np.ndarray], preserve: bool) -> Callable[[], None]:

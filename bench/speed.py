@@ -28,7 +28,8 @@ from bench.real_models import MODELS, make_data, model_path
 from qtool.calibrate import MinMaxObserver, activation_tensors, calibrate, load_dataset
 from qtool.calibrate import model_inputs as input_specs
 from qtool.errors import UnsupportedOpError
-from qtool.model import load_model
+from qtool.model import load_model, model_to_bytes
+from qtool.numerics import sqnr_db
 from qtool.quantize import prepare_float_model
 from qtool.runtime import Engine
 
@@ -46,10 +47,11 @@ class Speed:
     xnnpack: float = 0.0
     xnnpack_threads: int = 1
     quantize_s: float | None = None
+    agreement_db: float | None = None  # numpy engine outputs vs LiteRT's, SQNR
     profile: dict[str, float] = field(default_factory=dict)  # op type -> seconds per SAMPLES
 
 
-def best_seconds(fn: Callable[[], object], repeats: int = REPEATS) -> float:
+def best_of(fn: Callable[[], object], repeats: int = REPEATS) -> float:
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
@@ -71,7 +73,7 @@ def xnnpack_rate(model_bytes: bytes, samples: np.ndarray, threads: int) -> float
             interpreter.set_tensor(index, samples[i : i + 1])
             interpreter.invoke()
 
-    return samples.shape[0] / best_seconds(run)
+    return samples.shape[0] / best_of(run)
 
 
 def quantize_seconds(path: Path, data: Path) -> float | None:
@@ -98,7 +100,7 @@ def quantize_seconds(path: Path, data: Path) -> float | None:
             subprocess.run(command, check=True, capture_output=True, text=True)
 
         try:
-            return best_seconds(run, repeats=2)
+            return best_of(run, repeats=2)
         except subprocess.CalledProcessError as exc:
             console.print(f"{path.stem}: quantize failed: {exc.stderr.strip()}")
             return None
@@ -119,7 +121,7 @@ def measure(name: str) -> Speed:
             continue
         if engine == "auto":
             speed.auto_choice = result.engine
-        seconds = best_seconds(lambda engine=engine: calibrate(model, dataset, engine))
+        seconds = best_of(lambda engine=engine: calibrate(model, dataset, engine))
         speed.engines[engine] = SAMPLES / seconds
     blob = path.read_bytes()
     rates = {threads: xnnpack_rate(blob, samples, threads) for threads in (1, 2)}
@@ -128,7 +130,29 @@ def measure(name: str) -> Speed:
     speed.quantize_s = quantize_seconds(path, calibration)
     if speed.engines["numpy"] is not None:
         speed.profile = numpy_profile(model, samples)
+        speed.agreement_db = agreement_db(model, samples)
     return speed
+
+
+def agreement_db(model, samples: np.ndarray) -> float:
+    """SQNR (dB) of the numpy engine's outputs against LiteRT's (XNNPACK), the worst output."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_content=model_to_bytes(model))
+    interpreter.allocate_tensors()
+    index = interpreter.get_input_details()[0]["index"]
+    reference = []
+    for i in range(samples.shape[0]):
+        interpreter.set_tensor(index, samples[i : i + 1])
+        interpreter.invoke()
+        reference.append(
+            [interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()]
+        )
+    ours = Engine(model).run([samples])
+    return min(
+        sqnr_db(np.concatenate(parts), got)
+        for parts, got in zip(zip(*reference, strict=True), ours, strict=True)
+    )
 
 
 def numpy_profile(model, samples: np.ndarray) -> dict[str, float]:
@@ -172,6 +196,7 @@ def print_speeds(speeds: list[Speed]) -> None:
         "LiteRT ratio",
         "auto ratio",
         "quantize s",
+        "numpy vs LiteRT dB",
     ):
         table.add_column(column, justify="right")
     for s in speeds:
@@ -185,6 +210,7 @@ def print_speeds(speeds: list[Speed]) -> None:
             _ratio(s.engines["litert"], s.xnnpack),
             _ratio(s.engines["auto"], s.xnnpack),
             "-" if s.quantize_s is None else f"{s.quantize_s:.2f}",
+            "-" if s.agreement_db is None else f"{s.agreement_db:.0f}",
         )
     console.print(table)
     profiled = [s for s in speeds if s.profile]

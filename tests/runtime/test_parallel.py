@@ -8,9 +8,10 @@ import time
 import numpy as np
 import pytest
 
+from qtool.errors import UsageError
 from qtool.model import load_model
 from qtool.runtime import Engine
-from qtool.runtime.parallel import OrderedObservation, run_chunks
+from qtool.runtime.parallel import OrderedObservation, available_cores, run_chunks
 from tests.conftest import DATA, MODELS
 
 
@@ -99,3 +100,12 @@ def test_values_are_delivered_before_wait_observed_returns() -> None:
 
     run_chunks(6, work, [lambda t, v: delivered.append(int(v[0]))], threads=3)
     assert delivered == list(range(6))
+
+
+def test_thread_count_from_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("QTOOL_THREADS", "3")
+    assert available_cores() == 3
+    assert Engine(load_model(MODELS / "mlp.tflite")).threads == 3
+    monkeypatch.setenv("QTOOL_THREADS", "many")
+    with pytest.raises(UsageError, match="QTOOL_THREADS"):
+        available_cores()
