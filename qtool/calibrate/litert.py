@@ -22,7 +22,7 @@ from qtool.model import Model, model_to_bytes
 from qtool.model.edit import clone_model
 from qtool.runtime import Engine
 from qtool.runtime.engine import samples_per_pass
-from qtool.runtime.parallel import Observer, OrderedObservation, available_cores, run_chunks
+from qtool.runtime.parallel import Observer, OrderedObservation, engine_threads, run_chunks
 
 
 def litert_available() -> bool:
@@ -127,7 +127,7 @@ class XnnpackRunner:
         extra = [t for t in self.tensors if t not in exposed.subgraphs[0].outputs]
         exposed.subgraphs[0].outputs = list(exposed.subgraphs[0].outputs) + extra
         self.blob = model_to_bytes(exposed)
-        self.threads = max(1, threads or available_cores())
+        self.threads = max(1, threads or engine_threads())
         self.batch = samples_per_pass(subgraph) if _keeps_samples_apart(model) else 1
         # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
         # LiteRT cannot run the model.

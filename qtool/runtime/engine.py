@@ -30,7 +30,7 @@ from qtool.runtime.heap import retained_heap
 from qtool.runtime.parallel import (
     Observer,
     OrderedObservation,
-    available_cores,
+    engine_threads,
     run_chunks,
     single_threaded_blas,
 )
@@ -61,7 +61,7 @@ class Engine:
 
     def __init__(self, model: Model, subgraph_index: int = 0, threads: int | None = None) -> None:
         self.model = model
-        self.threads = max(1, threads or available_cores())
+        self.threads = max(1, threads or engine_threads())
         self.subgraph_index = subgraph_index
         self.subgraph = model.subgraphs[subgraph_index]
         self.constants: dict[int, np.ndarray] = {}

@@ -29,26 +29,22 @@ Result = TypeVar("Result")
 _PENDING_BYTES = 1 << 28  # queued tensors of chunks ahead of their turn
 
 
-def available_cores() -> int:
-    """Threads the engines use: $QTOOL_THREADS if set, else the cores this process may run on
-    less those other work already keeps busy (the 1-minute load average).
+def engine_threads() -> int:
+    """Threads the engines use: $QTOOL_THREADS if set, else 1.
 
-    On a loaded machine a second thread only adds work: measured on the 2-core development
-    machine at load 3 to 10, every engine ran 15-35% slower on two threads than on one (the
-    threads wait for the GIL and evict each other's caches). Results never depend on it.
+    One by default because no measurement on the 2-core development machine found a second
+    thread faster: every engine ran 15-35% slower on two threads than on one, loaded or idle,
+    and even two independent BLAS products in two threads took 0.95x the time of running them
+    one after the other (its two vCPUs do not compute in parallel). Where cores really are
+    independent, QTOOL_THREADS=N runs N chunks at once; results never depend on it.
     """
     requested = os.environ.get("QTOOL_THREADS", "").strip()
-    if requested:
-        try:
-            return max(1, int(requested))
-        except ValueError:
-            raise UsageError(f"QTOOL_THREADS must be a whole number, not {requested!r}") from None
-    if hasattr(os, "sched_getaffinity"):
-        cores = len(os.sched_getaffinity(0))
-    else:
-        cores = os.cpu_count() or 1
-    busy = int(os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0
-    return max(1, cores - busy)
+    if not requested:
+        return 1
+    try:
+        return max(1, int(requested))
+    except ValueError:
+        raise UsageError(f"QTOOL_THREADS must be a whole number, not {requested!r}") from None
 
 
 _blas_controller = None

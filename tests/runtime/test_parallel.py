@@ -11,7 +11,7 @@ import pytest
 from qtool.errors import UsageError
 from qtool.model import load_model
 from qtool.runtime import Engine
-from qtool.runtime.parallel import OrderedObservation, available_cores, run_chunks
+from qtool.runtime.parallel import OrderedObservation, engine_threads, run_chunks
 from tests.conftest import DATA, MODELS
 
 
@@ -103,9 +103,11 @@ def test_values_are_delivered_before_wait_observed_returns() -> None:
 
 
 def test_thread_count_from_the_environment(monkeypatch) -> None:
+    monkeypatch.delenv("QTOOL_THREADS", raising=False)
+    assert engine_threads() == 1
     monkeypatch.setenv("QTOOL_THREADS", "3")
-    assert available_cores() == 3
+    assert engine_threads() == 3
     assert Engine(load_model(MODELS / "mlp.tflite")).threads == 3
     monkeypatch.setenv("QTOOL_THREADS", "many")
     with pytest.raises(UsageError, match="QTOOL_THREADS"):
-        available_cores()
+        engine_threads()
