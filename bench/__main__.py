@@ -1,4 +1,5 @@
-"""`python -m bench`: engine vs LiteRT calibration speed, and audit time on a 10 MB model.
+"""`python -m bench`: calibration speed on the real models (bench/speed.py), engine vs LiteRT on
+the fixtures, and audit time on a 10 MB model.
 
 Every figure is a ratio against a baseline timed in the same process, so results compare across
 machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
@@ -19,6 +20,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench.speed import bench_speed, best_of
 from bench.startup import bench_startup
 from bench.targets import bench_targets
 from qtool.calibrate import (
@@ -39,15 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 SAMPLES = 64
 console = Console()
-
-
-def best_of(fn: Callable[[], object], repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def litert_pass(model_bytes: bytes, feeds: list[np.ndarray], preserve: bool) -> Callable[[], None]:
@@ -76,7 +69,7 @@ def litert_pass(model_bytes: bytes, feeds: list[np.ndarray], preserve: bool) -> 
 
 
 def calibrate_once(model, dataset, tensors) -> None:
-    calibrate(model, dataset, "numpy", MinMaxObserver(tensors), chunk=SAMPLES)
+    calibrate(model, dataset, "numpy", MinMaxObserver(tensors))
 
 
 def bench_calibration() -> None:
@@ -208,6 +201,7 @@ def litert_outputs(model_bytes: bytes, samples: np.ndarray) -> np.ndarray:
 
 if __name__ == "__main__":
     bench_startup()
+    bench_speed()
     bench_calibration()
     bench_check()
     bench_targets(ten_megabyte_model)

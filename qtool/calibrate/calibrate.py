@@ -1,28 +1,48 @@
 """Run a float model over calibration data and record the range of every activation tensor.
 
-Two engines can do the running: qtool's numpy engine (batched, always available) and, where the
-`ai-edge-litert` package is installed, the LiteRT interpreter with every intermediate tensor kept.
-`auto` takes numpy when it has a kernel for every operator and LiteRT otherwise (README: "Choosing
-the calibration engine" gives the measurements behind this rule).
+Two engines can do the running: qtool's numpy engine (batched and threaded, always available)
+and, where the `ai-edge-litert` package is installed, LiteRT (qtool.calibrate.litert). `auto`
+takes LiteRT when it can run the model and numpy otherwise (README: "Choosing the calibration
+engine" gives the measurements behind this rule).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-
 from qtool.calibrate.datasets import Batch, Dataset, InputSpec
+from qtool.calibrate.litert import (
+    XnnpackRunner,
+    litert_available,
+    litert_can_run,
+    litert_feeder,
+    litert_interpreter,
+    run_preserved,
+)
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
 from qtool.errors import DataError, UnsupportedOpError, UsageError
-from qtool.model import Model, TensorType, model_to_bytes, numpy_dtype
+from qtool.model import Model, TensorType, numpy_dtype
 from qtool.runtime import Engine
+from qtool.runtime.heap import retained_heap
 
 ENGINES = ("auto", "numpy", "litert")
 Progress = Callable[[int], None]
+# Samples read from the dataset at a time: enough chunks for every thread to take several.
+_CHUNKS_PER_THREAD = 4
+
+__all__ = [
+    "ENGINES",
+    "CalibrationResult",
+    "activation_tensors",
+    "calibrate",
+    "choose_engine",
+    "litert_available",
+    "litert_feeder",
+    "litert_interpreter",
+    "model_inputs",
+]
 
 
 @dataclass
@@ -78,11 +98,9 @@ def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
     ]
 
 
-def litert_available() -> bool:
-    return importlib.util.find_spec("ai_edge_litert") is not None
-
-
 def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
+    """The engine a calibration runs on: `requested`, or for "auto" the fastest that can run
+    the model (README: "Choosing the calibration engine")."""
     if requested not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "litert" and not litert_available():
@@ -91,40 +109,18 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
         )
     if requested != "auto":
         return requested
+    # LiteRT with XNNPACK calibrates subgraph 0 several times faster than the numpy engine on
+    # every real model measured (bench/speed.py); other subgraphs only run preserved, slower.
+    if litert_available() and subgraph_index == 0 and litert_can_run(model, xnnpack=True):
+        return "litert"
     try:
         Engine(model, subgraph_index)
     except UnsupportedOpError:
         # When neither engine runs the model, the numpy error says how to add a kernel.
-        if litert_available() and _litert_can_run(model):
+        if litert_available() and litert_can_run(model, xnnpack=False):
             return "litert"
         raise
     return "numpy"
-
-
-def _litert_can_run(model: Model) -> bool:
-    try:
-        litert_interpreter(model)
-    except UnsupportedOpError:
-        return False
-    return True
-
-
-def litert_interpreter(model: Model):
-    """A LiteRT interpreter that keeps every intermediate tensor readable after invoke()."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    # Without default delegates XNNPACK cannot fuse tensors away.
-    try:
-        interpreter = Interpreter(
-            model_content=model_to_bytes(model),
-            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            experimental_preserve_all_tensors=True,
-        )
-        interpreter.allocate_tensors()
-    except (RuntimeError, ValueError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UnsupportedOpError(f"LiteRT cannot run the model: {detail}") from None
-    return interpreter
 
 
 def calibrate(
@@ -133,7 +129,6 @@ def calibrate(
     engine: str = "auto",
     observer: RangeObserver | None = None,
     progress: Progress | None = None,
-    chunk: int = 32,
     subgraph_index: int = 0,
 ) -> CalibrationResult:
     """Observe every float activation of one subgraph over the whole dataset."""
@@ -152,10 +147,16 @@ def calibrate(
 
     if chosen == "numpy":
         runner = Engine(model, subgraph_index)
-        for batch in counted(chunk):
-            runner.run(batch, observers=[observer], chunk=chunk)
+        with retained_heap():
+            for batch in counted(runner.chunk * runner.threads * _CHUNKS_PER_THREAD):
+                runner.run(batch, observers=[observer])
+    elif subgraph_index == 0:
+        xnnpack = XnnpackRunner(model, sorted(observer.tensors))
+        for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
+            xnnpack.run(batch, [observer])
     else:
-        _run_litert(model, counted(64), observer, subgraph_index)
+        for batch in counted(64):
+            run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
     if not samples:
         raise DataError(f"{dataset.source}: no calibration samples found")
     return CalibrationResult(
@@ -167,44 +168,3 @@ def calibrate(
         synthetic=dataset.synthetic,
         observer=observer,
     )
-
-
-def _run_litert(
-    model: Model, chunks: Iterable[Batch], observer: RangeObserver, subgraph_index: int
-) -> None:
-    interpreter = litert_interpreter(model)
-    subgraph = model.subgraphs[subgraph_index]
-    batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
-    feed = litert_feeder(model, interpreter, subgraph_index)
-    observed = sorted(observer.tensors)
-    for batch in chunks:
-        for i in range(batch[0].shape[0]):
-            feed([values[i : i + 1] if batched else values[i] for values in batch])
-            for t in observed:
-                observer(t, np.asarray(interpreter.get_tensor(t, subgraph_index)))
-
-
-def litert_feeder(model: Model, interpreter, subgraph_index: int) -> Callable[[list], None]:
-    """A function running one sample (inputs in subgraph order) through the subgraph.
-
-    Subgraph 0 runs through the interpreter itself; other subgraphs only through the signature
-    whose entry point they are.
-    """
-    if subgraph_index == 0:
-        indices = [d["index"] for d in interpreter.get_input_details()]
-
-        def run_main(values: list) -> None:
-            for index, value in zip(indices, values, strict=True):
-                interpreter.set_tensor(index, value)
-            interpreter.invoke()
-
-        return run_main
-    signature = next(s for s in model.signature_defs if s["subgraph_index"] == subgraph_index)
-    runner = interpreter.get_signature_runner(signature["signature_key"])
-    by_tensor = {entry["tensor_index"]: entry["name"] for entry in signature["inputs"]}
-    names = [by_tensor[t] for t in model.subgraphs[subgraph_index].inputs]
-
-    def run_signature(values: list) -> None:
-        runner(**dict(zip(names, values, strict=True)))
-
-    return run_signature

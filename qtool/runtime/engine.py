@@ -16,26 +16,42 @@ Memory. A tensor is dropped after its last consumer, so a pass holds only live a
 
 from __future__ import annotations
 
+import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from qtool.errors import DataError, UnsupportedOpError
-from qtool.model.graph import Model
+from qtool.model.graph import Model, Operator, Subgraph
 from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
+from qtool.runtime.heap import retained_heap
+from qtool.runtime.parallel import (
+    Observer,
+    OrderedObservation,
+    engine_threads,
+    run_chunks,
+    single_threaded_blas,
+)
 from qtool.runtime.registry import KernelEntry, OpContext, lookup
 
-Observer = Callable[[int, np.ndarray], None]
 Replacer = Callable[[int, np.ndarray], np.ndarray]
 
-DEFAULT_CHUNK = 64
+# Samples per pass (measured on the real models of bench/speed.py): small feature maps want
+# many samples per pass to spread the fixed Python cost of each operator call, large ones few,
+# so that an operator's input and output stay in the caches (its kernel blocks its temporaries
+# itself) and a pass's tensors (queued until observed, see parallel.py) stay a modest size.
+_LARGEST_TENSOR_BYTES = 1 << 24
+_PASS_BYTES = 160 << 20
+_MAX_CHUNK = 64
 
 
 @dataclass(frozen=True)
 class _Step:
     index: int  # operator index in the subgraph
     entry: KernelEntry
+    op_type: str
     mode: str  # "batch" (whole chunk at once) or "loop" (once per sample, stacked)
     frees: tuple[int, ...]  # tensors whose last reader is this step
 
@@ -43,8 +59,9 @@ class _Step:
 class Engine:
     """Executes one subgraph of a float model with numpy."""
 
-    def __init__(self, model: Model, subgraph_index: int = 0) -> None:
+    def __init__(self, model: Model, subgraph_index: int = 0, threads: int | None = None) -> None:
         self.model = model
+        self.threads = max(1, threads or engine_threads())
         self.subgraph_index = subgraph_index
         self.subgraph = model.subgraphs[subgraph_index]
         self.constants: dict[int, np.ndarray] = {}
@@ -140,9 +157,18 @@ class Engine:
             if t not in keep:
                 frees.setdefault(position, []).append(t)
         self.steps = [
-            _Step(op_index, entry, "batch" if self.serial else mode, tuple(frees.get(position, ())))
+            _Step(
+                op_index,
+                entry,
+                self.model.op_type(self.subgraph.operators[op_index]),
+                "batch" if self.serial else mode,
+                tuple(frees.get(position, ())),
+            )
             for position, (op_index, entry, mode) in enumerate(runtime_steps)
         ]
+        self.chunk = samples_per_pass(
+            self.subgraph, [self.subgraph.operators[step.index] for step in self.steps]
+        )
 
     def _fold_constant(self, op_index: int, entry: KernelEntry) -> None:
         op = self.subgraph.operators[op_index]
@@ -168,23 +194,39 @@ class Engine:
         feeds: Sequence[np.ndarray],
         observers: Sequence[Observer] = (),
         replace: Replacer | None = None,
-        chunk: int = DEFAULT_CHUNK,
+        chunk: int | None = None,
+        profile: dict[str, float] | None = None,
     ) -> list[np.ndarray]:
         """Run N samples; `feeds[i]` has shape (N, *sample_shape(i)). Returns outputs (N, ...).
 
-        Observers see every tensor as it is produced (model inputs first, then each operator's
-        outputs, constants folded at build time excluded), after `replace` had a chance to swap
-        it for another value (e.g. its fake-quantized version).
+        The samples go through the graph `chunk` at a time (default: `self.chunk`), chunks in
+        parallel on `self.threads` threads. Observers see every tensor as it is produced (model
+        inputs first, then each operator's outputs, constants folded at build time excluded),
+        one call per tensor and chunk, in the order a single thread would make them and never
+        two at once; `replace` (called on the worker threads, so it must not keep state) may
+        first swap the value for another (e.g. its fake-quantized version). With `profile`,
+        the seconds spent in each op type's kernels (summed over threads) are added to it.
         """
         feeds = self._check_feeds(feeds)
         n = feeds[0].shape[0] if feeds else 1
-        step = 1 if self.serial else max(1, chunk)
-        results: list[list[np.ndarray]] = []
+        step = 1 if self.serial else max(1, chunk or self.chunk)
+        parts = []
         for start in range(0, n, step):
             part = [f[start : start + step] for f in feeds]
             if not self.batched_inputs:
                 part = [p[0] for p in part]  # the sample is the whole declared tensor
-            results.append(self._run_chunk(part, observers, replace))
+            parts.append(part)
+        timings = [Counter() if profile is not None else None for _ in parts]
+
+        def run_part(k: int, order: OrderedObservation) -> list[np.ndarray]:
+            return self._run_chunk(k, parts[k], order, replace, timings[k])
+
+        with single_threaded_blas(), retained_heap():
+            results = run_chunks(len(parts), run_part, observers, self.threads)
+        if profile is not None:
+            for timing in timings:
+                for op_type, seconds in timing.items():
+                    profile[op_type] = profile.get(op_type, 0.0) + seconds
         return [
             self._join([r[i] for r in results], t, n) for i, t in enumerate(self.subgraph.outputs)
         ]
@@ -231,25 +273,40 @@ class Engine:
         return checked
 
     def _run_chunk(
-        self, feeds: list[np.ndarray], observers: Sequence[Observer], replace: Replacer | None
+        self,
+        k: int,
+        feeds: list[np.ndarray],
+        order: OrderedObservation,
+        replace: Replacer | None,
+        timing: Counter | None,
     ) -> list[np.ndarray]:
         values: dict[int, np.ndarray] = {}
         batch = feeds[0].shape[0] if feeds and self.batched_inputs else 1
+
+        def emit(t: int, value: np.ndarray) -> np.ndarray:
+            if replace is not None:
+                value = replace(t, value)
+            order.emit(k, t, value)
+            return value
+
         for t, feed in zip(self.subgraph.inputs, feeds, strict=True):
-            values[t] = self._emit(t, feed, observers, replace)
+            values[t] = emit(t, feed)
         constants = self.constants
         for step in self.steps:
             op = self.subgraph.operators[step.index]
             inputs = [
                 None if t < 0 else (values[t] if t in values else constants[t]) for t in op.inputs
             ]
+            started = time.perf_counter()
             if step.mode == "loop" and batch > 1:
                 outputs = self._run_looped(step, op, inputs, batch)
             else:
                 ctx = OpContext(self.model, self.subgraph, step.index, op, inputs, batch)
                 outputs = _as_list(step.entry.fn(ctx))
+            if timing is not None:
+                timing[step.op_type] += time.perf_counter() - started
             for t, value in zip(op.outputs, outputs, strict=True):
-                values[t] = self._emit(t, value, observers, replace)
+                values[t] = emit(t, value)
             for t in step.frees:
                 values.pop(t, None)
         return [values[t] if t in values else constants[t] for t in self.subgraph.outputs]
@@ -267,14 +324,20 @@ class Engine:
             per_sample.append(_as_list(step.entry.fn(ctx)))
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
-    def _emit(
-        self, t: int, value: np.ndarray, observers: Sequence[Observer], replace: Replacer | None
-    ) -> np.ndarray:
-        if replace is not None:
-            value = replace(t, value)
-        for observe in observers:
-            observe(t, value)
-        return value
+
+def samples_per_pass(subgraph: Subgraph, operators: Sequence[Operator] | None = None) -> int:
+    """Samples per pass from the per-sample sizes of the tensors `operators` (default: all of
+    the subgraph's) produce."""
+    sizes = [
+        int(np.prod(tensor.shape)) * np.dtype(numpy_dtype(tensor.dtype)).itemsize
+        for op in (subgraph.operators if operators is None else operators)
+        for tensor in (subgraph.tensors[t] for t in op.outputs)
+    ]
+    if not sizes:
+        return _MAX_CHUNK
+    by_largest = _LARGEST_TENSOR_BYTES // max(max(sizes), 1)
+    by_total = _PASS_BYTES // max(sum(sizes), 1)
+    return int(np.clip(min(by_largest, by_total), 1, _MAX_CHUNK))
 
 
 def _as_list(result: np.ndarray | list[np.ndarray] | tuple) -> list[np.ndarray]:

@@ -28,6 +28,7 @@ KERNEL_MODULES = (
     "qtool.runtime.kernels.reduce",
     "qtool.runtime.kernels.shape",
     "qtool.runtime.kernels.quant",
+    "qtool.runtime.kernels.mediapipe",
 )
 
 
@@ -181,16 +182,23 @@ def is_clamp_activation(code: int) -> bool:
 def fused(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     """The operator's fused activation as TFLite's kernels apply it, in place.
 
-    They clamp to CalculateActivationRange, which knows only the RELU family: TANH and SIGN_BIT
-    run as NONE (checked against LiteRT). Floats are also clamped to [lowest, max] without an
-    activation, so an inf result saturates to +-FLT_MAX; NaN stays. An operator written without
-    its options table (LiteRT accepts that) has no activation.
+    An operator written without its options table (LiteRT accepts that) has no activation.
     """
     code = (
         ctx.option("fused_activation_function")
         if ctx.op.options_type is not None
         else ActivationFunctionType.NONE
     )
+    return activation_clamp(code, x)
+
+
+def activation_clamp(code: int, x: np.ndarray) -> np.ndarray:
+    """A fused activation code applied to x in place, as TFLite's kernels do.
+
+    They clamp to CalculateActivationRange, which knows only the RELU family: TANH and SIGN_BIT
+    run as NONE (checked against LiteRT). Floats are also clamped to [lowest, max] without an
+    activation, so an inf result saturates to +-FLT_MAX; NaN stays.
+    """
     low, high = _ACTIVATION_RANGES.get(code, (None, None))
     if x.dtype.kind == "f":
         finite = np.finfo(x.dtype)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from qtool.model import model_to_bytes
 from qtool.model.types import ActivationFunctionType
 from qtool.runtime.engine import Engine
 from qtool.runtime.kernels.activations import sigmoid, softmax
+from tests.litert import run_litert_samples
 from tests.runtime.harness import Act, Const, build_single_op, check_op
 from tests.runtime.test_kernels_elementwise import builtin_litert  # noqa: F401 (a fixture)
 
@@ -72,6 +74,28 @@ def test_prelu(alpha: tuple[str, tuple[int, ...]]) -> None:
     role, shape = alpha
     value = uniform(shape, -0.5, 1.5, seed=1)
     check_op("PRELU", [Act(normal((N, 4, 5, 3), 3)), Act(value) if role == "act" else Const(value)])
+
+
+# Alphas that take each of PRELU's exact shortcuts: max(x, a x) for 0 < a <= 1 (negative a
+# included), min(x, a x) for a >= 1, and max(x, 0) + a min(x, 0) for a mix or a zero.
+PRELU_SHORTCUTS = {
+    "at-most-1": np.array([0.25, 1.0, -0.5, 0.75], np.float32),
+    "at-least-1": np.array([1.0, 1.5, 3.0, 2.0], np.float32),
+    "mixed": np.array([0.25, 1.5, -2.0, 0.5], np.float32),
+    "with-zero": np.array([0.0, 0.5, 1.0, 0.25], np.float32),
+}
+
+
+@pytest.mark.parametrize("alpha", PRELU_SHORTCUTS.values(), ids=PRELU_SHORTCUTS.keys())
+def test_prelu_shortcuts_are_exact(alpha: np.ndarray) -> None:
+    # Bit for bit against LiteRT, infinities included (inf * 0 makes max() a NaN, hence the
+    # zero-alpha case goes the split way). Large enough for the blocked path.
+    x = normal((N, 40, 30, 4), 5, seed=3)
+    x[0, 0, 0] = [np.inf, -np.inf, np.inf, -np.inf]
+    x[0, 0, 1] = [-np.inf, np.inf, -np.inf, np.inf]
+    model = build_single_op("PRELU", [Act(x), Const(alpha)], output_shapes=[[1, 40, 30, 4]])
+    expected = run_litert_samples(model_to_bytes(model), [x])[0]
+    np.testing.assert_array_equal(Engine(model).run([x])[0], expected)
 
 
 # ------------------------------------------------------------------ smooth

@@ -67,7 +67,9 @@ def _last_axis_per_sample(ctx: OpContext) -> bool:
 def _relu_kernel(low: float, high: float | None) -> Callable[[OpContext], np.ndarray]:
     def run(ctx: OpContext) -> np.ndarray:
         x = ctx.inputs[0]
-        return np.clip(x, low, high).astype(x.dtype, copy=False)
+        if high is None:
+            return np.maximum(x, x.dtype.type(low))
+        return np.clip(x, x.dtype.type(low), x.dtype.type(high))
 
     return run
 
@@ -88,7 +90,56 @@ def leaky_relu(ctx: OpContext) -> np.ndarray:
 @kernel("PRELU", batch=broadcasts_per_sample)
 def prelu(ctx: OpContext) -> np.ndarray:
     x, alpha = ctx.inputs
-    return np.where(x >= 0, x, x * alpha)
+    fast = (
+        x.dtype == alpha.dtype == np.float32
+        and x.shape == np.broadcast_shapes(x.shape, alpha.shape)
+        and np.all(np.isfinite(alpha))
+    )
+    if not fast:
+        return np.where(x >= 0, x, x * alpha)
+    # `x >= 0 ? x : alpha * x` by cheaper passes that give the same bits, infinities included:
+    # max(x, alpha * x) when every alpha <= 1 (and none is 0, which makes inf * 0 a NaN),
+    # min(x, alpha * x) when every alpha >= 1, else max(x, 0) + alpha * min(x, 0).
+    if np.all((alpha <= 1) & (alpha != 0)):
+        return _blockwise_with(x, alpha, _prelu_pick(np.maximum))
+    if np.all(alpha >= 1):
+        return _blockwise_with(x, alpha, _prelu_pick(np.minimum))
+    return _blockwise_with(x, alpha, _prelu_split)
+
+
+def _prelu_pick(pick: np.ufunc) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    def run(x: np.ndarray, alpha: np.ndarray, out: np.ndarray) -> None:
+        np.multiply(x, alpha, out=out)
+        pick(out, x, out=out)
+
+    return run
+
+
+def _prelu_split(x: np.ndarray, alpha: np.ndarray, out: np.ndarray) -> None:
+    negative = np.minimum(x, 0)
+    with np.errstate(invalid="ignore"):  # -inf * 0 is NaN, as in TFLite
+        negative *= alpha
+    np.maximum(x, 0, out=out)
+    out += negative
+
+
+def _blockwise_with(
+    x: np.ndarray, operand: np.ndarray, fn: Callable[[np.ndarray, np.ndarray, np.ndarray], None]
+) -> np.ndarray:
+    """fn(x, operand, out) over cache-sized blocks of x's leading axes, when `operand`
+    broadcasts over them; in one go otherwise."""
+    out = np.empty_like(x)
+    while operand.ndim and operand.shape[0] == 1:
+        operand = operand[0]  # leading 1s broadcast anyway; without them blocks can be rows
+    if operand.ndim >= x.ndim:
+        fn(x, operand, out)
+        return out
+    rows = x.reshape(-1, *x.shape[x.ndim - operand.ndim :])
+    targets = out.reshape(rows.shape)
+    step = max(1, _BLOCK // max(1, rows[0].size))
+    for start in range(0, rows.shape[0], step):
+        fn(rows[start : start + step], operand, targets[start : start + step])
+    return out
 
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:

@@ -20,9 +20,7 @@ from qtool.runtime.registry import OpContext, fused, is_clamp_activation, kernel
 # Temporaries (im2col columns, accumulators) are built a block of samples or rows at a time so
 # that a 64-sample chunk of a large feature map neither exhausts memory nor thrashes the caches.
 _MATMUL_BLOCK_BYTES = 1 << 23
-_TAP_BLOCK_BYTES = 1 << 20
-# Below this many input channels im2col copies channel planes rather than pixels.
-_PIXEL_MAJOR_CHANNELS = 16
+_TAP_BLOCK_BYTES = 1 << 21
 
 
 def out_size_and_padding(
@@ -150,6 +148,31 @@ class TapGrid:
         """Every (i, j) of the window, row by row."""
         return product(range(self.kernel[0]), range(self.kernel[1]))
 
+    def column_groups(self) -> list[list[int]]:
+        """The window columns j grouped by the column phase their taps read; within a group
+        the taps start at evenly spaced slab columns, so one strided view holds them all."""
+        groups: dict[int, list[int]] = {}
+        for j in range(self.kernel[1]):
+            groups.setdefault(j * self.dilation[1] % self.phases, []).append(j)
+        return list(groups.values())
+
+    def tap_stack(self, block: Block, columns: list[int]) -> np.ndarray:
+        """Taps (i, j) for every window row i and the `columns` of one group, as a read-only
+        view [KH, len(columns), n, rows, OW * C] whose last axis is contiguous.
+
+        Needs column phases (a column stride of 1 within a phase) and a contiguous input."""
+        slab = block.slab
+        s_n, s_row, _, s_col, s_ch = slab.strides
+        first, phase = divmod(columns[0] * self.dilation[1], self.phases)
+        step = (columns[1] - columns[0]) * self.dilation[1] // self.phases if columns[1:] else 0
+        n, ow, channels = slab.shape[0], self.out_shape[2], slab.shape[4]
+        return np.lib.stride_tricks.as_strided(
+            slab[:, :, phase, first:],
+            (self.kernel[0], len(columns), n, len(block.rows), ow * channels),
+            (self.dilation[0] * s_row, step * s_col, s_n, self.stride[0] * s_row, s_ch),
+            writeable=False,
+        )
+
 
 def _window_options(ctx: OpContext) -> tuple[tuple[int, int], tuple[int, int]]:
     return (
@@ -182,9 +205,9 @@ def conv_2d(ctx: OpContext) -> np.ndarray:
     # A filter narrower than the input is a grouped convolution (TFLite's reference kernel).
     groups = x.shape[3] // group_c
     stride, dilation = _window_options(ctx)
-    # Column phases pay off when im2col copies whole pixels (see _im2col).
-    split = kh * kw > 1 and x.shape[3] >= _PIXEL_MAJOR_CHANNELS
-    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"), split_phases=split)
+    if (kh, kw, *stride, groups) == (1, 1, 1, 1, 1):
+        return _pointwise(ctx, x, filters.reshape(out_c, -1), bias)
+    grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"), split_phases=False)
     n, oh, ow = grid.out_shape
     # [groups, KH*KW*group_c, out_c/groups], rows in the (kh, kw, c) order of the im2col columns.
     weights = filters.reshape(groups, out_c // groups, -1).transpose(0, 2, 1)
@@ -195,32 +218,58 @@ def conv_2d(ctx: OpContext) -> np.ndarray:
         m = cols.shape[0]
         first = (block.samples.start * oh + block.rows.start) * ow  # blocks are whole rows
         result = out[first : first + m]
-        np.matmul(
-            cols.reshape(m, kh * kw, groups, group_c).transpose(2, 0, 1, 3).reshape(groups, m, -1),
-            weights,
-            out=result.reshape(m, groups, -1).transpose(1, 0, 2),
-        )
+        if groups == 1:
+            np.matmul(cols, weights[0], out=result)
+        else:
+            np.matmul(
+                cols.reshape(m, kh * kw, groups, group_c)
+                .transpose(2, 0, 1, 3)
+                .reshape(groups, m, -1),
+                weights,
+                out=result.reshape(m, groups, -1).transpose(1, 0, 2),
+            )
         _finish(ctx, result, bias)  # while the block is in cache
     return out.reshape(n, oh, ow, out_c)
 
 
+def _pointwise(
+    ctx: OpContext, x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None
+) -> np.ndarray:
+    """A 1x1 unstrided convolution: one matrix product over the pixels, cut into row blocks
+    whose bias and activation are applied while they are in cache."""
+    channels, out_c = x.shape[3], weights.shape[0]
+    pixels = x.reshape(-1, channels)
+    out = np.empty((pixels.shape[0], out_c), np.float32)
+    step = max(1, _MATMUL_BLOCK_BYTES // ((channels + out_c) * 4))
+    for start in range(0, pixels.shape[0], step):
+        result = out[start : start + step]
+        np.matmul(pixels[start : start + step], weights.T, out=result)
+        _finish(ctx, result, bias)
+    return out.reshape(*x.shape[:3], out_c)
+
+
 def _im2col(grid: TapGrid, block: Block) -> np.ndarray:
-    """The receptive fields of a block of output pixels as [pixels, KH*KW, C] (possibly a view
-    of channel-major memory, which matmul takes as is)."""
-    taps = [grid.tap(block, i, j) for i, j in grid.taps()]
-    n, rows, ow, channels = taps[0].shape
-    if len(taps) == 1:
-        return taps[0].reshape(-1, 1, channels)  # a 1x1 unstrided convolution copies nothing
-    if channels >= _PIXEL_MAJOR_CHANNELS:
-        cols = np.empty((n, rows, ow, len(taps), channels), taps[0].dtype)
-        for t, tap in enumerate(taps):
-            cols[:, :, :, t] = tap
-        return cols.reshape(-1, len(taps), channels)
-    # Copying pixel by pixel would move runs of a few channels: copy channel planes instead.
-    cols = np.empty((len(taps), channels, n, rows, ow), taps[0].dtype)
-    for t, tap in enumerate(taps):
-        cols[t] = tap.transpose(3, 0, 1, 2)
-    return cols.reshape(len(taps), channels, -1).transpose(2, 0, 1)
+    """The receptive fields of a block of output pixels as [pixels, KH*KW*C], in one copy.
+
+    A strided view lays the windows out pixel by pixel; with undilated columns a window row's
+    KW pixels are adjacent in memory, so the copy moves runs of KW*C values, not of C.
+    """
+    slab = block.slab[:, :, 0]  # [n, padded rows, padded columns, C]
+    n, _, _, channels = slab.shape
+    (kh, kw), (sh, sw), (dh, dw) = grid.kernel, grid.stride, grid.dilation
+    s_n, s_row, s_col, s_ch = slab.strides
+    rows, ow = len(block.rows), grid.out_shape[2]
+    if dw == 1 and s_col == channels * s_ch:
+        window_row = ((kw * channels,), (s_ch,))
+    else:
+        window_row = ((kw, channels), (dw * s_col, s_ch))
+    view = np.lib.stride_tricks.as_strided(
+        slab,
+        (n, rows, ow, kh, *window_row[0]),
+        (s_n, sh * s_row, sw * s_col, dh * s_row, *window_row[1]),
+        writeable=False,
+    )
+    return np.ascontiguousarray(view).reshape(n * rows * ow, -1)
 
 
 @kernel("DEPTHWISE_CONV_2D", batch=_constant_filter_and_bias)
@@ -232,20 +281,26 @@ def depthwise_conv_2d(ctx: OpContext) -> np.ndarray:
     if multiplier > 1:
         x = np.repeat(x, multiplier, axis=3)  # output channel k reads input channel k // mult.
     stride, dilation = _window_options(ctx)
+    x = np.ascontiguousarray(x)  # tap_stack's views need it
     grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"))
     n, oh, ow = grid.out_shape
-    # Each tap's weights repeated along the output row: a tap's product is one contiguous pass.
-    weights = np.tile(filters.reshape(kh, kw, 1, out_c), (1, 1, ow, 1))
+    # Each tap's weights repeated along the output row, so that a tap's products run along
+    # contiguous [OW * C] rows: per column group, [KH, len(group), OW * C].
+    tiled = np.tile(filters.reshape(kh, kw, 1, out_c), (1, 1, ow, 1)).reshape(kh, kw, -1)
+    groups = [
+        (columns, np.ascontiguousarray(tiled[:, columns])) for columns in grid.column_groups()
+    ]
     out = np.empty((n, oh, ow, out_c), np.float32)
     for block in grid.blocks(2 * ow * out_c * 4, _TAP_BLOCK_BYTES):
         acc = out[block.samples, block.rows.start : block.rows.stop]
-        term = np.empty_like(acc)
-        for t, (i, j) in enumerate(grid.taps()):
-            if t == 0:
-                np.multiply(grid.tap(block, i, j), weights[i, j], out=acc)
+        flat = acc.reshape(acc.shape[0], acc.shape[1], -1)
+        # einsum multiplies and sums the taps in one loop, without a temporary per tap.
+        for g, (columns, weights) in enumerate(groups):
+            stack = grid.tap_stack(block, columns)
+            if g == 0:
+                np.einsum("ijnrk,ijk->nrk", stack, weights, out=flat)
             else:
-                np.multiply(grid.tap(block, i, j), weights[i, j], out=term)
-                acc += term
+                flat += np.einsum("ijnrk,ijk->nrk", stack, weights)
         _finish(ctx, acc, bias)
     return out
 
@@ -257,13 +312,29 @@ def _transpose_conv_batches(ctx: OpContext) -> bool:
 @kernel("TRANSPOSE_CONV", batch=_transpose_conv_batches)
 def transpose_conv(ctx: OpContext) -> np.ndarray:
     output_shape, filters, x, bias = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
-    out_c, kh, kw, in_c = filters.shape
-    n, height, width, _ = x.shape
     oh, ow = (int(d) for d in np.asarray(output_shape).reshape(-1)[1:3])
+    _, kh, kw, _ = filters.shape
     sh, sw = ctx.option("stride_h"), ctx.option("stride_w")
     # TFLite computes the padding as for a forward convolution from the output to the input size.
     top = out_size_and_padding(ctx.option("padding"), oh, kh, sh)[1]
     left = out_size_and_padding(ctx.option("padding"), ow, kw, sw)[1]
+    out = scatter_windows(x, filters, (sh, sw), (top, left), (oh, ow))
+    return _finish(ctx, out, bias)
+
+
+def scatter_windows(
+    x: np.ndarray,
+    filters: np.ndarray,
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    out_hw: tuple[int, int],
+) -> np.ndarray:
+    """A transposed convolution without bias: every input pixel times the [OC, KH, KW, IC]
+    filters added to its KH x KW output window, whose origin is (y * stride_h - top,
+    x * stride_w - left); contributions outside the [OH, OW] output are dropped."""
+    out_c, kh, kw, in_c = filters.shape
+    n, height, width, _ = x.shape
+    (sh, sw), (top, left), (oh, ow) = stride, padding, out_hw
     weights = filters.transpose(3, 1, 2, 0).reshape(in_c, -1)  # [IC, KH*KW*OC]
     span_h, span_w = (height - 1) * sh + 1, (width - 1) * sw + 1
     full_shape = (max(span_h + kh - 1, top + oh), max(span_w + kw - 1, left + ow), out_c)
@@ -278,7 +349,7 @@ def transpose_conv(ctx: OpContext) -> np.ndarray:
         for i, j in product(range(kh), range(kw)):
             full[:, i : i + span_h : sh, j : j + span_w : sw] += spread[:, :, :, i, j]
         out[start : start + step] = full[:, top : top + oh, left : left + ow]
-    return _finish(ctx, out, bias)
+    return out
 
 
 def _fully_connected_batches(ctx: OpContext) -> bool:

@@ -1,0 +1,209 @@
+"""LiteRT as a calibration engine.
+
+LiteRT only lets intermediate tensors be read when nothing fuses them away: either with every
+tensor preserved on the builtin kernels (no XNNPACK, several times slower than plain inference),
+or, what `XnnpackRunner` does, with every observed tensor made an output of the model, which
+XNNPACK then writes out as it runs. The runner feeds batches (the input resized to a chunk of
+samples) when the model keeps its samples apart under that resize, runs one single-threaded
+interpreter per core on successive chunks, and hands observers read-only views of the
+interpreter's memory, in chunk order (qtool.runtime.parallel), without copying them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+
+from qtool.errors import ModelError, UnsupportedOpError
+from qtool.model import Model, model_to_bytes
+from qtool.model.edit import clone_model
+from qtool.runtime import Engine
+from qtool.runtime.engine import samples_per_pass
+from qtool.runtime.parallel import Observer, OrderedObservation, engine_threads, run_chunks
+
+
+def litert_available() -> bool:
+    return importlib.util.find_spec("ai_edge_litert") is not None
+
+
+def litert_can_run(model: Model, xnnpack: bool) -> bool:
+    """Whether LiteRT loads the model, with XNNPACK (which also runs MediaPipe's custom ops
+    Convolution2DTransposeBias, MaxPoolingWithArgmax2D and MaxUnpooling2D) or without."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        if xnnpack:
+            _allocated(lambda: Interpreter(model_content=model_to_bytes(model), num_threads=1))
+        else:
+            litert_interpreter(model)
+    except UnsupportedOpError:
+        return False
+    return True
+
+
+def litert_interpreter(model: Model):
+    """A LiteRT interpreter that keeps every intermediate tensor readable after invoke()."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    # Without default delegates XNNPACK cannot fuse tensors away.
+    return _allocated(
+        lambda: Interpreter(
+            model_content=model_to_bytes(model),
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            experimental_preserve_all_tensors=True,
+        )
+    )
+
+
+def _allocated(make: Callable, resize: Callable | None = None):
+    """An interpreter from `make`, optionally resized, with its tensors allocated; LiteRT's
+    refusals become UnsupportedOpError."""
+    try:
+        interpreter = make()
+        if resize is not None:
+            resize(interpreter)
+        interpreter.allocate_tensors()
+    except (RuntimeError, ValueError) as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UnsupportedOpError(f"LiteRT cannot run the model: {detail}") from None
+    return interpreter
+
+
+def litert_feeder(model: Model, interpreter, subgraph_index: int) -> Callable[[list], None]:
+    """A function running one sample (inputs in subgraph order) through the subgraph.
+
+    Subgraph 0 runs through the interpreter itself; other subgraphs only through the signature
+    whose entry point they are.
+    """
+    if subgraph_index == 0:
+        indices = [d["index"] for d in interpreter.get_input_details()]
+
+        def run_main(values: list) -> None:
+            for index, value in zip(indices, values, strict=True):
+                interpreter.set_tensor(index, value)
+            interpreter.invoke()
+
+        return run_main
+    signature = next(s for s in model.signature_defs if s["subgraph_index"] == subgraph_index)
+    runner = interpreter.get_signature_runner(signature["signature_key"])
+    by_tensor = {entry["tensor_index"]: entry["name"] for entry in signature["inputs"]}
+    names = [by_tensor[t] for t in model.subgraphs[subgraph_index].inputs]
+
+    def run_signature(values: list) -> None:
+        runner(**dict(zip(names, values, strict=True)))
+
+    return run_signature
+
+
+def run_preserved(
+    model: Model, feeds: Sequence[np.ndarray], observer: Observer, tensors: Sequence[int], s: int
+) -> None:
+    """Every sample through the builtin kernels with all tensors kept (any subgraph)."""
+    interpreter = litert_interpreter(model)
+    batched = all(model.subgraphs[s].tensors[t].shape[:1] == [1] for t in model.subgraphs[s].inputs)
+    feed = litert_feeder(model, interpreter, s)
+    for i in range(feeds[0].shape[0]):
+        feed([values[i : i + 1] if batched else values[i] for values in feeds])
+        for t in tensors:
+            observer(t, np.asarray(interpreter.get_tensor(t, s)))
+
+
+class _NotBatchable(Exception):
+    """A resized interpreter gave some tensor a shape other than the batch's."""
+
+
+class XnnpackRunner:
+    """Runs subgraph 0 of a float model in LiteRT with XNNPACK, `tensors` made readable."""
+
+    def __init__(self, model: Model, tensors: Sequence[int], threads: int | None = None) -> None:
+        subgraph = model.subgraphs[0]
+        self.inputs = list(subgraph.inputs)
+        self.tensors = [t for t in sorted(set(tensors)) if t not in self.inputs]
+        self.declared = {t: list(subgraph.tensors[t].shape) for t in self.tensors}
+        exposed = clone_model(model)
+        extra = [t for t in self.tensors if t not in exposed.subgraphs[0].outputs]
+        exposed.subgraphs[0].outputs = list(exposed.subgraphs[0].outputs) + extra
+        self.blob = model_to_bytes(exposed)
+        self.threads = max(1, threads or engine_threads())
+        self.batch = samples_per_pass(subgraph) if _keeps_samples_apart(model) else 1
+        # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
+        # LiteRT cannot run the model.
+        self._free: dict[int, list] = {1: [self._check(1)]}
+
+    def run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
+        """Every sample of `feeds` (N, *sample_shape) through the model, tensors observed."""
+        try:
+            self._run(feeds, observers)
+        except _NotBatchable:
+            self.batch = 1  # nothing was observed yet: run again sample by sample
+            self._run(feeds, observers)
+
+    def _run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
+        n, step = feeds[0].shape[0], self.batch
+        parts = [[f[start : start + step] for f in feeds] for start in range(0, n, step)]
+
+        def work(k: int, order: OrderedObservation) -> None:
+            part = parts[k]
+            with self._interpreter(part[0].shape[0]) as interpreter:
+                for index, value in zip(self.inputs, part, strict=True):
+                    interpreter.set_tensor(index, value)
+                interpreter.invoke()
+                for index, value in zip(self.inputs, part, strict=True):
+                    order.emit(k, index, value)
+                for t in self.tensors:
+                    order.emit(k, t, interpreter.tensor(t)())
+                order.finish(k)
+                order.wait_observed(k)  # the views must be gone before the next invoke()
+
+        run_chunks(len(parts), work, observers, self.threads)
+
+    @contextmanager
+    def _interpreter(self, batch: int) -> Iterator:
+        free = self._free.setdefault(batch, [])
+        interpreter = free.pop() if free else self._check(batch)
+        try:
+            yield interpreter
+        finally:
+            free.append(interpreter)
+
+    def _check(self, batch: int):
+        """A new interpreter for `batch` samples per invoke whose observed tensors all hold
+        them along their leading axis."""
+        from ai_edge_litert.interpreter import Interpreter
+
+        def resize(interpreter) -> None:
+            if batch != 1:
+                for detail in interpreter.get_input_details():
+                    interpreter.resize_tensor_input(detail["index"], [batch, *detail["shape"][1:]])
+
+        try:
+            interpreter = _allocated(
+                lambda: Interpreter(model_content=self.blob, num_threads=1), resize
+            )
+        except UnsupportedOpError:
+            if batch == 1:
+                raise
+            raise _NotBatchable from None  # e.g. a RESHAPE to a constant [1, ...]
+        if batch != 1:
+            shapes = {d["index"]: list(d["shape"]) for d in interpreter.get_tensor_details()}
+            for t, declared in self.declared.items():
+                if not declared or shapes.get(t) != [declared[0] * batch, *declared[1:]]:
+                    raise _NotBatchable
+        return interpreter
+
+
+def _keeps_samples_apart(model: Model) -> bool:
+    """Whether resizing the inputs' leading 1 to a batch keeps samples independent: every
+    input declared with a leading 1 and, where the numpy engine can plan the model, its batch
+    rules running every operator on the whole batch."""
+    subgraph = model.subgraphs[0]
+    if not all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs):
+        return False
+    try:
+        engine = Engine(model, threads=1)
+    except (UnsupportedOpError, ModelError):
+        return True  # unknown ops: the shape check of the resized interpreter decides
+    return not engine.serial and all(step.mode == "batch" for step in engine.steps)

@@ -1,0 +1,209 @@
+"""Running chunks of samples on several threads while observers see them in chunk order.
+
+The engine runs independent chunks of samples through the graph on worker threads (numpy
+releases the GIL inside its loops and BLAS calls). Observers, though, are stateful and may depend
+on the order they see values in, so `OrderedObservation` calls them exactly as a single thread
+would: chunk 0's tensors in production order, then chunk 1's, and so on, never two calls at once.
+A chunk that runs ahead of its turn has its tensors queued; whichever thread finishes the chunk
+whose turn it is delivers the queue. The queue is bounded: a thread whose chunk is ahead waits
+while more than `max_pending_bytes` are queued.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
+from typing import TypeVar
+
+import numpy as np
+
+from qtool.errors import UsageError
+
+Observer = Callable[[int, np.ndarray], None]
+Result = TypeVar("Result")
+
+_PENDING_BYTES = 1 << 28  # queued tensors of chunks ahead of their turn
+
+
+def engine_threads() -> int:
+    """Threads the engines use: $QTOOL_THREADS if set, else 1.
+
+    One by default because no measurement on the 2-core development machine found a second
+    thread faster: every engine ran 15-35% slower on two threads than on one, loaded or idle,
+    and even two independent BLAS products in two threads took 0.95x the time of running them
+    one after the other (its two vCPUs do not compute in parallel). Where cores really are
+    independent, QTOOL_THREADS=N runs N chunks at once; results never depend on it.
+    """
+    requested = os.environ.get("QTOOL_THREADS", "").strip()
+    if not requested:
+        return 1
+    try:
+        return max(1, int(requested))
+    except ValueError:
+        raise UsageError(f"QTOOL_THREADS must be a whole number, not {requested!r}") from None
+
+
+_blas_controller = None
+_blas_lock = threading.Lock()
+
+
+@contextmanager
+def single_threaded_blas() -> Iterator[None]:
+    """BLAS limited to the calling thread for the duration (the engine's threads take the cores).
+
+    OpenBLAS splitting the engine's small matrix products over cores was measured 5x slower than
+    one thread per product on a 2-core machine (bench/speed.py); `threadpoolctl` sets the limit
+    in whichever BLAS numpy loaded.
+    """
+    global _blas_controller
+    from threadpoolctl import ThreadpoolController
+
+    with _blas_lock:
+        if _blas_controller is None:
+            _blas_controller = ThreadpoolController()
+    with _blas_controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+class Cancelled(Exception):
+    """Raised in a worker whose run was abandoned because another chunk failed."""
+
+
+class OrderedObservation:
+    """Delivers (tensor, value) pairs of `chunks` chunks to observers in serial order."""
+
+    def __init__(
+        self,
+        observers: Sequence[Observer],
+        chunks: int,
+        max_pending_bytes: int = _PENDING_BYTES,
+    ) -> None:
+        self._observers = list(observers)
+        self._chunks = chunks
+        self._max_pending = max_pending_bytes
+        self._queues: list[deque[tuple[int, np.ndarray]]] = [deque() for _ in range(chunks)]
+        self._finished = [False] * chunks
+        self._turn = 0  # the chunk whose tensors observers see now
+        self._pending_bytes = 0
+        self._failed = False
+        self._state = threading.Condition()
+        self._delivering = threading.Lock()  # held by the one thread calling observers
+
+    def emit(self, chunk: int, tensor: int, value: np.ndarray) -> None:
+        if not self._observers:
+            return
+        with self._state:
+            while (
+                chunk != self._turn and self._pending_bytes > self._max_pending and not self._failed
+            ):
+                self._state.wait()
+            if self._failed:
+                raise Cancelled
+            self._queues[chunk].append((tensor, value))
+            self._pending_bytes += value.nbytes
+        self._deliver()
+
+    def finish(self, chunk: int) -> None:
+        with self._state:
+            if self._finished[chunk]:
+                return
+            self._finished[chunk] = True
+        self._deliver()
+
+    def wait_observed(self, chunk: int) -> None:
+        """Return once observers have seen all of a finished chunk (its values may then be
+        overwritten)."""
+        with self._state:
+            while self._turn <= chunk and not self._failed:
+                self._state.wait()
+            if self._failed:
+                raise Cancelled
+
+    def abort(self) -> None:
+        with self._state:
+            self._failed = True
+            self._state.notify_all()
+
+    def _next(self) -> tuple[int, np.ndarray] | None:
+        """The next pair to deliver, advancing the turn past finished chunks; None when none
+        is ready."""
+        with self._state:
+            while self._turn < self._chunks and not self._failed:
+                queue = self._queues[self._turn]
+                if queue:
+                    tensor, value = queue.popleft()
+                    self._pending_bytes -= value.nbytes
+                    self._state.notify_all()
+                    return tensor, value
+                if not self._finished[self._turn]:
+                    return None
+                self._turn += 1
+                self._state.notify_all()
+            return None
+
+    def _deliver(self) -> None:
+        # Whoever holds `_delivering` calls the observers; a thread that finds it taken leaves
+        # its pairs queued, and the holder re-checks for them after letting go.
+        while self._delivering.acquire(blocking=False):
+            try:
+                while (item := self._next()) is not None:
+                    for observe in self._observers:
+                        observe(*item)
+                    del item  # a value may be a view its producer wants back once observed
+            except BaseException:
+                self.abort()
+                raise
+            finally:
+                self._delivering.release()
+            if not self._ready():
+                return
+
+    def _ready(self) -> bool:
+        with self._state:
+            if self._failed or self._turn >= self._chunks:
+                return False
+            return bool(self._queues[self._turn]) or self._finished[self._turn]
+
+
+def run_chunks(
+    count: int,
+    work: Callable[[int, OrderedObservation], Result],
+    observers: Sequence[Observer],
+    threads: int,
+    max_pending_bytes: int = _PENDING_BYTES,
+) -> list[Result]:
+    """`work(k, order)` for every chunk k on up to `threads` threads, results in chunk order.
+
+    `work` hands its chunk's tensors to `order.emit(k, tensor, value)`; the chunk counts as
+    finished when `work` returns (or when it calls `order.finish(k)` itself). On a failure the
+    other chunks stop and the failure of the earliest chunk is raised.
+    """
+    order = OrderedObservation(observers, count, max_pending_bytes)
+
+    def run(k: int) -> Result:
+        result = work(k, order)
+        order.finish(k)
+        return result
+
+    threads = min(threads, count)
+    if threads <= 1:
+        return [run(k) for k in range(count)]
+    with ThreadPoolExecutor(threads, thread_name_prefix="qtool-chunk") as pool:
+        futures = [pool.submit(run, k) for k in range(count)]
+        return _gather(futures, order)
+
+
+def _gather(futures: list[Future], order: OrderedObservation) -> list:
+    done, _ = wait(futures, return_when="FIRST_EXCEPTION")
+    if any(f.exception() is not None for f in done):
+        order.abort()
+        for future in futures:
+            future.cancel()
+        wait(futures)
+        errors = [f.exception() for f in futures if not f.cancelled() and f.exception()]
+        raise next((e for e in errors if not isinstance(e, Cancelled)), errors[0])
+    return [f.result() for f in futures]

@@ -1,0 +1,85 @@
+"""The calibration engines: LiteRT on XNNPACK (batched where samples stay apart) and the rule of
+`--engine auto`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qtool.calibrate import Dataset, MinMaxObserver, activation_tensors, calibrate
+from qtool.calibrate.calibrate import choose_engine
+from qtool.calibrate.litert import XnnpackRunner
+from qtool.model.build import GraphBuilder
+from qtool.model.types import ActivationFunctionType, Padding
+from qtool.runtime import register_custom_op
+
+
+def _conv_model(reshape_to_batch_one: bool):
+    """CONV_2D -> ADD (-> RESHAPE to a constant [1, 128] that a batch cannot take)."""
+    rng = np.random.default_rng(0)
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 8, 8, 3])
+    w = builder.constant("w", rng.standard_normal((2, 3, 3, 3)).astype(np.float32))
+    b = builder.constant("b", rng.standard_normal(2).astype(np.float32))
+    conv = builder.op(
+        "CONV_2D",
+        [x, w, b],
+        output_shape=[1, 8, 8, 2],
+        options_type="Conv2DOptions",
+        options={
+            "padding": Padding.SAME,
+            "stride_h": 1,
+            "stride_w": 1,
+            "fused_activation_function": ActivationFunctionType.RELU,
+        },
+    )
+    out = builder.op(
+        "ADD", [conv, conv], output_shape=[1, 8, 8, 2], options_type="AddOptions", options={}
+    )
+    if reshape_to_batch_one:
+        shape = builder.constant("shape", np.array([1, 128], np.int32))
+        out = builder.op(
+            "RESHAPE",
+            [out, shape],
+            output_shape=[1, 128],
+            options_type="ReshapeOptions",
+            options={"new_shape": [1, 128]},
+        )
+    return builder.finish([out])
+
+
+def _ranges(model, samples: np.ndarray, engine: str) -> dict[int, tuple[float, float]]:
+    observer = MinMaxObserver(activation_tensors(model))
+    return calibrate(model, Dataset.from_arrays([samples], "test"), engine, observer).ranges
+
+
+@pytest.mark.parametrize(("reshape", "batched"), [(False, True), (True, False)])
+def test_litert_batches_when_samples_stay_apart(reshape: bool, batched: bool) -> None:
+    model = _conv_model(reshape)
+    samples = np.random.default_rng(1).standard_normal((37, 8, 8, 3)).astype(np.float32)
+    runner = XnnpackRunner(model, activation_tensors(model), threads=2)
+    runner.run([samples], [])
+    assert (runner.batch > 1) == batched
+    by_numpy = _ranges(model, samples, "numpy")
+    by_litert = _ranges(model, samples, "litert")
+    assert by_litert.keys() == by_numpy.keys() == set(activation_tensors(model))
+    for t, (low, high) in by_numpy.items():
+        assert by_litert[t] == pytest.approx((low, high), rel=1e-5, abs=1e-6)
+
+
+def test_litert_observers_see_every_sample_in_order() -> None:
+    model = _conv_model(False)
+    samples = np.random.default_rng(2).standard_normal((21, 8, 8, 3)).astype(np.float32)
+    runner = XnnpackRunner(model, activation_tensors(model), threads=2)
+    seen: list[np.ndarray] = []
+    runner.run([samples], [lambda t, v: seen.append(v.copy()) if t == 0 else None])
+    np.testing.assert_array_equal(np.concatenate(seen), samples)
+
+
+def test_auto_prefers_litert_and_falls_back_to_numpy() -> None:
+    assert choose_engine(_conv_model(False), "auto") == "litert"
+    register_custom_op("TimesThree", lambda ctx: ctx.inputs[0] * 3)
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 4])
+    model = builder.finish([builder.custom("TimesThree", [x], [1, 4])])
+    assert choose_engine(model, "auto") == "numpy"  # LiteRT cannot load the custom op
