@@ -24,6 +24,7 @@ from qtool.model import Model, TensorType, model_to_bytes
 from qtool.model.edit import clone_model, remove_unused
 from qtool.quantize.auto import AUTO, FALLBACK, choose_method
 from qtool.quantize.build import Planner, Recipe
+from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated
 from qtool.quantize.evaluation import OutputAccuracy, simulated_accuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
@@ -98,6 +99,7 @@ class QuantizeResult:
     folded: list[FoldedOp]
     float_ops: list[FloatOp]
     notes: RewriteNotes
+    rewritten: dict[tuple[int, int], RewrittenOp]  # (subgraph, input-model op) -> rewrite
     statistics: CalibrationStatistics
     method: str  # the calibration method used
     method_scores: dict[str, float] = field(default_factory=dict)  # auto: worst SQNR of each
@@ -118,10 +120,12 @@ class FloatModel:
     model: Model
     folded: list[FoldedOp]
     source_index: list[list[int]]  # per subgraph: input-model index of each operator
+    rewritten: dict[tuple[int, int], RewrittenOp] = field(default_factory=dict)  # by source op
 
 
 def prepare_float_model(model: Model) -> FloatModel:
-    """A copy of `model` with constant operators folded in every subgraph."""
+    """A copy of `model` with constant operators folded and operators without an integer
+    kernel rewritten into equivalents that have one, in every subgraph."""
     work = clone_model(model)
     positions = [{id(op): i for i, op in enumerate(sg.operators)} for sg in work.subgraphs]
     folded = [op for s in range(len(work.subgraphs)) for op in fold_constants(work, s)]
@@ -129,7 +133,13 @@ def prepare_float_model(model: Model) -> FloatModel:
     source_index = [
         [positions[s][id(op)] for op in sg.operators] for s, sg in enumerate(work.subgraphs)
     ]
-    return FloatModel(work, folded, source_index)
+    rewritten = {
+        (r.subgraph, source_index[r.subgraph][r.index]): r
+        for s in range(len(work.subgraphs))
+        for r in canonicalize(work, s)
+    }
+    remove_unused(work)  # the custom operator codes rewritten away
+    return FloatModel(work, folded, source_index, rewritten)
 
 
 def _computes_in_float(model: Model, subgraph_index: int) -> bool:
@@ -306,6 +316,7 @@ def quantize_model(
         calibrations={s: c.calibration for s, c in collected.items()},
         plans=plans,
         folded=prepared.folded,
+        rewritten=prepared.rewritten,
         float_ops=float_ops,
         notes=notes,
         statistics=calibrated.statistics,

@@ -41,12 +41,16 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
         inserted[s] = len(plan.requantized())
         for decision in plan.decisions:
             op = source.subgraphs[s].operators[decision.source_index]
+            rewrite = result.rewritten.get((s, decision.source_index))
+            reason = decision.reason
+            if rewrite is not None:
+                reason = "; ".join(filter(None, [f"rewritten as {rewrite.into}", reason]))
             rows[(s, decision.source_index)] = {
                 "subgraph": s,
                 "index": decision.source_index,
                 "op": source.op_type(op),
                 "mode": decision.mode,
-                "reason": decision.reason,
+                "reason": reason,
             }
     ordered = [rows[key] for key in sorted(rows)]
     for s, count in sorted(inserted.items()):
