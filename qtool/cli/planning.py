@@ -26,9 +26,9 @@ _OPTIONS = [
     ),
     click.option(
         "--bias-correction/--no-bias-correction",
-        default=True,
-        show_default=True,
-        help="Shift biases by the mean output error of the rounded weights.",
+        default=None,
+        help="Shift biases by the mean output error of the rounded weights (default: on, or "
+        "chosen by held-out score with --calibration auto).",
     ),
     click.option(
         "--optimize-rounding",

@@ -22,7 +22,7 @@ from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
 from qtool.errors import UsageError
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.model.edit import clone_model, remove_unused
-from qtool.quantize.auto import AUTO, FALLBACK, choose_method
+from qtool.quantize.auto import AUTO, choose_recipe
 from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated
@@ -46,7 +46,7 @@ class QuantizeOptions:
     keep_float: tuple[str, ...] = ()  # op types or tensor-name globs kept in float on purpose
     engine: str = "auto"
     calibration: str = DEFAULT_CALIBRATION  # a method of qtool.calibrate.ranges, or "auto"
-    bias_correction: bool = True
+    bias_correction: bool | None = None  # None: on, or chosen with the method under auto
     activations: str = INT8  # int8, or int16 for the 16x8 scheme on every op that has it
     int16: tuple[str, ...] = ()  # op-type or tensor-name globs run in int16x8
     optimize_rounding: bool = False  # rounding optimisation for the weight-limited layers
@@ -216,20 +216,12 @@ def calibrate_model(
         )
         for s, c in collected.items()
     }
-    start = Recipe(FALLBACK, options.bias_correction)
     if options.calibration == AUTO:
-        method, scores = choose_method(prepared.model, collected, planners, start)
+        start, scores = choose_recipe(prepared.model, collected, planners, options.bias_correction)
     else:
-        method, scores = parse_method(options.calibration), {}
-    return Calibrated(
-        prepared,
-        collected,
-        statistics,
-        planners,
-        start.with_changes(method=method),
-        scores,
-        datasets,
-    )
+        correct = True if options.bias_correction is None else options.bias_correction
+        start, scores = Recipe(parse_method(options.calibration), correct), {}
+    return Calibrated(prepared, collected, statistics, planners, start, scores, datasets)
 
 
 def analyze_model(

@@ -139,7 +139,7 @@ def build_report(
             "keep_float": list(options.keep_float),
             "engine": options.engine,
             "calibration": options.calibration,
-            "bias_correction": options.bias_correction,
+            "bias_correction": options.bias_correction,  # null: chosen (see recipe)
             "activations": options.activations,
             "int16": list(options.int16),
             "optimize_rounding": options.optimize_rounding,

@@ -113,3 +113,19 @@ def test_io_modes_and_profiles_audit_clean_and_run(name: str, io: str, per_tenso
     profiles = ("per-tensor-fc",) if per_tensor_fc else ()
     assert [f for f in audit_model(model, profiles) if f.severity != "info"] == []
     make_interpreter(model_to_bytes(model), reference=False).invoke()
+
+
+def test_unit_normalization_with_defaults_is_not_below_tensorflow() -> None:
+    """Keras UnitNormalization (SQUARE, SUM, RSQRT, MINIMUM with 1e12, MUL): the constant may
+    not set the MINIMUM group's scale, and qtool's defaults stay within 0.5 dB of TF's
+    converter on 512 held-out samples."""
+    result = quantized("unit_norm")
+    model = result.model
+    graph = model.subgraphs[0]
+    minimum = next(op for op in graph.operators if model.op_type(op) == "MINIMUM")
+    scales = {
+        float(graph.tensors[t].quantization.scale[0]) for t in minimum.inputs + minimum.outputs
+    }
+    assert len(scales) == 1 and max(scales) < 1.0  # 1e12 / 255 would be ~4e9
+    ours = output_sqnr("unit_norm", model_to_bytes(model))
+    assert min(ours) >= min(tf_int8_sqnr("unit_norm")) - 0.5
