@@ -130,13 +130,19 @@ def tflm_result(data: bytes) -> dict:
 
 
 def litert_reference_outputs(data: bytes) -> list[np.ndarray]:
-    """Outputs of LiteRT's reference kernels on the same inputs as `tflm_result`."""
+    """Outputs of LiteRT's reference kernels on the same inputs as `tflm_result`.
+
+    LiteRT's reference int8 SUM reads its input as uint8 (wrong results; its optimized kernel
+    and TFLM are right), so models with SUM run on the optimized builtin kernels instead.
+    """
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     model = parse_model(data)
-    interpreter = Interpreter(
-        model_content=data, experimental_op_resolver_type=OpResolverType.BUILTIN_REF
+    has_sum = any(model.op_type(op) == "SUM" for _, _, _, op in model.iter_ops())
+    resolver = (
+        OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES if has_sum else OpResolverType.BUILTIN_REF
     )
+    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=resolver)
     interpreter.allocate_tensors()
     for detail, feed in zip(interpreter.get_input_details(), _feeds(model), strict=True):
         interpreter.set_tensor(detail["index"], feed)

@@ -20,8 +20,10 @@ def test_fixtures_are_present() -> None:
 
 @pytest.mark.parametrize("path", TF_MODELS, ids=lambda p: p.stem)
 def test_tf_int8_conversions_have_no_errors_or_warnings(path) -> None:
+    """Nothing but for ops TF really left in float (it has no int8 SQUARE: unit_norm)."""
     findings = audit_model(load_model(path))
-    assert [f for f in findings if f.severity != "info"] == [], findings
+    assert [f for f in findings if f.severity != "info" and f.rule != "QT-FLOAT-OP"] == []
+    assert {f.op for f in findings if f.rule == "QT-FLOAT-OP"} <= {"SQUARE"}
 
 
 def test_extended_ops_are_reported_as_info() -> None:
