@@ -3,7 +3,8 @@ forced on or off, whether to correct biases) whose plan scores best on samples i
 fitted on.
 
 Each candidate's plan is built from the statistics of the fitting fold only, simulated on the
-evaluation fold, and scored by its worst output's SQNR (the worst over subgraphs). All
+evaluation fold, and scored by the mean SQNR of its outputs (`evaluation.score`; the worst
+over subgraphs). All
 candidates read the same histograms: choosing costs simulations, not calibration passes.
 Without an evaluation fold (too few samples, or a model the numpy engine cannot run) the
 fallback is used: `mse` ranges with bias correction.
@@ -17,7 +18,7 @@ from qtool.calibrate.collect import Collected
 from qtool.calibrate.ranges import Method
 from qtool.model import Model
 from qtool.quantize.build import Planner, Recipe
-from qtool.quantize.evaluation import simulated_accuracy, worst
+from qtool.quantize.evaluation import score
 
 AUTO = "auto"
 CANDIDATES = (Method("minmax"), Method("percentile", 99.99), Method("mse"))
@@ -36,17 +37,24 @@ def choose_recipe(
     planners: Mapping[int, Planner],
     bias_correction: bool | None,
 ) -> tuple[Recipe, dict[str, float]]:
-    """The best candidate recipe and each candidate's score (worst output SQNR in dB)."""
+    """The best candidate recipe and each candidate's score (mean output SQNR in dB)."""
     corrections = (True, False) if bias_correction is None else (bias_correction,)
-    candidates = [Recipe(m, c) for m in CANDIDATES for c in corrections]
     folds = {s: c for s, c in collected.items() if c.evaluation is not None}
     if not folds:
         return Recipe(FALLBACK, corrections[0]), {}
+    both = len(corrections) > 1
     scores: dict[str, float] = {}
-    for recipe in candidates:
-        scores[_label(recipe, len(corrections) > 1)] = min(
-            worst(simulated_accuracy(model, planners[s].plan(c.fit, recipe), c.evaluation))
-            for s, c in folds.items()
+
+    def scored(recipe: Recipe) -> float:
+        scores[_label(recipe, both)] = min(
+            score(planners[s].accuracy(c.fit, recipe, c.evaluation)) for s, c in folds.items()
         )
-    best = max(candidates, key=lambda r: scores[_label(r, len(corrections) > 1)])
+        return scores[_label(recipe, both)]
+
+    # The method first (with the first correction choice), then the correction for it.
+    best = max((Recipe(m, corrections[0]) for m in CANDIDATES), key=scored)
+    for correction in corrections[1:]:
+        other = best.with_changes(bias_correction=correction)
+        if scored(other) > scores[_label(best, both)]:
+            best = other
     return best, scores

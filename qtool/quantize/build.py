@@ -3,16 +3,19 @@ weights."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 import numpy as np
 
+from qtool.calibrate.collect import EvaluationSet
 from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
 from qtool.quantize.bias_correction import mean_output_error
+from qtool.quantize.evaluation import OutputAccuracy, simulated_accuracy
 from qtool.quantize.plan import (
     FLOAT,
     INT16,
@@ -28,6 +31,7 @@ from qtool.quantize.weights import Rounder, nearest, quantize_layer
 
 FOR_TARGET = "kept in float to reach the target SQNR"
 MOMENT_CHUNK = 32
+KEPT_PLANS = 8
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,9 @@ class Planner:
     calibration: Dataset | None = None  # samples for the second moments of rounding
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+    _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+    _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
+    _accuracy: dict[tuple, list] = field(default_factory=dict, repr=False)
 
     @property
     def subgraph(self) -> Subgraph:
@@ -81,6 +88,29 @@ class Planner:
         return decisions
 
     def plan(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
+        """The plan of `recipe` on `statistics` (the last few are kept: auto calibration, the
+        estimate and the target search ask for the same ones again)."""
+        key = (id(statistics), recipe)
+        if key in self._plans:
+            self._plans.move_to_end(key)
+            return self._plans[key]
+        plan = self._build(statistics, recipe)
+        self._plans[key] = plan
+        if len(self._plans) > KEPT_PLANS:
+            self._plans.popitem(last=False)
+        return plan
+
+    def accuracy(
+        self, statistics: SubgraphStatistics, recipe: Recipe, evaluation: EvaluationSet
+    ) -> list[OutputAccuracy]:
+        """Each output's simulated SQNR on the evaluation samples, once per recipe."""
+        key = (id(statistics), recipe, id(evaluation))
+        if key not in self._accuracy:
+            plan = self.plan(statistics, recipe)
+            self._accuracy[key] = simulated_accuracy(self.model, plan, evaluation)
+        return self._accuracy[key]
+
+    def _build(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
         ranges = statistics.ranges(recipe.method)
         plan = make_plan(
             self.model,
@@ -92,7 +122,13 @@ class Planner:
             self.decisions(recipe, ranges),
         )
         quantize_weights(
-            self.model, plan, self.precision, statistics, recipe, self._rounders(recipe)
+            self.model,
+            plan,
+            self.precision,
+            statistics,
+            recipe,
+            self._rounders(recipe),
+            self._shifts,
         )
         return plan
 
@@ -139,8 +175,13 @@ def quantize_weights(
     statistics: SubgraphStatistics,
     recipe: Recipe,
     rounders: dict[int, Rounder] | None = None,
+    shifts: dict[tuple, np.ndarray] | None = None,
 ) -> None:
-    """Fill `plan.weights` for every integer operator with a constant weight operand."""
+    """Fill `plan.weights` for every integer operator with a constant weight operand.
+
+    `shifts` caches bias corrections across plans (they depend on the layer, the statistics and
+    the rounded weights, not on the activation ranges).
+    """
     subgraph = model.subgraphs[plan.subgraph_index]
     rounders = rounders or {}
     plan.weights = {}
@@ -166,8 +207,11 @@ def quantize_weights(
         corrector = None
         mean = statistics.means.mean(op.inputs[activation]) if recipe.bias_correction else None
         if mean is not None:
-            corrector = partial(
+            shift = partial(
                 _weight_error_shift, model, subgraph, i, activation, mean, position, bias_position
+            )
+            corrector = (
+                shift if shifts is None else partial(_cached, shifts, (i, id(statistics)), shift)
             )
         plan.weights[i] = quantize_layer(
             model,
@@ -178,6 +222,13 @@ def quantize_weights(
             rounder=rounders.get(i, nearest),
             corrector=corrector,
         )
+
+
+def _cached(cache: dict, key: tuple, shift, real_weights, rounded_weights) -> np.ndarray:
+    full = (*key, hash(rounded_weights.tobytes()))
+    if full not in cache:
+        cache[full] = shift(real_weights, rounded_weights)
+    return cache[full]
 
 
 def _weight_error_shift(

@@ -28,5 +28,16 @@ def simulated_accuracy(model: Model, plan: Plan, evaluation: EvaluationSet) -> l
     ]
 
 
+CAP_DB = 60.0  # beyond this an output is as good as exact for scoring
+
+
+def score(accuracy: list[OutputAccuracy]) -> float:
+    """One number per plan: the mean over outputs of their SQNR (capped), so that a change
+    that helps one output a lot and costs another a little wins, and the noise of a single
+    output on a few held-out samples does not decide alone."""
+    values = [min(a.sqnr_db, CAP_DB) for a in accuracy]
+    return sum(values) / len(values) if values else CAP_DB
+
+
 def worst(accuracy: list[OutputAccuracy]) -> float:
     return min((a.sqnr_db for a in accuracy), default=float("inf"))

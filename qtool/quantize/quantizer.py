@@ -344,7 +344,7 @@ def _estimate(model, found: Collected, planner: Planner, recipe: Recipe, final: 
         return []
     if found.evaluation.source == "held-out data":
         return simulated_accuracy(model, final, found.evaluation)
-    return simulated_accuracy(model, planner.plan(found.fit, recipe), found.evaluation)
+    return planner.accuracy(found.fit, recipe, found.evaluation)
 
 
 def _accuracy_source(collected: Mapping[int, Collected]) -> str:
