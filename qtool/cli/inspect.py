@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from qtool.cli.render import print_json, stdout
 from qtool.model import load_model
@@ -26,12 +27,14 @@ def inspect_command(model_path: str, as_json: bool, ops: bool) -> None:
 def render_description(info: dict, show_ops: bool = False) -> None:
     summary = info["summary"]
     head = Table.grid(padding=(0, 2))
-    head.add_row("[bold]model[/]", str(info["path"]))
+    head.add_row("[bold]model[/]", Text(str(info["path"])))
     head.add_row("subgraphs", str(summary["subgraphs"]))
-    head.add_row("operators", ", ".join(f"{k} x{v}" for k, v in summary["ops_by_type"].items()))
+    head.add_row(
+        "operators", Text(", ".join(f"{k} x{v}" for k, v in summary["ops_by_type"].items()))
+    )
     head.add_row("tensors", ", ".join(f"{k} x{v}" for k, v in summary["tensors_by_dtype"].items()))
     head.add_row("weights", f"{summary['weights_bytes']:,} bytes")
-    head.add_row("signatures", ", ".join(summary["signatures"]) or "(none)")
+    head.add_row("signatures", Text(", ".join(summary["signatures"]) or "(none)"))
     stdout.print(head)
     for s, subgraph in enumerate(info["subgraphs"]):
         if show_ops:
@@ -40,11 +43,11 @@ def render_description(info: dict, show_ops: bool = False) -> None:
                 op_table.add_column(column)
             for op in subgraph["operators"]:
                 op_table.add_row(
-                    str(op["index"]), op["type"], str(op["inputs"]), str(op["outputs"])
+                    str(op["index"]), Text(op["type"]), str(op["inputs"]), str(op["outputs"])
                 )
             stdout.print(op_table)
         table = Table(
-            title=f"subgraph {s}" + (f" ({subgraph['name']})" if subgraph["name"] else ""),
+            title=Text(f"subgraph {s}" + (f" ({subgraph['name']})" if subgraph["name"] else "")),
             title_justify="left",
         )
         for column in ("#", "name", "dtype", "shape", "kind", "quantization"):
@@ -56,7 +59,7 @@ def render_description(info: dict, show_ops: bool = False) -> None:
                 kind += " sparse"
             table.add_row(
                 str(tensor["index"]),
-                tensor["name"],
+                Text(tensor["name"]),
                 tensor["dtype"],
                 str(tensor["shape"]),
                 kind,

@@ -7,6 +7,7 @@ import sys
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from qtool.calibrate import ENGINES
 from qtool.cli.render import print_json, stderr, stdout
@@ -118,8 +119,9 @@ def quantize_command(
     )
     if synthetic and not data:
         stderr.print(
-            "[bold yellow]warning:[/] calibrating on SYNTHETIC random data: the "
-            "activation ranges are not meaningful and accuracy will be poor"
+            "[bold yellow]qtool: warning:[/] calibrating on SYNTHETIC random data: the "
+            "activation ranges are not meaningful and accuracy will be poor",
+            soft_wrap=True,
         )
     show_progress = not (quiet or as_json) and stderr.is_terminal
     with Progress(
@@ -146,7 +148,7 @@ def quantize_command(
     elif not quiet:
         render_summary(outcome)
     else:
-        stdout.print(f"wrote {outcome.output_path}")
+        stdout.print(Text(f"wrote {outcome.output_path}"), soft_wrap=True)
     sys.exit(outcome.exit_code)
 
 
@@ -162,8 +164,8 @@ def render_summary(outcome: QuantizeOutcome) -> None:
     seconds = sum(c["seconds"] for c in calibrations)
     synthetic = any(c["synthetic"] for c in calibrations)
     head = Table.grid(padding=(0, 2))
-    head.add_row("[bold]wrote[/]", outcome.output_path)
-    head.add_row("report", outcome.report_path)
+    head.add_row("[bold]wrote[/]", Text(outcome.output_path))
+    head.add_row("report", Text(outcome.report_path))
     head.add_row(
         "size",
         f"{report['input_model']['size_bytes']:,} -> "
@@ -191,7 +193,7 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         q = row["quantization"] or {}
         io_table.add_row(
             row["role"],
-            row["name"],
+            Text(row["name"]),
             row["dtype"],
             str(row["shape"]),
             f"{q['scale'][0]:.6g}" if "scale" in q else "-",
@@ -203,7 +205,7 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         for column in ("#", "op", "reason"):
             table.add_column(column)
         for row in report["float_ops"]:
-            table.add_row(str(row["index"]), row["op"], row["reason"])
+            table.add_row(str(row["index"]), Text(row["op"]), Text(row["reason"]))
         stdout.print(table)
     if report["layer_errors"]:
         worst = Table(title="layers with the largest quantization error", title_justify="left")
@@ -211,10 +213,11 @@ def render_summary(outcome: QuantizeOutcome) -> None:
             worst.add_column(column, overflow="fold")
         for row in report["layer_errors"][:WORST_LAYERS]:
             sqnr = "exact" if row["sqnr_db"] is None else f"{row['sqnr_db']:.1f}"
-            worst.add_row(row["tensor"], row["op"], sqnr)
+            worst.add_row(Text(row["tensor"]), Text(row["op"]), sqnr)
         stdout.print(worst)
     for warning in report["warnings"]:
-        stdout.print(f"[yellow]warning:[/] {warning}")
+        stdout.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
     for finding in audit["findings"]:
         if finding["severity"] == "error":
-            stdout.print(f"[red]audit error[/] {finding['rule']}: {finding['message']}")
+            line = f" {finding['rule']}: {finding['message']}"
+            stdout.print(Text.assemble(("audit error", "red"), line))
