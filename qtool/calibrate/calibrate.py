@@ -179,7 +179,11 @@ def _run_litert(
     observed = sorted(observer.tensors)
     for batch in chunks:
         for i in range(batch[0].shape[0]):
-            feed([values[i : i + 1] if batched else values[i] for values in batch])
+            try:
+                feed([values[i : i + 1] if batched else values[i] for values in batch])
+            except RuntimeError as exc:  # a kernel refusing this sample (an index out of range)
+                detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
+                raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
             for t in observed:
                 observer(t, np.asarray(interpreter.get_tensor(t, subgraph_index)))
 

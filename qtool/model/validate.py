@@ -5,8 +5,8 @@ It checks, against the operator facts in `schemas/ops.json`:
   holding exactly the bytes their shape needs;
 - tensors: a type qtool can hold, shapes without negative or absurd dimensions, activations
   within the documented size limits, shape signatures that fit their shapes;
-- the graph: every tensor produced once, nothing read that nothing produces, no cycles, valid
-  subgraph inputs, outputs and signatures;
+- the graph: every tensor produced once, and before it is read (runtimes execute operators in
+  the stored order, so this also rules out cycles), valid subgraph inputs, outputs, signatures;
 - every operator: a known operator code, its input/output counts and operand types, its options
   table, constant operands where it needs them, and its shape rule (`shape_rules.py`).
 
@@ -225,7 +225,13 @@ def _tensor_message(model: Model, tensor: Tensor) -> str | None:
 
 
 def _constant_message(model: Model, tensor: Tensor) -> str | None:
-    if tensor.sparsity is not None or tensor.dtype in _OPAQUE:
+    if tensor.dtype in _OPAQUE:
+        return None
+    if tensor.sparsity is not None:  # DENSIFY checks the encoding; the values must be whole
+        itemsize = numpy_dtype(tensor.dtype).itemsize
+        have = model.buffers[tensor.buffer].nbytes
+        if have % itemsize:
+            return f"holds {have} bytes, no whole number of {dtype_name(tensor.dtype)} values"
         return None
     if any(d < 0 for d in tensor.shape):
         return f"is a constant with a dynamic shape {tensor.shape}"
@@ -276,20 +282,22 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
             producer.setdefault(t, i)
     for i, op in enumerate(subgraph.operators):
         for position, t in enumerate(op.inputs):
+            message = None
             if t >= 0 and t not in sources and t not in producer:
+                message = "which is no constant, no model input and no operator's output"
+            elif t >= 0 and t not in sources and producer[t] >= i:
+                # Runtimes execute operators in the stored order.
+                message = f"which operator {producer[t]} only writes later"
+            if message:
+                name = subgraph.tensors[t].name
                 problems.append(
                     _op(
                         s,
                         i,
                         model.op_type(op),
-                        f"input {position} reads tensor {t} ({subgraph.tensors[t].name!r}), "
-                        "which is no constant, no model input and no operator's output",
+                        f"input {position} reads tensor {t} ({name!r}), {message}",
                     )
                 )
-    cycle = _cycle(subgraph, producer)
-    if cycle is not None:
-        op = subgraph.operators[cycle]
-        problems.append(_op(s, cycle, model.op_type(op), "is part of a cycle"))
     for t in subgraph.outputs:
         if t not in sources and t not in producer:
             problems.append(Problem(f"output tensor {t} is produced by no operator", s))
@@ -306,31 +314,6 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
                     f"is a model input of type {dtype_name(tensor.dtype)}; qtool reads numeric inputs only",
                 )
             )
-
-
-def _cycle(subgraph: Subgraph, producer: dict[int, int]) -> int | None:
-    """An operator on a cycle of the dataflow graph, if there is one."""
-    state = [0] * len(subgraph.operators)  # 0 unseen, 1 on the path, 2 finished
-    for root in range(len(subgraph.operators)):
-        if state[root]:
-            continue
-        stack = [(root, iter(subgraph.operators[root].inputs))]
-        state[root] = 1
-        while stack:
-            node, pending = stack[-1]
-            for t in pending:
-                dep = producer.get(t)
-                if dep is None or state[dep] == 2:
-                    continue
-                if state[dep] == 1:
-                    return dep
-                state[dep] = 1
-                stack.append((dep, iter(subgraph.operators[dep].inputs)))
-                break
-            else:
-                state[node] = 2
-                stack.pop()
-    return None
 
 
 # --------------------------------------------------------------------------- operators
