@@ -40,8 +40,12 @@ _KINDS = {
 class NotRegularFile(OSError):
     """The path exists but is not a regular file."""
 
+    def __init__(self, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"{kind}, not a regular file")
+        self.kind = kind  # "a directory", "a FIFO", ...
+
     def __str__(self) -> str:
-        return self.strerror or "not a regular file"
+        return self.strerror
 
 
 def kind_of(mode: int) -> str:
@@ -92,7 +96,7 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise NotRegularFile(errno.EINVAL, f"{kind_of(mode)}, not a regular file")
+            raise NotRegularFile(kind_of(mode))
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")

@@ -49,6 +49,9 @@ def litert_problem(data: bytes) -> str | None:
     if pid == 0:  # pragma: no cover - the child, which only loads the model and reports
         os.close(read)
         try:
+            for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # not the parent's Python handlers
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
             faulthandler.disable()  # an abort needs no traceback
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
@@ -67,22 +70,31 @@ def litert_problem(data: bytes) -> str | None:
 def _child_verdict(pid: int, read: int) -> str | None:
     deadline = time.monotonic() + LITERT_TIMEOUT
     chunks = []
-    with os.fdopen(read, "rb") as pipe:
-        while True:
-            ready, _, _ = select.select([pipe], [], [], max(deadline - time.monotonic(), 0))
-            if not ready:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                return f"LiteRT did not load it within {LITERT_TIMEOUT:.0f} s"
-            chunk = pipe.read1(4096)
-            if not chunk:
-                break
-            chunks.append(chunk)
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            while True:
+                ready, _, _ = select.select([pipe], [], [], max(deadline - time.monotonic(), 0))
+                if not ready:
+                    _stop(pid)
+                    return f"LiteRT did not load it within {LITERT_TIMEOUT:.0f} s"
+                chunk = pipe.read1(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except BaseException:  # interrupted while waiting: the child goes too
+        _stop(pid)
+        raise
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         return f"LiteRT crashes loading it (signal {os.WTERMSIG(status)})"
     return b"".join(chunks).decode(errors="replace") or None
+
+
+def _stop(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def _load_in_litert(data: bytes) -> str | None:

@@ -14,6 +14,7 @@ leading batch-1 dimension (or the whole declared shape when that dimension is no
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -123,20 +124,25 @@ def load_dataset(
 
 
 def synthetic_dataset(inputs: Sequence[InputSpec], samples: int, seed: int) -> Dataset:
-    """Random samples: standard normal for float inputs, small integers otherwise."""
+    """Random samples: standard normal for float inputs, small integers otherwise; made a chunk
+    of at most READ_CHUNK_BYTES at a time (float64 draws included), never all at once."""
+    sample_bytes = sum(8 * math.prod(spec.sample_shape) for spec in inputs)
+    rows = max(1, READ_CHUNK_BYTES // max(sample_bytes, 1))
 
-    def read() -> list[Batch]:
+    def read() -> Iterator[Batch]:
         rng = np.random.default_rng(seed)
-        batch = []
-        for spec in inputs:
-            shape = (samples, *spec.sample_shape)
-            if np.issubdtype(spec.dtype, np.floating):
-                batch.append(rng.standard_normal(shape).astype(spec.dtype))
-            elif spec.dtype == np.bool_:
-                batch.append(rng.integers(0, 2, shape).astype(np.bool_))
-            else:
-                batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
-        return [batch]
+        for start in range(0, samples, rows):
+            count = min(rows, samples - start)
+            batch = []
+            for spec in inputs:
+                shape = (count, *spec.sample_shape)
+                if np.issubdtype(spec.dtype, np.floating):
+                    batch.append(rng.standard_normal(shape).astype(spec.dtype))
+                elif spec.dtype == np.bool_:
+                    batch.append(rng.integers(0, 2, shape).astype(np.bool_))
+                else:
+                    batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
+            yield batch
 
     return Dataset(read=read, source="synthetic", synthetic=True, size_hint=samples)
 
