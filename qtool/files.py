@@ -20,7 +20,6 @@ import os
 import signal
 import stat
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +109,6 @@ def open_regular(path: str | os.PathLike) -> BinaryIO:
 # Temporaries written but neither renamed into place nor removed yet: what an interrupted run
 # must remove (the CLI does, on any exit).
 _TEMPORARIES: set[Path] = set()
-_DEFERRED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 @dataclass(frozen=True)
@@ -189,24 +187,40 @@ def stage(path: str | os.PathLike, chunks: Any, *, overwrite: bool = True) -> St
     return staged
 
 
+class _Interrupts:
+    """Signals that arrive while a group of renames runs wait until the group is done.
+
+    Python runs signal handlers in the main thread whichever thread the signal hit, so the
+    handlers (installed by the CLI) ask `defer_interrupt` first; blocking the signal in one
+    thread would not do, numpy's threads would still take it.
+    """
+
+    depth = 0
+    pending: int | None = None
+
+
+def defer_interrupt(signum: int) -> bool:
+    """For a signal handler: True when the signal was put off until the renames are done."""
+    if _Interrupts.depth:
+        _Interrupts.pending = _Interrupts.pending or signum
+        return True
+    return False
+
+
 @contextlib.contextmanager
 def _signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP back (delivered on exit): renames complete as a group."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not (
-        threading.main_thread()
-    ):
-        yield
-        return
-    numbers = {getattr(signal, name) for name in _DEFERRED if hasattr(signal, name)}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, numbers)
+    _Interrupts.depth += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _Interrupts.depth -= 1
+        pending, _Interrupts.pending = _Interrupts.pending, None
+        if pending is not None and not _Interrupts.depth:
+            signal.raise_signal(pending)  # delivered now, to the same handler
 
 
 def commit(*staged: Staged) -> None:
-    """Rename staged files into place, in order, with interrupting signals held back meanwhile."""
+    """Rename staged files into place, in order; SIGINT/SIGTERM/SIGHUP wait until all are."""
     try:
         with _signals_deferred():
             for item in staged:

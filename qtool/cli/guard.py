@@ -2,7 +2,8 @@
 
 - SIGTERM and SIGHUP raise `Terminated` (SIGINT raises KeyboardInterrupt as usual), so that the
   code being interrupted unwinds and removes its temporary files; whatever is left is removed on
-  the way out. The exit code is 128 + the signal number.
+  the way out. The exit code is 128 + the signal number. A signal that arrives while a group of
+  files is renamed into place takes effect once they all are.
 - numpy's floating-point warnings are off (the data checks say what matters); any other Python
   warning is one line, `qtool: warning: ...`.
 - A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise).
@@ -25,10 +26,10 @@ import click
 import numpy as np
 
 from qtool.errors import QtoolError
-from qtool.files import remove_temporaries
+from qtool.files import defer_interrupt, remove_temporaries
 
 EXIT_INTERNAL = 3
-_HANDLED = ("SIGTERM", "SIGHUP")
+_HANDLED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 class Terminated(KeyboardInterrupt):
@@ -39,7 +40,11 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
-def _terminate(signum: int, frame: Any) -> None:
+def _interrupt(signum: int, frame: Any) -> None:
+    if defer_interrupt(signum):  # files are being renamed into place: after that
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Terminated(signum)
 
 
@@ -47,7 +52,7 @@ def _terminate(signum: int, frame: Any) -> None:
 def _signal_handlers() -> Iterator[None]:
     numbers = [getattr(signal, name) for name in _HANDLED if hasattr(signal, name)]
     try:
-        previous = {number: signal.signal(number, _terminate) for number in numbers}
+        previous = {number: signal.signal(number, _interrupt) for number in numbers}
     except ValueError:  # not the main thread: leave signals alone
         previous = {}
     try:

@@ -209,8 +209,25 @@ def _slice(view: OpView) -> Inferred:
     return [tuple(out)]
 
 
+def _slice_size(size: int, begin: int, end: int, stride: int, masks: tuple[bool, bool]) -> int:
+    """Elements one STRIDED_SLICE axis keeps: TFLite's clamping of begin and end."""
+    forward = stride > 0
+    low, high = (0, size) if forward else (-1, size - 1)
+    start = size - 1 if masks[0] and not forward else (0 if masks[0] else begin)
+    if not masks[0]:
+        start = min(max(start + size if start < 0 else start, low), high)
+    stop = (size if forward else -1) if masks[1] else end
+    if not masks[1]:
+        stop = min(max(stop + size if stop < 0 else stop, low), high)
+    if start < 0:
+        return 0
+    return len(range(start, stop, stride))
+
+
 @rule("strided_slice")
 def _strided_slice(view: OpView) -> Inferred:
+    """TFLite's spec expansion: an ellipsis stands for the axes the spec leaves out, a new-axis
+    bit inserts a 1, a shrink bit drops its axis; every other axis keeps a clamped range."""
     begin, end, strides = (
         view.ints(i, name) for i, name in ((1, "begin"), (2, "end"), (3, "strides"))
     )
@@ -220,12 +237,48 @@ def _strided_slice(view: OpView) -> Inferred:
         raise ShapeError(f"begin {begin}, end {end} and strides {strides} differ in length")
     if 0 in strides:
         raise ShapeError(f"strides {strides} hold a 0")
-    masks = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
-    if any(view.option(m) < 0 for m in masks):
+    names = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
+    mask = {name: int(view.option(name)) for name in names}
+    if any(value < 0 for value in mask.values()):
         raise ShapeError("negative slice mask")
-    # The output shape follows from the masks' full semantics, which the kernel applies; the
-    # engine checks what it computes against the declared shape.
-    return view.unknown()
+    if view.option("offset"):
+        return view.unknown()  # ends relative to begins: the kernel's business
+
+    def bit(name: str, i: int) -> bool:
+        return bool(mask[name] >> i & 1)
+
+    shape, count = view.shape(0), len(begin)
+    added = sum(bit("new_axis_mask", i) and not bit("ellipsis_mask", i) for i in range(count))
+    effective = len(shape) + added
+    out: list[Dim] = []
+    dim = expanded = i = 0
+    while i < effective:
+        if bit("ellipsis_mask", i):
+            stop = max(i + 1, min(i + 1 + added + len(shape) - count, effective))
+            out.extend(shape[dim : dim + stop - i])
+            dim, expanded, i = dim + stop - i, stop - i - 1, stop
+            continue
+        spec = i - expanded
+        i += 1
+        if bit("new_axis_mask", spec):
+            out.append(1)
+            continue
+        if dim >= len(shape):
+            raise ShapeError(f"the slice spec has more axes than the input's {len(shape)}")
+        size = shape[dim]
+        dim += 1
+        if spec >= count:
+            out.append(size)
+            continue
+        if bit("shrink_axis_mask", spec):  # LiteRT clamps the index, as for a range
+            continue
+        masks = (bit("begin_mask", spec), bit("end_mask", spec))
+        out.append(
+            None
+            if size is None
+            else _slice_size(size, begin[spec], end[spec], strides[spec], masks)
+        )
+    return [tuple(out)]
 
 
 @rule("gather")

@@ -62,6 +62,8 @@ def _bias(view: OpView, position: int, channels: Dim) -> None:
 
 
 def _window(view: OpView, x: Shape, kernel: tuple[int, int], dilated: bool) -> tuple[Dim, Dim]:
+    if any(d is not None and d < 1 for d in x):
+        raise ShapeError(f"input shape {list(x)} has an empty dimension")
     padding = view.option("padding")
     strides = _positive(view, "stride_h", "stride_w")
     dilations = _positive(view, "dilation_h_factor", "dilation_w_factor") if dilated else [1, 1]
@@ -77,7 +79,7 @@ def _conv_2d(view: OpView) -> Inferred:
     out_c, kh, kw, in_c = need_rank(view, 1, (4,), "filter")
     if None in (out_c, kh, kw, in_c) or min(out_c, kh, kw, in_c) < 1:
         raise ShapeError(f"filter shape {[out_c, kh, kw, in_c]} must be static and positive")
-    if x[3] is not None and (x[3] % in_c or out_c % (x[3] // in_c)):
+    if x[3] is not None and (x[3] < in_c or x[3] % in_c or out_c % (x[3] // in_c)):
         raise ShapeError(f"filter of {in_c} channels ({out_c} outputs) for {x[3]} input channels")
     _bias(view, 2, out_c)
     oh, ow = _window(view, x, (kh, kw), dilated=True)

@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from qtool.errors import ModelError
 from qtool.model import shape_rules_layout, shape_rules_nn  # noqa: F401  (they register rules)
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
@@ -38,6 +40,7 @@ from qtool.op_facts import OpFacts, load_op_facts
 SCHEMA_VERSION = 3
 MAX_PROBLEMS = 50
 _OPAQUE = (TensorType.STRING, TensorType.RESOURCE, TensorType.VARIANT)
+_FLOATS = (TensorType.FLOAT32, TensorType.FLOAT16, TensorType.FLOAT64)
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,8 @@ def _constant_message(model: Model, tensor: Tensor) -> str | None:
             f"needs {needed} bytes of {dtype_name(tensor.dtype)} data for shape {tensor.shape}, "
             f"but its buffer {tensor.buffer} holds {have}"
         )
+    if tensor.dtype in _FLOATS and np.isnan(model.tensor_data(tensor)).any():
+        return "is a constant holding NaN"
     return None
 
 
@@ -303,6 +308,12 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
             problems.append(Problem(f"output tensor {t} is produced by no operator", s))
     if len(set(subgraph.inputs)) != len(subgraph.inputs):
         problems.append(Problem(f"lists a model input twice: {subgraph.inputs}", s))
+    for role, indices in (("input", subgraph.inputs), ("output", subgraph.outputs)):
+        for t in indices:
+            if model.is_constant(subgraph.tensors[t]):
+                problems.append(
+                    _tensor(s, t, subgraph.tensors[t], f"is a model {role} but a constant")
+                )
     for t in subgraph.inputs:
         tensor = subgraph.tensors[t]
         if tensor.dtype in _OPAQUE:
@@ -426,6 +437,10 @@ def _signature_problems(model: Model, problems: list[Problem]) -> None:
         problems.append(Problem(f"signature key {key!r} is used twice"))
     for signature in model.signature_defs:
         key = signature.get("signature_key")
+        entries = (signature["inputs"] or []) + (signature["outputs"] or [])
+        if not key or not all(e.get("name") for e in entries):
+            problems.append(Problem(f"signature {key!r} lacks a key or an entry name"))
+            continue
         subgraph = model.subgraphs[signature["subgraph_index"]]
         inputs = [e["tensor_index"] for e in signature["inputs"] or []]
         outputs = [e["tensor_index"] for e in signature["outputs"] or []]

@@ -104,6 +104,16 @@ def decide(
     rule = spec.rule(op_type)
     if rule is None:
         return OpDecision(FLOAT, f"{op_type} has no int8 kernel in the int8 spec")
+    for position, t in enumerate(op.inputs):
+        operand = rule.input_rule(position)
+        live = t >= 0 and not model.is_constant(tensors[t])
+        if (
+            live
+            and operand is not None
+            and operand.role == "activation"
+            and not _is_float(tensors[t])
+        ):
+            return OpDecision(FLOAT, f"input {position} is not float: nothing to quantize it from")
     for position, t in float_inputs:
         operand = rule.input_rule(position)
         constant = model.is_constant(tensors[t])

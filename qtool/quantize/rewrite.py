@@ -82,7 +82,9 @@ class _Rewriter:
                     continue
                 domain = INT8 if rule is not None and rule.output_rule(position) else FLOAT
                 self.home[t] = domain
-                boundary = self.io if t in self.subgraph.outputs else domain
+                # Like an input, an output without calibrated params keeps its float boundary.
+                at_boundary = t in self.subgraph.outputs and t in self.plan.params
+                boundary = self.io if at_boundary else domain
                 self.versions[t] = {boundary: t}
                 if boundary != domain:
                     self.versions[t][domain] = self._copy_tensor(t, domain)

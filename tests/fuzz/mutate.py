@@ -283,15 +283,21 @@ def constant_values(model: Model, rng: random.Random) -> bool:
     if not constants:
         return False
     index = rng.choice(constants)
-    values = np.array(model.tensor_data(subgraph.tensors[index]), dtype=np.float32)
-    flat = values.reshape(-1)
+    raw = model.buffers[subgraph.tensors[index].buffer].data
+    if raw.size % 4:  # an earlier edit broke the buffer: nothing to read values from
+        return False
+    values = np.array(raw.view(np.float32), dtype=np.float32)  # flat: shapes may be edited
+    flat = values
     if flat.size:
         chosen = rng.choice(FLOATS)
         if rng.random() < 0.5:
             flat[rng.randrange(flat.size)] = chosen
         else:
             flat[:] = chosen
+    tensor = subgraph.tensors[index]
+    shape, signature = tensor.shape, tensor.shape_signature
     model.set_tensor_data(subgraph, index, values)
+    tensor.shape, tensor.shape_signature = shape, signature
     return True
 
 

@@ -221,6 +221,36 @@ CASES: dict[str, Case] = {
         "operator 0 (BUILTIN_250)",
         "unknown builtin",
     ),
+    "a constant as a model output (engine _join ValueError)": Case(
+        "mixed_ops",
+        lambda m: m.subgraphs[0].outputs.append(19),
+        "tensor 19",
+        "model output but a constant",
+    ),
+    "a constant as a model input (prelu broadcast ValueError)": Case(
+        "mlp", lambda m: m.subgraphs[0].inputs.append(5), "tensor 5", "model input but a constant"
+    ),
+    "NaN weights (rewrite KeyError under --io int8)": Case(
+        "mlp", _change_value(5, np.nan), "tensor 5", "is a constant holding NaN"
+    ),
+    "a signature entry without a name (model_inputs TypeError)": Case(
+        "mlp",
+        lambda m: m.signature_defs[0]["inputs"][0].__setitem__("name", None),
+        "",
+        "signature 'serving_default' lacks a key or an entry name",
+    ),
+    "a conv input without channels (ZeroDivisionError)": Case(
+        "cnn",
+        lambda m: _tensor(m, 0).shape.__setitem__(3, 0),
+        "operator 0 (CONV_2D)",
+        "for 0 input channels",
+    ),
+    "a strided slice declaring another shape (reshape kernel ValueError)": Case(
+        "spec_ops",
+        lambda m: _tensor(m, 47).shape.__setitem__(-1, 31),
+        "operator 18 (STRIDED_SLICE)",
+        "computes output 0 of shape",
+    ),
     "a signature naming other inputs": Case(
         "mlp",
         lambda m: m.signature_defs[0]["inputs"][0].__setitem__("tensor_index", 5),
