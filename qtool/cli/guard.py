@@ -117,10 +117,6 @@ def run_guarded(invoke: Callable[[], Any], debug: Callable[[], bool]) -> Any:
     except MemoryError:
         click.echo("qtool: error: out of memory", err=True)
         sys.exit(2)
-    except BrokenPipeError:  # the reader of stdout went away (`qtool inspect m | head`)
-        with contextlib.suppress(OSError):
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - python's exit flush needs it
-        sys.exit(141)
     except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
         raise
     except Exception as exc:  # a bug: one line, the traceback only on request

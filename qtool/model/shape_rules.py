@@ -51,8 +51,7 @@ def declared_shape(tensor: Tensor) -> Shape:
     signature = tensor.shape_signature
     dynamic = signature is not None and len(signature) == len(tensor.shape)
     return tuple(
-        None if d < 0 or (dynamic and signature[i] < 0) else int(d)
-        for i, d in enumerate(tensor.shape)
+        None if dynamic and signature[i] < 0 else int(d) for i, d in enumerate(tensor.shape)
     )
 
 

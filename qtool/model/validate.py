@@ -207,7 +207,7 @@ def _tensor_message(model: Model, tensor: Tensor) -> str | None:
     shape = tensor.shape
     if len(shape) > limits.max_rank:
         return f"has rank {len(shape)}, more than {limits.max_rank}"
-    if any(d < -1 for d in shape):
+    if any(d < 0 for d in shape):  # a dynamic dimension is 1 here and -1 in the signature
         return f"has an invalid shape {shape}"
     signature = tensor.shape_signature
     if signature is not None and (
@@ -217,7 +217,7 @@ def _tensor_message(model: Model, tensor: Tensor) -> str | None:
         return f"has a shape signature {signature} that does not fit its shape {shape}"
     if model.is_constant(tensor):
         return _constant_message(model, tensor)
-    count = math.prod(max(d, 1) for d in shape)
+    count = math.prod(max(d, 1) for d in shape)  # an empty tensor costs what one element would
     itemsize = 1 if tensor.dtype in _OPAQUE else max(numpy_dtype(tensor.dtype).itemsize, 1)
     if count > limits.max_activation_elements or count * itemsize > limits.max_activation_bytes:
         return (
@@ -236,8 +236,6 @@ def _constant_message(model: Model, tensor: Tensor) -> str | None:
         if have % itemsize:
             return f"holds {have} bytes, no whole number of {dtype_name(tensor.dtype)} values"
         return None
-    if any(d < 0 for d in tensor.shape):
-        return f"is a constant with a dynamic shape {tensor.shape}"
     count = math.prod(tensor.shape)
     itemsize = numpy_dtype(tensor.dtype).itemsize
     needed = (count + 1) // 2 if tensor.dtype == TensorType.INT4 else count * itemsize

@@ -104,7 +104,7 @@ CASES: dict[str, Case] = {
         "mlp",
         _swap_type(1, "STRIDED_SLICE"),
         "operator 1 (STRIDED_SLICE)",
-        "input 1 (begin) is FLOAT32, must be one of INT32, INT64",
+        "has 3 inputs, takes 4",
     ),
     "PAD paddings of the wrong shape (pad ValueError)": Case(
         "mixed_ops",
@@ -250,6 +250,15 @@ CASES: dict[str, Case] = {
         lambda m: _tensor(m, 47).shape.__setitem__(-1, 31),
         "operator 18 (STRIDED_SLICE)",
         "computes output 0 of shape",
+    ),
+    "a model input dimension of -1 (synthetic data ValueError)": Case(
+        "mlp",
+        lambda m: _tensor(m, 0).shape.__setitem__(0, -1),
+        "tensor 0",
+        "invalid shape [-1, 32]",
+    ),
+    "STRIDED_SLICE without strides (kernel TypeError)": Case(
+        "spec_ops", _drop_input(18, 3), "operator 18 (STRIDED_SLICE)", "has 3 inputs, takes 4"
     ),
     "a signature naming other inputs": Case(
         "mlp",
