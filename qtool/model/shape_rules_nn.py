@@ -73,6 +73,13 @@ def _window(view: OpView, x: Shape, kernel: tuple[int, int], dilated: bool) -> t
     )
 
 
+def _convolved(view: OpView, x: Shape, kernel: tuple[int, int], out_c: int) -> Inferred:
+    """The output of a forward convolution with `out_c` channels (and a matching bias)."""
+    _bias(view, 2, out_c)
+    oh, ow = _window(view, x, kernel, dilated=True)
+    return [(x[0], oh, ow, out_c)]
+
+
 @rule("conv_2d")
 def _conv_2d(view: OpView) -> Inferred:
     x = need_rank(view, 0, (4,), "input")
@@ -81,9 +88,7 @@ def _conv_2d(view: OpView) -> Inferred:
         raise ShapeError(f"filter shape {[out_c, kh, kw, in_c]} must be static and positive")
     if x[3] is not None and (x[3] < in_c or x[3] % in_c or out_c % (x[3] // in_c)):
         raise ShapeError(f"filter of {in_c} channels ({out_c} outputs) for {x[3]} input channels")
-    _bias(view, 2, out_c)
-    oh, ow = _window(view, x, (kh, kw), dilated=True)
-    return [(x[0], oh, ow, out_c)]
+    return _convolved(view, x, (kh, kw), out_c)
 
 
 @rule("depthwise_conv_2d")
@@ -94,9 +99,7 @@ def _depthwise_conv_2d(view: OpView) -> Inferred:
         raise ShapeError(f"filter shape {[one, kh, kw, out_c]} must be [1, KH, KW, C * multiplier]")
     if x[3] is not None and (x[3] < 1 or out_c % x[3]):
         raise ShapeError(f"{out_c} output channels are no multiple of {x[3]} input channels")
-    _bias(view, 2, out_c)
-    oh, ow = _window(view, x, (kh, kw), dilated=True)
-    return [(x[0], oh, ow, out_c)]
+    return _convolved(view, x, (kh, kw), out_c)
 
 
 @rule("transpose_conv")

@@ -14,7 +14,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from qtool.model import Model, QuantParams, Subgraph, Tensor, model_to_bytes, parse_model
+from qtool.model import (
+    Model,
+    Operator,
+    QuantParams,
+    Subgraph,
+    Tensor,
+    model_to_bytes,
+    parse_model,
+)
 from qtool.model.reflect import union_members
 from qtool.model.types import BuiltinOperator
 
@@ -65,6 +73,11 @@ def _subgraph(model: Model, rng: random.Random, with_ops: bool = True) -> Subgra
     return rng.choice(candidates) if candidates else None
 
 
+def _operator(model: Model, rng: random.Random) -> tuple[Subgraph, Operator] | None:
+    subgraph = _subgraph(model, rng)
+    return None if subgraph is None else (subgraph, rng.choice(subgraph.operators))
+
+
 def _tensor_index(subgraph: Subgraph, rng: random.Random) -> int:
     """A tensor index: mostly valid, sometimes -1 or past the end."""
     roll = rng.random()
@@ -87,10 +100,10 @@ def _int_like(value: object) -> bool:
 
 
 def op_input(model: Model, rng: random.Random) -> bool:
-    subgraph = _subgraph(model, rng)
-    if subgraph is None:
+    picked = _operator(model, rng)
+    if picked is None:
         return False
-    op = rng.choice(subgraph.operators)
+    subgraph, op = picked
     if not op.inputs:
         op.inputs = [_tensor_index(subgraph, rng)]
         return True
@@ -99,10 +112,10 @@ def op_input(model: Model, rng: random.Random) -> bool:
 
 
 def op_output(model: Model, rng: random.Random) -> bool:
-    subgraph = _subgraph(model, rng)
-    if subgraph is None:
+    picked = _operator(model, rng)
+    if picked is None:
         return False
-    op = rng.choice(subgraph.operators)
+    subgraph, op = picked
     choices = [_tensor_index(subgraph, rng)]
     choices += subgraph.inputs[:1]  # an op writing a model input
     others = [t for o in subgraph.operators if o is not op for t in o.outputs]
@@ -117,10 +130,10 @@ def op_output(model: Model, rng: random.Random) -> bool:
 
 
 def op_arity(model: Model, rng: random.Random) -> bool:
-    subgraph = _subgraph(model, rng)
-    if subgraph is None:
+    picked = _operator(model, rng)
+    if picked is None:
         return False
-    op = rng.choice(subgraph.operators)
+    subgraph, op = picked
     operands = op.inputs if rng.random() < 0.7 else op.outputs
     if operands and rng.random() < 0.5:
         del operands[rng.randrange(len(operands))]
@@ -134,10 +147,10 @@ def op_arity(model: Model, rng: random.Random) -> bool:
 
 def op_type(model: Model, rng: random.Random) -> bool:
     """Another operator code: the op's operands no longer fit what it computes."""
-    subgraph = _subgraph(model, rng)
-    if subgraph is None:
+    picked = _operator(model, rng)
+    if picked is None:
         return False
-    op = rng.choice(subgraph.operators)
+    _, op = picked
     if rng.random() < 0.5 and len(model.operator_codes) > 1:
         op.opcode_index = rng.randrange(len(model.operator_codes))
     else:
@@ -162,10 +175,10 @@ def opcode(model: Model, rng: random.Random) -> bool:
 
 def options_table(model: Model, rng: random.Random) -> bool:
     """A different (or no) options table for an op."""
-    subgraph = _subgraph(model, rng)
-    if subgraph is None:
+    picked = _operator(model, rng)
+    if picked is None:
         return False
-    op = rng.choice(subgraph.operators)
+    _, op = picked
     if rng.random() < 0.3:
         op.options_type, op.options = None, {}
     else:
