@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint bench clean
+.PHONY: install test demo lint bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ $(VENV)/.bench-installed: $(STAMP)
 
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
+
+# The long robustness campaign (README "Robustness"): >= 10,000 mutated models, bad data, output
+# paths, signals. The MediaPipe models are fetched once (pip download); offline, fixtures only.
+fuzz: $(STAMP)
+	-$(BIN)/python -c "from bench.real_models import fetch_models; fetch_models()"
+	$(BIN)/python -m tests.fuzz
 
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -1,5 +1,5 @@
-"""`python -m bench`: calibration speed on the real models (bench/speed.py), engine vs LiteRT on
-the fixtures, and audit time on a 10 MB model.
+"""`python -m bench`: calibration speed and accuracy on the real models (bench/speed.py,
+bench/accuracy.py), engine vs LiteRT on the fixtures, and audit time on a 10 MB model.
 
 Every figure is a ratio against a baseline timed in the same process, so results compare across
 machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
@@ -20,6 +20,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from bench.accuracy import bench_accuracy
 from bench.speed import bench_speed, best_of
 from bench.startup import bench_startup
 from bench.targets import bench_targets
@@ -202,6 +203,7 @@ def litert_outputs(model_bytes: bytes, samples: np.ndarray) -> np.ndarray:
 if __name__ == "__main__":
     bench_startup()
     bench_speed()
+    bench_accuracy()
     bench_calibration()
     bench_check()
     bench_targets(ten_megabyte_model)

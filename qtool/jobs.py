@@ -2,12 +2,16 @@
 
 `quantize_file` does what `qtool quantize` does: read the float model and the calibration data,
 quantize, audit the result with the same rules as `qtool check`, and write the model and its
-report atomically (both or neither).
+report. Both are written whole to temporaries first; the model is read back and must pass the
+validator (and LiteRT's loader when installed); only then are both renamed into place, the
+report first, so a model never appears without its report. Until then an existing output and
+report stay as they were, and any failure (or SIGINT/SIGTERM) removes the temporaries.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +20,13 @@ from typing import Any
 from qtool.calibrate import Dataset, load_dataset, model_inputs, synthetic_dataset
 from qtool.check.audit import audit_model
 from qtool.errors import QtoolError, UsageError
-from qtool.model import Model, load_model, model_to_bytes, write_atomic
+from qtool.files import check_destination, commit, discard, stage
+from qtool.model import Model, load_model, model_to_bytes
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.quantizer import analyze_model
+from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
 from qtool.runtime import load_custom_ops
@@ -36,6 +42,12 @@ class StrictModeError(QtoolError):
 
 class TargetNotReachedError(QtoolError):
     """A target SQNR that the allowed remedies cannot reach: exit code 1, nothing written."""
+
+    exit_code = 1
+
+
+class OutputCheckError(QtoolError):
+    """The model qtool wrote does not read back (or LiteRT refuses it): exit 1, nothing written."""
 
     exit_code = 1
 
@@ -87,24 +99,29 @@ class QuantizeOutcome:
 
 
 def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
+    for what, given in (("output path", job.output_path), ("report path", job.report_path)):
+        if given is not None and (given == "" or given.endswith(("/", os.sep))):
+            raise UsageError(f"{what} {given!r} is not a file name")
     source = Path(job.model_path)
     output = (
-        Path(job.output_path) if job.output_path else source.with_name(f"{source.stem}_int8.tflite")
+        Path(job.output_path)
+        if job.output_path is not None
+        else source.with_name(f"{source.stem}_int8.tflite")
     )
     report = (
-        Path(job.report_path) if job.report_path else output.with_name(f"{output.stem}.report.json")
+        Path(job.report_path)
+        if job.report_path is not None
+        else output.with_name(f"{output.stem}.report.json")
     )
     return output, report
 
 
 def _check_destinations(job: QuantizeJob, output: Path, report: Path) -> None:
+    """Refuse unwritable destinations before the work, not after it."""
     for path in (output, report):
         refuse_input_overwrite(path, [job.model_path])
-        if path.exists() and not job.force:
-            raise UsageError(f"{path}: already exists (use --force to replace it)")
-        if not path.resolve().parent.is_dir():
-            raise UsageError(f"{path.parent}: output directory does not exist")
-    if output.resolve() == report.resolve():
+        check_destination(path, overwrite=job.force)
+    if output.absolute() == report.absolute():
         raise UsageError("the model and the report cannot be written to the same file")
 
 
@@ -211,24 +228,37 @@ def quantize_file(
     if job.layer_errors:
         for s, dataset in datasets.items():
             errors += layer_errors(result.float_model, result.model, dataset, s)
-    write_atomic(output, [blob])
-    try:
-        report = build_report(
-            result,
-            model,
-            job.options,
-            input_path=job.model_path,
-            output_path=str(output),
-            data_sources=list(job.data),
-            samples_limit=job.samples,
-            seed=job.seed if job.synthetic else None,
-            audit=audit,
-            layer_errors=errors,
-        )
-        write_atomic(report_path, json.dumps(report, indent=2) + "\n")
-    except BaseException:
-        output.unlink(missing_ok=True)
-        raise
+    report = build_report(
+        result,
+        model,
+        job.options,
+        input_path=job.model_path,
+        output_path=str(output),
+        output_data=blob,
+        data_sources=list(job.data),
+        samples_limit=job.samples,
+        seed=job.seed if job.synthetic else None,
+        audit=audit,
+        layer_errors=errors,
+    )
+    _write_pair(output, blob, report_path, report, job.force)
     return QuantizeOutcome(
         result=result, report=report, output_path=str(output), report_path=str(report_path)
     )
+
+
+def _write_pair(output: Path, blob: bytes, report_path: Path, report: dict, force: bool) -> None:
+    """Stage both files, read the model back, then rename both (report first) or neither."""
+    staged = []
+    try:
+        staged.append(stage(output, blob, overwrite=force))
+        problem = written_model_problem(staged[0].temporary)
+        if problem:
+            raise OutputCheckError(
+                f"{output}: the quantized model is not valid, not written: {problem}"
+            )
+        staged.append(stage(report_path, json.dumps(report, indent=2) + "\n", overwrite=force))
+        commit(*reversed(staged))
+    except BaseException:
+        discard(*staged)
+        raise

@@ -1,5 +1,11 @@
 """Calibration data: .npy, .npz, directories of them, Python generators, or synthetic samples.
 
+Reading cannot be turned against the machine: only regular files are opened (a FIFO or a device
+named x.npy is refused, never waited on), declared sizes are checked before allocating
+(`npyfile.py`), every read error is one DataError naming the file, values are checked finite
+after the cast to the input's type, and an exception in the user's generator becomes one line
+naming the module, function and exception.
+
 Whatever the source, data is normalised to a list of `Batch`es, each holding one array per model
 input with shape (N, *sample_shape): the sample shape is the input's declared shape without its
 leading batch-1 dimension (or the whole declared shape when that dimension is not 1).
@@ -8,7 +14,9 @@ leading batch-1 dimension (or the whole declared shape when that dimension is no
 from __future__ import annotations
 
 import importlib
-import zipfile
+import math
+import os
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +24,19 @@ from typing import Any
 
 import numpy as np
 
+from qtool.calibrate.npyfile import (
+    MAGIC,
+    ZIP_MAGICS,
+    ArrayFileError,
+    first_shape,
+    load_npy,
+    load_npz,
+)
 from qtool.errors import DataError, UsageError
+from qtool.files import exists, lookup, open_regular, os_reason
+
+GENERATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+READ_CHUNK_BYTES = 1 << 26  # a memory-mapped .npy is converted this much at a time
 
 
 @dataclass(frozen=True)
@@ -104,20 +124,25 @@ def load_dataset(
 
 
 def synthetic_dataset(inputs: Sequence[InputSpec], samples: int, seed: int) -> Dataset:
-    """Random samples: standard normal for float inputs, small integers otherwise."""
+    """Random samples: standard normal for float inputs, small integers otherwise; made a chunk
+    of at most READ_CHUNK_BYTES at a time (float64 draws included), never all at once."""
+    sample_bytes = sum(8 * math.prod(spec.sample_shape) for spec in inputs)
+    rows = max(1, READ_CHUNK_BYTES // max(sample_bytes, 1))
 
-    def read() -> list[Batch]:
+    def read() -> Iterator[Batch]:
         rng = np.random.default_rng(seed)
-        batch = []
-        for spec in inputs:
-            shape = (samples, *spec.sample_shape)
-            if np.issubdtype(spec.dtype, np.floating):
-                batch.append(rng.standard_normal(shape).astype(spec.dtype))
-            elif spec.dtype == np.bool_:
-                batch.append(rng.integers(0, 2, shape).astype(np.bool_))
-            else:
-                batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
-        return [batch]
+        for start in range(0, samples, rows):
+            count = min(rows, samples - start)
+            batch = []
+            for spec in inputs:
+                shape = (count, *spec.sample_shape)
+                if np.issubdtype(spec.dtype, np.floating):
+                    batch.append(rng.standard_normal(shape).astype(spec.dtype))
+                elif spec.dtype == np.bool_:
+                    batch.append(rng.integers(0, 2, shape).astype(np.bool_))
+                else:
+                    batch.append(rng.integers(0, 10, shape).astype(spec.dtype))
+            yield batch
 
     return Dataset(read=read, source="synthetic", synthetic=True, size_hint=samples)
 
@@ -127,14 +152,17 @@ def _count_samples(source: str, inputs: Sequence[InputSpec]) -> int | None:
     if _is_generator(source):
         return None
     path = Path(source)
-    files = (
-        sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz"))
-        if path.is_dir()
-        else [path]
-    )
+    try:
+        files = _directory_files(path) if path.is_dir() else [path]
+    except (DataError, OSError, ValueError):
+        return None
     total = 0
     for file in files:
-        shape = _first_array_shape(file)
+        try:
+            with open_regular(file) as handle:
+                shape = first_shape(handle)
+        except (OSError, ValueError):
+            return None
         if shape is None:
             return None
         sample = tuple(inputs[0].sample_shape)
@@ -142,80 +170,84 @@ def _count_samples(source: str, inputs: Sequence[InputSpec]) -> int | None:
     return total
 
 
-def _first_array_shape(path: Path) -> tuple[int, ...] | None:
-    try:
-        if path.suffix == ".npy":
-            with open(path, "rb") as handle:
-                return _npy_header_shape(handle)
-        with zipfile.ZipFile(path) as archive:
-            names = sorted(n for n in archive.namelist() if n.endswith(".npy"))
-            if not names:
-                return None
-            with archive.open(names[0]) as handle:
-                return _npy_header_shape(handle)
-    except (OSError, ValueError, zipfile.BadZipFile):
-        return None  # reading the data will say what is wrong
-
-
-def _npy_header_shape(handle) -> tuple[int, ...]:
-    version = np.lib.format.read_magic(handle)
-    reader = {
-        (1, 0): np.lib.format.read_array_header_1_0,
-        (2, 0): np.lib.format.read_array_header_2_0,
-    }.get(version)
-    if reader is None:
-        raise ValueError(f"unknown .npy version {version}")
-    return reader(handle)[0]
-
-
 def _is_generator(source: str) -> bool:
-    return ":" in source and not Path(source).exists() and not Path(source).suffix
+    """`module:function` naming no file: a Python generator of samples."""
+    return GENERATOR.fullmatch(source) is not None and not exists(source)
 
 
 def _check_exists(source: str) -> None:
-    if not _is_generator(source) and not Path(source).exists():
+    if _is_generator(source):
+        return
+    try:
+        found = lookup(source)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{source}: cannot read ({os_reason(exc)})") from None
+    if found is None:
         raise DataError(f"{source}: no such file or directory")
+
+
+def _directory_files(path: Path) -> list[Path]:
+    try:
+        return sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz"))
+    except OSError as exc:
+        raise DataError(f"{path}: cannot list the directory ({os_reason(exc)})") from None
 
 
 def _read_source(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
     path = Path(source)
-    if path.is_dir():
-        files = sorted(p for p in path.iterdir() if p.suffix in (".npy", ".npz"))
+    if _is_generator(source):
+        yield from _read_generator(source, inputs)
+    elif path.is_dir():
+        files = _directory_files(path)
         if not files:
             raise DataError(f"{source}: directory holds no .npy or .npz files")
         for file in files:
             yield from _read_file(file, inputs)
-    elif _is_generator(source):
-        yield from _read_generator(source, inputs)
     else:
         yield from _read_file(path, inputs)
 
 
 def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
-    with open(path, "rb") as handle:
-        signature = handle.read(6)
-    # numpy falls back to unpickling unknown files; say what the file is not instead.
-    if not signature.startswith((b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")):
-        raise DataError(f"{path}: not a .npy or .npz file")
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise DataError(f"{path}: not a readable .npy/.npz file ({exc})") from None
-    if isinstance(loaded, np.ndarray):
+        handle = open_regular(path)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read ({os_reason(exc)})") from None
+    with handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            signature = handle.read(6)
+            handle.seek(0)
+            # numpy falls back to unpickling unknown files; say what the file is not instead.
+            if signature.startswith(MAGIC):
+                arrays: dict[str, np.ndarray] | None = None
+                array = load_npy(handle, size)
+            elif signature.startswith(ZIP_MAGICS):
+                arrays = load_npz(handle)
+            else:
+                raise DataError(f"{path}: not a .npy or .npz file")
+        except ArrayFileError as exc:
+            raise DataError(f"{path}: {exc}") from None
+        except OSError as exc:
+            raise DataError(f"{path}: cannot read ({os_reason(exc)})") from None
+    if arrays is None:
         if len(inputs) != 1:
             raise DataError(
                 f"{path}: a .npy holds one array but the model has {len(inputs)} "
                 "inputs; use a .npz keyed by input name"
             )
-        yield [_as_samples(loaded, inputs[0], str(path))]
+        samples = _leading_samples(array, inputs[0], str(path))
+        rows = max(1, READ_CHUNK_BYTES // max(samples[:1].nbytes, 1))
+        for start in range(0, samples.shape[0], rows):
+            yield [_as_samples(samples[start : start + rows], inputs[0], str(path))]
         return
-    with loaded:
-        arrays = {key: loaded[key] for key in loaded.files}
     yield _match_named(arrays, inputs, str(path))
 
 
-def _match_named(arrays: dict[str, np.ndarray], inputs: Sequence[InputSpec], where: str) -> Batch:
+def _match_named(arrays: dict[Any, Any], inputs: Sequence[InputSpec], where: str) -> Batch:
     """Arrays keyed by input name, or arr_0, arr_1... in input order."""
+    strange = [key for key in arrays if not isinstance(key, str)]
+    if strange:
+        raise DataError(f"{where}: keys must be input names (strings), got {strange[0]!r}")
     positional = all(key.startswith("arr_") for key in arrays)
     batch = []
     for position, spec in enumerate(inputs):
@@ -225,7 +257,7 @@ def _match_named(arrays: dict[str, np.ndarray], inputs: Sequence[InputSpec], whe
         else:
             found = next((key for key in arrays if spec.matches(key)), None)
         if found is None:
-            known = ", ".join(sorted(arrays))
+            known = ", ".join(sorted(arrays)) or "none"
             raise DataError(
                 f"{where}: no data for input {spec.name!r} (keys: {known}; "
                 f"use the input names or arr_0..arr_{len(inputs) - 1})"
@@ -241,51 +273,119 @@ def _same_count(batch: Batch, where: str) -> None:
         raise DataError(f"{where}: inputs have different sample counts {sorted(counts)}")
 
 
-def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
-    """Accept one sample (sample shape), a declared-shape sample, or N samples; check values."""
-    array = np.asarray(array)
+def _leading_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
+    """One sample (sample shape) or N samples as (N, *sample_shape), values untouched."""
+    try:
+        array = np.asarray(array)
+    except Exception as exc:  # the user's object refuses to become an array
+        raise DataError(f"{where}: input {spec.name!r}: not an array ({_reason(exc)})") from None
     sample = tuple(spec.sample_shape)
     if array.shape == sample:
-        array = array[None]
-    elif array.shape[1:] != sample:
+        return array[None]
+    if array.shape[1:] != sample:
         expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
         raise DataError(
             f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "
             f"i.e. data of shape {expected}; got {list(array.shape)}"
         )
+    return array
+
+
+def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
+    """Samples as (N, *sample_shape) in the input's dtype, every value finite after the cast."""
+    array = _leading_samples(array, spec, where)
     if array.dtype.kind not in "fiub":
         raise DataError(f"{where}: input {spec.name!r} has non-numeric data ({array.dtype})")
-    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
-        bad = int(np.count_nonzero(~np.isfinite(array)))
-        raise DataError(f"{where}: input {spec.name!r} contains {bad} NaN/inf values")
+    converted = array
     if array.dtype != spec.dtype:
         if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
             raise DataError(
                 f"{where}: input {spec.name!r} expects {spec.dtype} data, got {array.dtype}"
             )
-        array = array.astype(spec.dtype)
-    return array
+        with np.errstate(all="ignore"):  # what the cast does to values is checked below
+            converted = array.astype(spec.dtype)
+        if converted.dtype.kind in "iu" and np.any(converted != array):
+            raise DataError(
+                f"{where}: input {spec.name!r} has values outside the range of {spec.dtype}"
+            )
+    if converted.dtype.kind == "f":
+        bad = ~np.isfinite(converted)
+        if bad.any():
+            count = int(np.count_nonzero(bad))
+            beyond = array.dtype.kind != "f" or bool(np.all(np.isfinite(array[bad])))
+            what = f"values beyond the {spec.dtype} range" if beyond else "NaN/inf values"
+            raise DataError(f"{where}: input {spec.name!r} contains {count} {what}")
+    return converted
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _user_error(
+    source: str, label: str, exc: BaseException, sample: int | None = None
+) -> DataError:
+    """One line for an exception raised by the user's code (raised `from` it, so that `--debug`
+    prints its traceback)."""
+    where = "" if sample is None else f" at sample {sample}"
+    return DataError(f"--data {source}: {label} raised {_reason(exc)}{where}")
+
+
+def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
+    module_name, _, function_name = source.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise _user_error(source, f"importing {module_name}", exc) from exc
+        raise UsageError(f"--data {source}: no module named {module_name!r}") from None
+    except (Exception, SystemExit) as exc:  # the user's module failed while importing
+        raise _user_error(source, f"importing {module_name}", exc) from exc
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise UsageError(
+            f"--data {source}: module {module_name!r} has no function {function_name!r}"
+        )
+    return function, f"{module_name}.{function_name}"
 
 
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
-    """`module:function`, yielding per sample a list (input order) or a dict (name -> array)."""
-    module_name, _, function_name = source.partition(":")
+    """`module:function`, yielding per sample a list (input order) or a dict (name -> array).
+
+    The user's code runs between our checks: whatever it raises becomes one DataError naming
+    the module, the function and the exception.
+    """
+    function, label = _load_generator(source)
     try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--data {source}: cannot load generator ({exc})") from None
+        result = function()
+    except (Exception, SystemExit) as exc:
+        raise _user_error(source, label, exc) from exc
     try:
-        samples = iter(function())
-    except TypeError as exc:
-        raise DataError(f"--data {source}: the function must return an iterable ({exc})") from None
-    for number, sample in enumerate(samples):
-        where = f"{source} sample {number}"
-        if isinstance(sample, dict):
-            batch = _match_named(sample, inputs, where)
-        else:
-            values = list(sample) if isinstance(sample, list | tuple) else [sample]
-            if len(values) != len(inputs):
-                raise DataError(f"{where}: {len(values)} arrays for {len(inputs)} inputs")
-            batch = [_as_samples(v, spec, where) for v, spec in zip(values, inputs, strict=True)]
-            _same_count(batch, where)
-        yield batch
+        samples = iter(result)
+    except TypeError:
+        raise DataError(
+            f"--data {source}: {label}() returned {type(result).__name__}, not an iterable "
+            "of samples"
+        ) from None
+    number = 0
+    while True:
+        try:
+            sample = next(samples)
+        except StopIteration:
+            return
+        except (Exception, SystemExit) as exc:
+            raise _user_error(source, label, exc, number) from exc
+        yield _generated_batch(sample, inputs, f"{source} sample {number}")
+        number += 1
+
+
+def _generated_batch(sample: Any, inputs: Sequence[InputSpec], where: str) -> Batch:
+    if isinstance(sample, dict):
+        return _match_named(sample, inputs, where)
+    values = list(sample) if isinstance(sample, list | tuple) else [sample]
+    if len(values) != len(inputs):
+        raise DataError(f"{where}: {len(values)} arrays for {len(inputs)} inputs")
+    batch = [_as_samples(v, spec, where) for v, spec in zip(values, inputs, strict=True)]
+    _same_count(batch, where)
+    return batch

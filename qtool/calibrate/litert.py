@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from qtool.errors import ModelError, UnsupportedOpError
+from qtool.errors import DataError, ModelError, UnsupportedOpError
 from qtool.model import Model, model_to_bytes
 from qtool.model.edit import clone_model
 from qtool.runtime import Engine
@@ -150,7 +150,11 @@ class XnnpackRunner:
             with self._interpreter(part[0].shape[0]) as interpreter:
                 for index, value in zip(self.inputs, part, strict=True):
                     interpreter.set_tensor(index, value)
-                interpreter.invoke()
+                try:
+                    interpreter.invoke()
+                except RuntimeError as exc:  # a kernel refusing this data (an index out of range)
+                    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
+                    raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
                 for index, value in zip(self.inputs, part, strict=True):
                     order.emit(k, index, value)
                 for t in self.tensors:

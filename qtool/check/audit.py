@@ -14,9 +14,10 @@ from qtool.check.config import OFF, load_settings
 from qtool.check.context import AuditContext
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.gates import AccuracyGate, accuracy_findings, target_findings
-from qtool.check.registry import FAMILIES, GATE
+from qtool.check.registry import FAMILIES, GATE, VALIDITY
 from qtool.errors import QtoolError
 from qtool.model import Model, load_model
+from qtool.model.validate import operator_list
 
 __all__ = ["AccuracyGate", "ModelResult", "audit_model", "check_model", "check_paths"]
 
@@ -26,6 +27,11 @@ def audit_model(
 ) -> list[Finding]:
     """All findings of `model` under the spec `profiles` (and on `target`), in graph order."""
     return check_model(model, profiles, target).findings
+
+
+def _validity_findings(model: Model, profiles: tuple[str, ...]) -> list[Finding]:
+    """Why a model that decodes is not a valid graph (the other rules would not make sense)."""
+    return sorted(VALIDITY.run(model, profiles), key=Finding.sort_key)
 
 
 def _spec_findings(model: Model, profiles: tuple[str, ...]) -> list[Finding]:
@@ -53,10 +59,12 @@ def check_model(
 
         profiles += tuple(p for p in checked_target(target).spec_profiles if p not in profiles)
     severity = load_settings(profiles).severity
+    result = ModelResult(path=path, operators=operator_list(model))
+    invalid = _validity_findings(model, profiles)
+    if invalid:
+        result.findings = invalid
+        return result
     findings = _spec_findings(model, profiles)
-    result = ModelResult(
-        path=path, operators=[(s, i, model.op_type(op)) for s, i, _, op in model.iter_ops()]
-    )
     if target is not None:
         report = place_model(model, target)
         findings += target_findings(report, severity)
@@ -92,12 +100,15 @@ def check_paths(
     target: str | None = None,
     accuracy: AccuracyGate | None = None,
 ) -> list[ModelResult]:
-    """Audit each model file; an unreadable one gets its error and the others are still checked."""
+    """Audit each model file; an unreadable one gets its error and the others are still checked.
+
+    A file that decodes but is not a valid graph is audited too: its problems are findings.
+    """
     results = []
     for path in paths:
         start = time.perf_counter()
         try:
-            model = load_model(path)
+            model = load_model(path, validate=False)
         except QtoolError as exc:
             result = ModelResult(path=str(path), error=str(exc))
         else:

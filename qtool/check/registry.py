@@ -5,15 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from qtool.check import graph, operands, risk, structure
-from qtool.check.context import AuditContext
+from qtool.check import graph, operands, risk, structure, validity
 from qtool.check.findings import Finding
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
-    run: Callable[[AuditContext], Iterator[Finding]]
+    run: Callable[..., Iterator[Finding]]  # of an AuditContext (VALIDITY: of the model)
     rules: tuple[str, ...]  # the rule ids it may emit
     # The rules judge a property of the tensor alone (its type, granularity, values): a tensor
     # read by several ops is reported once, at the first op (its producer when it has one).
@@ -57,6 +56,10 @@ FAMILIES: tuple[Family, ...] = (
     Family("ADD/SUB rescaling", risk.check_rescale, ("QT-RESCALE-ABORT", "QT-RESCALE-FLUSH")),
 )
 
-# Runs first; when it reports (no op computes in int8) the audit stops there: the op-level rules
+# Runs before anything else, on the model itself: when it reports, the audit stops there (the
+# other rules assume a graph whose operators fit together).
+VALIDITY = Family("model validity", validity.check_validity, (validity.RULE,))
+
+# Runs next; when it reports (no op computes in int8) the audit stops there: the op-level rules
 # would only restate that the model is float.
 GATE = Family("quantized model", graph.check_quantized, ("QT-NOT-QUANTIZED",))

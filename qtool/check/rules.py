@@ -32,6 +32,16 @@ def _catalogue(*rules: RuleInfo) -> dict[str, RuleInfo]:
 
 
 RULES: dict[str, RuleInfo] = _catalogue(
+    # ------------------------------------------------------------------ the graph itself
+    RuleInfo(
+        "QT-MODEL-INVALID",
+        "error",
+        "the model is not a valid TFLite graph",
+        "An operator's operand count, types, options or shapes do not fit together, or the "
+        "graph itself is broken (a tensor nothing writes, a cycle, a bad index, a constant "
+        "without its data). Runtimes refuse such a model and no other rule is checked; the "
+        "message names the operator or tensor and what is wrong with it.",
+    ),
     # ------------------------------------------------------------------ structure of parameters
     RuleInfo(
         "QT-QPARAM-COUNT",

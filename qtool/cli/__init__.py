@@ -1,19 +1,18 @@
 """The ``qtool`` command line: a thin layer over the library.
 
 Each command lives in its own module and only parses options, calls the library and renders.
-Errors a user can cause arrive as QtoolError and become one line on stderr with exit code 2.
+Errors a user can cause arrive as QtoolError and become one line on stderr with exit code 2;
+`guard.py` turns every other way a command can end into an exit code and at most one line.
 """
 
 from __future__ import annotations
-
-import sys
 
 import click
 
 from qtool import __version__
 from qtool.cli.config import load_defaults
+from qtool.cli.guard import debug_requested, run_guarded
 from qtool.cli.lazy import LazyCommand, LazyGroup
-from qtool.errors import QtoolError
 
 # Commands are imported when they run; `qtool --help` shows these summaries without importing.
 COMMANDS = {
@@ -30,21 +29,13 @@ COMMANDS = {
 
 
 class QtoolGroup(LazyGroup):
-    """Turns library errors into ``qtool: error: ...`` and an exit code, never a traceback."""
+    """Runs every command inside the guard: signals, warnings and errors as one line."""
 
     def invoke(self, ctx: click.Context):  # type: ignore[override]
-        try:
-            return super().invoke(ctx)
-        except QtoolError as exc:
-            click.echo(f"qtool: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except click.UsageError as exc:
-            command = exc.ctx.command_path if exc.ctx is not None else "qtool"
-            click.echo(f"qtool: error: {exc.format_message()} (see {command} --help)", err=True)
-            sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("qtool: interrupted", err=True)
-            sys.exit(130)
+        return run_guarded(
+            lambda: super(QtoolGroup, self).invoke(ctx),
+            debug=lambda: bool(ctx.params.get("debug")) or debug_requested(),
+        )
 
 
 @click.group(
@@ -53,8 +44,13 @@ class QtoolGroup(LazyGroup):
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="qtool")
+@click.option(
+    "--debug",
+    is_flag=True,
+    help="Show the traceback of an error (also QTOOL_DEBUG=1), e.g. of your --data generator.",
+)
 @click.pass_context
-def main(ctx: click.Context) -> None:
+def main(ctx: click.Context, debug: bool) -> None:
     """Quantize float TFLite models to the int8 spec, and audit quantized models.
 
     Default options come from [tool.qtool.COMMAND] in the nearest pyproject.toml.

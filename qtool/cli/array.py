@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 
+from qtool.calibrate.npyfile import ArrayFileError, load_npy
 from qtool.cli.render import print_json, print_table, stdout
 from qtool.display import printable
 from qtool.errors import DataError, UsageError
+from qtool.files import NotRegularFile, open_regular, os_reason
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.numerics import (
@@ -83,21 +86,22 @@ def _option(param: click.Parameter | None) -> str:
 
 
 def _load(path: Path) -> np.ndarray:
-    if not path.exists():
-        raise DataError(f"{path}: no such file")
-    if not path.is_file():
-        raise DataError(f"{path}: not a file")
-    with path.open("rb") as fh:
-        magic = fh.read(6)
-    if magic[:4] == b"PK\x03\x04":
-        raise DataError(f"{path}: is an .npz archive; give a single .npy array")
-    if magic != b"\x93NUMPY":
-        raise DataError(f"{path}: not a .npy file")
     try:
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as exc:
-        reason = (str(exc).splitlines() or ["unreadable"])[0]
-        raise DataError(f"{path}: unreadable .npy file ({reason})") from None
+        with open_regular(path) as handle:
+            magic = handle.read(6)
+            handle.seek(0)
+            if magic[:4] == b"PK\x03\x04":
+                raise DataError(f"{path}: is an .npz archive; give a single .npy array")
+            # Read into memory: the result outlives the file, and a map would pin it.
+            return np.array(load_npy(handle, os.fstat(handle.fileno()).st_size))
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except NotRegularFile as exc:
+        raise DataError(f"{path}: not a file (it is {exc.kind})") from None
+    except ArrayFileError as exc:
+        raise DataError(f"{path}: unreadable .npy file ({exc})") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path}: cannot read ({os_reason(exc)})") from None
 
 
 def _output_path(input_path: Path, output: Path | None) -> Path:

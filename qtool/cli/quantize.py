@@ -142,8 +142,9 @@ def quantize_command(
     )
     if synthetic and not data:
         stderr.print(
-            "[bold yellow]warning:[/] calibrating on SYNTHETIC random data: the "
-            "activation ranges are not meaningful and accuracy will be poor"
+            "[bold yellow]qtool: warning:[/] calibrating on SYNTHETIC random data: the "
+            "activation ranges are not meaningful and accuracy will be poor",
+            soft_wrap=True,
         )
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
         outcome = quantize_file(job, progress=advance, on_total=on_total)

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from qtool.model.graph import Buffer, Model, Operator, QuantParams, Subgraph, Tensor
-from qtool.model.io import SCHEMA_VERSION
 from qtool.model.types import TensorType, tensor_type
+from qtool.model.validate import SCHEMA_VERSION
 
 
 class GraphBuilder:

@@ -29,17 +29,26 @@ def quant_summary(q: QuantParams | None) -> dict[str, Any] | None:
 
 
 def format_quant(q: dict[str, Any] | None) -> str:
-    """One short line for a quantization summary: per-axis shown as count and range."""
-    if not q or "scale" not in q:
-        return (
-            "" if not q else f"range [{q.get('min', ['?'])[0]:.4g}, {q.get('max', ['?'])[0]:.4g}]"
-        )
+    """One short line for a quantization summary: per-axis shown as count and range.
+
+    Inconsistent parameters (no zero points, a range with one end) are shown as they are: the
+    audit is where they are judged.
+    """
+    if not q:
+        return ""
+    if "scale" not in q:
+        low, high = (f"{q[k][0]:.4g}" if q.get(k) else "?" for k in ("min", "max"))
+        return f"range [{low}, {high}]"
     scales, zps = q["scale"], q["zero_point"]
+    zp_text = (
+        "zp ?"
+        if not zps
+        else (f"zp {zps[0]}" if len(set(zps)) == 1 else f"zp {min(zps)}..{max(zps)}")
+    )
     if len(scales) == 1:
-        return f"scale {scales[0]:.6g}, zp {zps[0]}"
-    zp_text = f"zp {zps[0]}" if len(set(zps)) == 1 else f"zp {min(zps)}..{max(zps)}"
+        return f"scale {scales[0]:.6g}, {zp_text}"
     return (
-        f"per-axis[{q['quantized_dimension']}] x{len(scales)}: "
+        f"per-axis[{q.get('quantized_dimension', 0)}] x{len(scales)}: "
         f"scale {min(scales):.4g}..{max(scales):.4g}, {zp_text}"
     )
 

@@ -7,6 +7,7 @@ that a load -> save round trip never drops a field (debug metadata indices, vari
 from __future__ import annotations
 
 import fnmatch
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,7 +76,7 @@ class Tensor:
 
     @property
     def num_elements(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)  # exact: numpy's int64 product could wrap around
 
 
 @dataclass
@@ -91,12 +92,17 @@ class Operator:
     intermediates: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def option(self, name: str) -> Any:
-        """An option by its snake_case name; absent options take the schema's default."""
+    def option(self, name: str, table: str | None = None) -> Any:
+        """An option by its snake_case name; absent options take the schema's default.
+
+        `table` is the options table the operator's type takes: an operator written without
+        one (TFLite then uses the defaults) reads its defaults from there.
+        """
         if name in self.options:
             return self.options[name]
-        if self.options_type is not None:
-            for spec in table_layout(self.options_type)[0]:
+        layout = self.options_type or table
+        if layout is not None:
+            for spec in table_layout(layout)[0]:
                 if spec.name == name:
                     return spec.default
         raise KeyError(f"operator has no option {name!r} (options type {self.options_type})")

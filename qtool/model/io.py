@@ -1,4 +1,4 @@
-"""Reading and writing .tflite files: decode, validate, encode, atomic write.
+"""Reading and writing .tflite files: decode, validate, encode, atomic write (`qtool.files`).
 
 Reading memory-maps the file, so weight buffers are numpy views of the mapping and cost nothing
 until touched. Buffers stored after the flatbuffer (offset/size, the >2 GiB layout) are read the
@@ -11,7 +11,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import flatbuffers
 import numpy as np
 
 from qtool.errors import ModelError, UsageError
+from qtool.files import NotRegularFile, exists, open_regular, os_reason, write_atomic
 from qtool.model.graph import (
     Buffer,
     Model,
@@ -38,10 +38,10 @@ from qtool.model.reflect import (
     union_codes,
     union_members,
 )
-from qtool.model.types import BuiltinOperator, TensorType, dtype_name, numpy_dtype
+from qtool.model.types import BuiltinOperator
+from qtool.model.validate import validate_model
 
 FILE_IDENTIFIER = b"TFL3"
-SCHEMA_VERSION = 3
 BUFFER_ALIGNMENT = 16
 # The flatbuffers builder cannot exceed 2 GiB; leave headroom for the graph itself.
 INLINE_BUFFER_LIMIT = 2**31 - 2**26
@@ -50,27 +50,37 @@ INLINE_BUFFER_LIMIT = 2**31 - 2**26
 # =========================================================================== reading
 
 
-def load_model(path: str | os.PathLike) -> Model:
-    """Read a .tflite file into a Model; any problem raises ModelError naming it."""
+def load_model(path: str | os.PathLike, validate: bool = True) -> Model:
+    """Read a .tflite file into a Model; any problem raises ModelError naming it.
+
+    With `validate` (the default) the graph must also pass the validator (`validate.py`), which
+    raises InvalidModelError; without, only a file that does not decode is an error.
+    """
     path = Path(path)
-    if not path.exists():
-        raise ModelError(f"{path}: no such file")
-    if path.is_dir():
-        raise ModelError(f"{path}: is a directory, not a .tflite file")
     try:
-        with open(path, "rb") as handle:
+        handle = open_regular(path)
+    except NotRegularFile as exc:
+        raise ModelError(f"{path}: is {exc}") from None
+    except FileNotFoundError:
+        raise ModelError(f"{path}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"{path}: cannot read ({os_reason(exc)})") from None
+    try:
+        with handle:
             size = os.fstat(handle.fileno()).st_size
             if size == 0:
                 raise ModelError(f"{path}: empty file")
             data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except OSError as exc:
-        raise ModelError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    model = parse_model(data, name=str(path))
+        raise ModelError(f"{path}: cannot read ({os_reason(exc)})") from None
+    model = parse_model(data, name=str(path), validate=validate)
     model.source_path = str(path.resolve())
     return model
 
 
-def parse_model(data: bytes | bytearray | memoryview | mmap.mmap, name: str = "model") -> Model:
+def parse_model(
+    data: bytes | bytearray | memoryview | mmap.mmap, name: str = "model", validate: bool = True
+) -> Model:
     """Decode and validate TFLite flatbuffer bytes (zero-copy: buffers view `data`)."""
     if len(data) < 8:
         raise ModelError(f"{name}: truncated file ({len(data)} bytes), not a TFLite model")
@@ -87,7 +97,8 @@ def parse_model(data: bytes | bytearray | memoryview | mmap.mmap, name: str = "m
         raise
     except (DecodeError, Exception) as exc:  # any malformed flatbuffer surfaces as one error
         raise ModelError(f"{name}: corrupt TFLite flatbuffer ({_describe(exc)})") from None
-    validate_model(model, name)
+    if validate:
+        validate_model(model, name)
     return model
 
 
@@ -245,87 +256,6 @@ def _operator_from_dict(raw: dict[str, Any]) -> Operator:
         intermediates=_ints(known["intermediates"]),
         extra=extra,
     )
-
-
-# =========================================================================== validation
-
-
-def validate_model(model: Model, name: str = "model") -> None:
-    """Reject structural inconsistencies that would make later stages index out of range."""
-
-    def fail(message: str) -> None:
-        raise ModelError(f"{name}: {message}")
-
-    if model.version != SCHEMA_VERSION:
-        fail(f"unsupported schema version {model.version} (qtool reads version {SCHEMA_VERSION})")
-    if not model.subgraphs:
-        fail("model has no subgraph")
-    n_buffers, n_codes = len(model.buffers), len(model.operator_codes)
-    for s, subgraph in enumerate(model.subgraphs):
-        n_tensors = len(subgraph.tensors)
-        for t, tensor in enumerate(subgraph.tensors):
-            where = f"subgraph {s} tensor {t} ({tensor.name!r})"
-            if not 0 <= tensor.buffer < max(n_buffers, 1):
-                fail(f"{where} refers to buffer {tensor.buffer}, but the model has {n_buffers}")
-            if any(d < -1 for d in tensor.shape):
-                fail(f"{where} has an invalid shape {tensor.shape}")
-            _validate_constant_size(model, tensor, where, fail)
-        for kind, indices in (("input", subgraph.inputs), ("output", subgraph.outputs)):
-            for t in indices:
-                if not 0 <= t < n_tensors:
-                    fail(f"subgraph {s} {kind} refers to tensor {t}, but it has {n_tensors}")
-        for i, op in enumerate(subgraph.operators):
-            if not 0 <= op.opcode_index < n_codes:
-                fail(
-                    f"subgraph {s} operator {i} uses operator code {op.opcode_index}, "
-                    f"but the model has {n_codes}"
-                )
-            for kind, indices, low in (
-                ("input", op.inputs, -1),
-                ("output", op.outputs, 0),
-                ("intermediate", op.intermediates, 0),
-            ):
-                for t in indices:
-                    if not low <= t < n_tensors:
-                        fail(
-                            f"subgraph {s} operator {i} ({model.op_type(op)}) {kind} refers to "
-                            f"tensor {t}, but the subgraph has {n_tensors}"
-                        )
-    for meta in model.metadata:
-        if not 0 <= meta["buffer"] < n_buffers:
-            fail(f"metadata {meta.get('name')!r} refers to buffer {meta['buffer']}")
-    for signature in model.signature_defs:
-        s = signature["subgraph_index"]
-        if not 0 <= s < len(model.subgraphs):
-            fail(f"signature {signature.get('signature_key')!r} refers to subgraph {s}")
-        n_tensors = len(model.subgraphs[s].tensors)
-        for entry in (signature["inputs"] or []) + (signature["outputs"] or []):
-            if not 0 <= entry["tensor_index"] < n_tensors:
-                fail(
-                    f"signature {signature.get('signature_key')!r} entry {entry.get('name')!r} "
-                    f"refers to tensor {entry['tensor_index']}"
-                )
-
-
-def _validate_constant_size(model: Model, tensor: Tensor, where: str, fail) -> None:
-    if not model.is_constant(tensor) or tensor.sparsity is not None:
-        return
-    if tensor.dtype in (TensorType.STRING, TensorType.RESOURCE, TensorType.VARIANT):
-        return
-    if any(d < 0 for d in tensor.shape):
-        fail(f"{where} is a constant with a dynamic shape {tensor.shape}")
-    try:
-        itemsize = numpy_dtype(tensor.dtype).itemsize
-    except KeyError:
-        fail(f"{where} has unsupported type {dtype_name(tensor.dtype)}")
-    count = tensor.num_elements
-    needed = (count + 1) // 2 if tensor.dtype == TensorType.INT4 else count * itemsize
-    have = model.buffers[tensor.buffer].nbytes
-    if have != needed:
-        fail(
-            f"{where} needs {needed} bytes of {dtype_name(tensor.dtype)} data for shape "
-            f"{tensor.shape}, but its buffer {tensor.buffer} holds {have}"
-        )
 
 
 # =========================================================================== writing
@@ -490,35 +420,11 @@ def refuse_input_overwrite(output: str | os.PathLike, inputs: Iterable[str | os.
     qtool never overwrites a file it reads."""
     target = Path(output)
     for source in map(Path, inputs):
-        same = target.resolve() == source.resolve() or (
-            target.exists() and source.exists() and os.path.samefile(target, source)
-        )
+        try:
+            same = target.resolve() == source.resolve() or (
+                exists(target) and exists(source) and os.path.samefile(target, source)
+            )
+        except (OSError, ValueError, RuntimeError):
+            continue  # a path that cannot be resolved cannot be written either: that says why
         if same:
             raise UsageError(f"{target}: refusing to overwrite the input file {source}")
-
-
-def write_atomic(path: str | os.PathLike, chunks: Any, *, overwrite: bool = True) -> None:
-    """Write `chunks` (bytes-like, or str) to `path` through a temporary file and a rename, so
-    that readers never see a partial file and a failed write leaves nothing behind."""
-    path = Path(path)
-    if not overwrite and path.exists():
-        raise UsageError(f"{path}: already exists (use --force to replace it)")
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise UsageError(f"{directory}: output directory does not exist")
-    if isinstance(chunks, str | bytes | memoryview):
-        chunks = [chunks]
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, "wb") as handle:
-            for chunk in chunks:
-                handle.write(chunk.encode() if isinstance(chunk, str) else chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)

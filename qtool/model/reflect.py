@@ -86,6 +86,12 @@ def union_members(enum_name: str) -> dict[int, str]:
 
 
 @functools.cache
+def enum_values(enum_name: str) -> frozenset[int]:
+    """The values a schema enum (Padding, TensorType, ...) defines."""
+    return frozenset(enum_members(enum_name).values())
+
+
+@functools.cache
 def union_codes(enum_name: str) -> dict[str, int]:
     return {member: code for code, member in union_members(enum_name).items()}
 
@@ -155,16 +161,14 @@ def _sub_table(tab: flatbuffers.table.Table, at: int, buf_len: int) -> flatbuffe
     return flatbuffers.table.Table(tab.Bytes, pos)
 
 
-def _decode_string(tab: flatbuffers.table.Table, at: int, buf_len: int) -> str | bytes:
+def _decode_string(tab: flatbuffers.table.Table, at: int, buf_len: int) -> str:
     start = tab.Indirect(at)
     _check_span(buf_len, start, 4)
     length = flatbuffers.encode.Get(nt.UOffsetTFlags.packer_type, tab.Bytes, start)
     _check_span(buf_len, start + 4, length)
-    raw = bytes(tab.Bytes[start + 4 : start + 4 + length])
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw  # kept as bytes so that the round trip stays exact
+    # Flatbuffer strings are UTF-8; bytes that are not come out escaped (\\xff), so that every
+    # name is printable text everywhere (console, JSON, reports) and is written back so.
+    return bytes(tab.Bytes[start + 4 : start + 4 + length]).decode("utf-8", "backslashreplace")
 
 
 def _decode_vector(field: Field, tab: flatbuffers.table.Table, off: int, buf_len: int) -> Any:

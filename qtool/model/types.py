@@ -16,6 +16,8 @@ __all__ = [
     "TensorType",
     "builtin_code",
     "dtype_name",
+    "known_builtin",
+    "known_tensor_type",
     "numpy_dtype",
     "op_type_name",
     "tensor_type",
@@ -60,6 +62,14 @@ _NUMPY_DTYPES: dict[int, np.dtype] = {
     TensorType.INT4: np.dtype("u1"),
     TensorType.BFLOAT16: np.dtype("<u2"),
 }
+
+
+def known_builtin(code: int) -> bool:
+    return code in _OPERATOR_NAMES
+
+
+def known_tensor_type(code: int) -> bool:
+    return code in _TYPE_NAMES
 
 
 def op_type_name(code: int) -> str:

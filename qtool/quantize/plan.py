@@ -137,7 +137,13 @@ def _unsupported(
     if rule is None:
         return f"{model.op_type(op)} has no {scheme} kernel in the {scheme} spec"
     for position, t in enumerate(op.inputs):
-        if t < 0 or not _is_float(tensors[t]):
+        if t < 0:
+            continue
+        if not _is_float(tensors[t]):
+            operand = rule.input_rule(position)
+            live = not model.is_constant(tensors[t])
+            if live and operand is not None and operand.role == "activation":
+                return f"input {position} is not float: nothing to quantize it from"
             continue
         operand = rule.input_rule(position)
         constant = model.is_constant(tensors[t])

@@ -97,8 +97,9 @@ class _Rewriter:
             return _Version(FLOAT, None)
         params = self.plan.params.get((t, INT8))
         if params is None:
-            low, high = self.plan.ranges.get(t, (0.0, 0.0))
-            params = activation_params(low, high)
+            if t not in self.plan.ranges:  # never calibrated: it keeps its float boundary
+                return _Version(FLOAT, None)
+            params = activation_params(*self.plan.ranges[t])
         if self.io == UINT8:
             # uint8 at the boundary is the int8 tensor shifted by the difference of the minimums.
             shift = qrange(np.uint8)[0] - qrange(np.int8)[0]

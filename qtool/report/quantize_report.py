@@ -17,8 +17,16 @@ from qtool.report.analysis_report import analysis_section
 REPORT_VERSION = 3
 
 
-def file_facts(path: str | Path) -> dict[str, Any]:
+def file_facts(path: str | Path, data: bytes | None = None) -> dict[str, Any]:
+    """Path, size and sha256 of a file: read from disk, or given as the bytes about to be
+    written there (the report is written together with the model, not after it)."""
     path = Path(path)
+    if data is not None:
+        return {
+            "path": str(path),
+            "size_bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -123,6 +131,7 @@ def build_report(
     *,
     input_path: str,
     output_path: str,
+    output_data: bytes | None = None,
     data_sources: list[str],
     samples_limit: int | None,
     seed: int | None,
@@ -151,7 +160,7 @@ def build_report(
             "seed": seed,
         },
         "input_model": file_facts(input_path),
-        "output_model": file_facts(output_path),
+        "output_model": file_facts(output_path, output_data),
         "calibration": _calibration_rows(result, source),
         "io": [
             {"subgraph": s, **row}

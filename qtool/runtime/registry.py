@@ -18,6 +18,7 @@ import numpy as np
 from qtool.errors import UsageError
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.types import ActivationFunctionType, numpy_dtype
+from qtool.op_facts import options_table
 
 KERNEL_MODULES = (
     "qtool.runtime.kernels.conv",
@@ -60,7 +61,8 @@ class OpContext:
         self.batch = batch
 
     def option(self, name: str) -> Any:
-        return self.op.option(name)
+        # An operator written without its options table takes that table's defaults.
+        return self.op.option(name, table=options_table(self.op_type))
 
     def input_tensor(self, i: int) -> Tensor | None:
         if i >= len(self.op.inputs) or self.op.inputs[i] < 0:

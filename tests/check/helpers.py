@@ -39,11 +39,12 @@ def op_tensor(model: Model, op: int, kind: str, position: int, subgraph: int = 0
 
 
 def mutate(model: Model, edit: Callable[[Model], None]) -> tuple[Model, bytes]:
-    """Apply `edit` to a copy of `model`, save it and parse it back (what a user would audit)."""
+    """Apply `edit` to a copy of `model`, save it and parse it back (what a user would audit:
+    `qtool check` reads invalid graphs too, and reports them as QT-MODEL-INVALID)."""
     copy = parse_model(model_to_bytes(model))
     edit(copy)
     data = model_to_bytes(copy)
-    return parse_model(data), data
+    return parse_model(data, validate=False), data
 
 
 def new_findings(base: Model, mutated: Model) -> list[Finding]:
@@ -82,7 +83,7 @@ def litert_verdict(data: bytes) -> str:
 # --------------------------------------------------------------------------- small int8 models
 
 CONV_OPTIONS = {
-    "padding": 0,
+    "padding": 1,  # VALID
     "stride_w": 1,
     "stride_h": 1,
     "fused_activation_function": 0,
@@ -90,7 +91,7 @@ CONV_OPTIONS = {
     "dilation_h_factor": 1,
 }
 POOL_OPTIONS = {
-    "padding": 0,
+    "padding": 1,  # VALID
     "stride_w": 1,
     "stride_h": 1,
     "filter_width": 2,

@@ -37,7 +37,8 @@ def vela_cpu_ops(data: bytes) -> frozenset[tuple[int, int]]:
             vela_main(
                 [str(source), "--accelerator-config", "ethos-u55-128", "--output-dir", folder]
             )
-        compiled = parse_model((Path(folder) / "model_vela.tflite").read_bytes())
+        # Vela writes scratch tensors that only its runtime fills: no valid TFLite graph.
+        compiled = parse_model((Path(folder) / "model_vela.tflite").read_bytes(), validate=False)
     left = {
         compiled.subgraphs[s].tensors[op.outputs[0]].name
         for s, _, _, op in compiled.iter_ops()

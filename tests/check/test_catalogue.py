@@ -11,13 +11,14 @@ from qtool import spec as spec_module
 from qtool.check import RULES, SEVERITIES, audit_model
 from qtool.check import config as config_module
 from qtool.check.gates import RULE_IDS
-from qtool.check.registry import FAMILIES, GATE
+from qtool.check.registry import FAMILIES, GATE, VALIDITY
 from qtool.model import QuantParams
 from tests.check.helpers import int8_conv_model, mutate, op_index, op_tensor, tf_model
 
 
 def test_registry_and_catalogue_agree() -> None:
-    emitted = [rule for family in (GATE, *FAMILIES) for rule in family.rules] + list(RULE_IDS)
+    emitted = [rule for family in (VALIDITY, GATE, *FAMILIES) for rule in family.rules]
+    emitted += list(RULE_IDS)
     assert len(emitted) == len(set(emitted))
     assert set(emitted) == set(RULES)
     for rule in RULES.values():

@@ -79,6 +79,16 @@ def logits(model: Model) -> tuple[int, int, int]:
 
 
 @case
+def invalid_graph() -> Case:
+    op = op_index(cnn(), "CONV_2D")
+
+    def edit(m: Model) -> None:  # a stride the declared output shape does not follow
+        m.subgraphs[0].operators[op].options["stride_h"] = 2
+
+    return Case(cnn(), edit, [("QT-MODEL-INVALID", "error", op, None)])
+
+
+@case
 def qparam_count() -> Case:
     op, _, w, _ = conv_operands(cnn())
 

@@ -1,0 +1,132 @@
+"""What surrounds every command: signals, warnings, and errors as one line.
+
+- SIGTERM and SIGHUP raise `Terminated` (SIGINT raises KeyboardInterrupt as usual), so that the
+  code being interrupted unwinds and removes its temporary files; whatever is left is removed on
+  the way out. The exit code is 128 + the signal number. A signal that arrives while a group of
+  files is renamed into place takes effect once they all are.
+- numpy's floating-point warnings are off (the data checks say what matters); any other Python
+  warning is one line, `qtool: warning: ...`.
+- A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise).
+  Anything else is a bug: one line `qtool: internal error: ...`, exit code 3. `--debug` (or
+  QTOOL_DEBUG=1) adds the traceback, including that of the user's own generator code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import traceback
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import click
+
+from qtool.errors import QtoolError
+from qtool.files import defer_interrupt, remove_temporaries
+
+EXIT_INTERNAL = 3
+_HANDLED = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP arrived: unwind like Ctrl-C, then exit 128 + signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    if defer_interrupt(signum):  # files are being renamed into place: after that
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def _signal_handlers() -> Iterator[None]:
+    numbers = [getattr(signal, name) for name in _HANDLED if hasattr(signal, name)]
+    try:
+        previous = {number: signal.signal(number, _interrupt) for number in numbers}
+    except ValueError:  # not the main thread: leave signals alone
+        previous = {}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    text = str(message).strip().splitlines()[0] if str(message).strip() else ""
+    click.echo(f"qtool: warning: {category.__name__}: {text}", err=True)
+
+
+@contextlib.contextmanager
+def _quiet_warnings() -> Iterator[None]:
+    import numpy as np  # here: `qtool --help` imports no numpy
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.showwarning = _one_line_warning
+        yield
+
+
+def debug_requested() -> bool:
+    return os.environ.get("QTOOL_DEBUG", "") not in ("", "0")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def _escape_unencodable() -> None:
+    """Print what the terminal cannot encode (undecodable file names) as escapes, not crash."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def run_guarded(invoke: Callable[[], Any], debug: Callable[[], bool]) -> Any:
+    """Run a command; every way it can end becomes an exit code and at most one line."""
+    _escape_unencodable()
+    try:
+        with _signal_handlers(), _quiet_warnings():
+            return invoke()
+    except QtoolError as exc:
+        if debug():
+            traceback.print_exception(exc)
+        click.echo(f"qtool: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "qtool"
+        click.echo(f"qtool: error: {exc.format_message()} (see {command} --help)", err=True)
+        sys.exit(2)
+    except click.ClickException as exc:
+        click.echo(f"qtool: error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except Terminated as exc:
+        click.echo(f"qtool: terminated by {signal.Signals(exc.signum).name}", err=True)
+        sys.exit(128 + exc.signum)
+    except KeyboardInterrupt:
+        click.echo("qtool: interrupted", err=True)
+        sys.exit(130)
+    except MemoryError:
+        click.echo("qtool: error: out of memory", err=True)
+        sys.exit(2)
+    except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+        raise
+    except Exception as exc:  # a bug: one line, the traceback only on request
+        if debug():
+            traceback.print_exception(exc)
+        hint = "" if debug() else " (rerun with --debug for the traceback)"
+        click.echo(
+            f"qtool: internal error: {type(exc).__name__}: {_first_line(exc)}{hint}", err=True
+        )
+        sys.exit(EXIT_INTERNAL)
+    finally:
+        remove_temporaries()

@@ -1,0 +1,301 @@
+"""Shape rules: what an operator's declared operand shapes and constant arguments must satisfy.
+
+Each rule (named by `schemas/ops.json`) sees one operator through an `OpView` and returns the
+output shapes the operator computes from its inputs, or raises `ShapeError` saying why it cannot
+compute anything. Dimensions a model leaves dynamic (-1 in `shape_signature`) are None and match
+anything; an output a rule cannot know statically (it depends on a run-time tensor) is None. The
+validator compares the results with the declared output shapes, so the engine, whose kernels
+follow the same TFLite semantics, only ever runs operators whose shapes fit together.
+
+The rules of the operators that move data (reshapes, joins, slices, gathers, pads) are in
+`shape_rules_layout.py`, the spatial ones (convolutions, pools, resizes, space/depth/batch) in
+`shape_rules_nn.py`; all register into `RULES`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from qtool.model.graph import Model, Operator, Subgraph, Tensor
+from qtool.model.types import TensorType
+from qtool.op_facts import OpFacts
+
+Dim = int | None
+Shape = tuple[Dim, ...]
+Inferred = list[Shape | None]  # one per output; None: not known before running
+Rule = Callable[["OpView"], Inferred]
+
+RULES: dict[str, Rule] = {}
+
+
+class ShapeError(ValueError):
+    """The operator's operands cannot go together; the message says how."""
+
+
+def rule(*names: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            RULES[name] = fn
+        return fn
+
+    return register
+
+
+def declared_shape(tensor: Tensor) -> Shape:
+    """A tensor's shape with the dimensions it declares dynamic as None."""
+    signature = tensor.shape_signature
+    dynamic = signature is not None and len(signature) == len(tensor.shape)
+    return tuple(
+        None if dynamic and signature[i] < 0 else int(d) for i, d in enumerate(tensor.shape)
+    )
+
+
+@dataclass
+class OpView:
+    """One operator as a shape rule sees it: declared shapes, constant values, options."""
+
+    model: Model
+    subgraph: Subgraph
+    op: Operator
+    facts: OpFacts
+
+    def present(self, i: int) -> bool:
+        return i < len(self.op.inputs) and self.op.inputs[i] >= 0
+
+    def tensor(self, i: int) -> Tensor:
+        return self.subgraph.tensors[self.op.inputs[i]]
+
+    def shape(self, i: int) -> Shape:
+        return declared_shape(self.tensor(i))
+
+    def rank(self, i: int) -> int:
+        return len(self.tensor(i).shape)
+
+    def value(self, i: int) -> np.ndarray | None:
+        """The constant value of input i, flattened (None for activations and absent inputs)."""
+        if not self.present(i) or self.tensor(i).sparsity is not None:
+            return None
+        data = self.model.tensor_data(self.tensor(i))
+        return None if data is None else np.asarray(data).reshape(-1)
+
+    def ints(self, i: int, what: str) -> list[int] | None:
+        """Input i as a list of integers when it is a constant (its type is checked earlier)."""
+        value = self.value(i)
+        if value is None:
+            return None
+        if value.dtype.kind not in "iu":
+            raise ShapeError(f"{what} (input {i}) must hold integers, not {value.dtype}")
+        return [int(v) for v in value]
+
+    def scalar(self, i: int, what: str) -> int | None:
+        values = self.ints(i, what)
+        if values is not None and len(values) != 1:
+            raise ShapeError(f"{what} (input {i}) must be one value, got {values[:8]}")
+        return None if values is None else values[0]
+
+    def option(self, name: str) -> Any:
+        return self.op.option(name, table=self.facts.options)
+
+    def option_ints(self, name: str) -> list[int]:
+        """A vector option (new_shape, squeeze_dims) as integers; absent is empty."""
+        value = self.option(name)
+        return [] if value is None else [int(v) for v in np.asarray(value).reshape(-1)]
+
+    @property
+    def outputs(self) -> int:
+        return len(self.op.outputs)
+
+    def unknown(self) -> Inferred:
+        return [None] * self.outputs
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def axis_index(axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < rank:
+        raise ShapeError(f"{what} {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def elements(shape: Shape) -> int | None:
+    return None if None in shape else math.prod(shape)
+
+
+def same_dim(a: Dim, b: Dim) -> bool:
+    return a is None or b is None or a == b
+
+
+def same_shape(a: Shape, b: Shape) -> bool:
+    return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b, strict=True))
+
+
+def broadcast(shapes: Sequence[Shape]) -> Shape:
+    """numpy/TFLite broadcasting of declared shapes."""
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Dim] = []
+    for position in range(rank):
+        dims = [s[position - rank + len(s)] for s in shapes if position - rank + len(s) >= 0]
+        sizes = {d for d in dims if d is not None and d != 1}
+        if len(sizes) > 1:
+            raise ShapeError(f"shapes {[list(s) for s in shapes]} do not broadcast")
+        if sizes:
+            out.append(sizes.pop())
+        else:
+            out.append(None if None in dims else 1)
+    return tuple(out)
+
+
+def need_rank(view: OpView, i: int, ranks: Sequence[int] | range, what: str) -> Shape:
+    shape = view.shape(i)
+    if len(shape) not in ranks:
+        wanted = " or ".join(map(str, ranks)) if len(ranks) < 4 else f"{ranks[0]}..{ranks[-1]}"
+        raise ShapeError(f"{what} (input {i}) must have rank {wanted}, has shape {list(shape)}")
+    return shape
+
+
+# --------------------------------------------------------------------------- elementwise
+
+
+@rule("elementwise")
+def _elementwise(view: OpView) -> Inferred:
+    return [view.shape(0)]
+
+
+@rule("last_axis")
+def _last_axis(view: OpView) -> Inferred:
+    need_rank(view, 0, range(1, 17), "input")
+    return [view.shape(0)]
+
+
+@rule("broadcast")
+def _broadcast(view: OpView) -> Inferred:
+    return [broadcast([view.shape(i) for i in range(len(view.op.inputs))])]
+
+
+@rule("select")
+def _select(view: OpView) -> Inferred:
+    condition, x, y = (view.shape(i) for i in range(3))
+    if not same_shape(x, y):
+        raise ShapeError(f"x {list(x)} and y {list(y)} differ in shape")
+    row_mask = len(condition) == 1 and len(x) >= 1 and same_dim(condition[0], x[0])
+    if not (same_shape(condition, x) or row_mask or not condition):
+        raise ShapeError(f"condition {list(condition)} fits neither x {list(x)} nor its rows")
+    return [x]
+
+
+@rule("densify")
+def _densify(view: OpView) -> Inferred:
+    if view.tensor(0).sparsity is None:
+        raise ShapeError("input 0 is not a sparse tensor")
+    return [view.shape(0)]
+
+
+# --------------------------------------------------------------------------- reductions
+
+
+def _reduced_axes(view: OpView) -> list[int] | None:
+    axes = view.ints(1, "axis")
+    rank = view.rank(0)
+    return None if axes is None else sorted({axis_index(a, max(rank, 1)) for a in axes})
+
+
+@rule("reduce")
+def _reduce(view: OpView) -> Inferred:
+    axes = _reduced_axes(view)
+    if axes is None:
+        return view.unknown()
+    shape = view.shape(0)
+    if view.option("keep_dims"):
+        return [tuple(1 if i in axes else d for i, d in enumerate(shape))]
+    return [tuple(d for i, d in enumerate(shape) if i not in axes)]
+
+
+def _single_axis(view: OpView) -> int | None:
+    need_rank(view, 0, range(1, 17), "input")
+    axis = view.scalar(1, "axis")
+    return None if axis is None else axis_index(axis, view.rank(0))
+
+
+@rule("arg_reduce")
+def _arg_reduce(view: OpView) -> Inferred:
+    output_type = view.option("output_type")
+    if output_type not in (TensorType.INT32, TensorType.INT64):
+        raise ShapeError(f"output_type must be INT32 or INT64, not {output_type}")
+    out = view.subgraph.tensors[view.op.outputs[0]]
+    if out.dtype != output_type:
+        raise ShapeError("the output's type differs from output_type")
+    axis = _single_axis(view)
+    shape = view.shape(0)
+    return view.unknown() if axis is None else [shape[:axis] + shape[axis + 1 :]]
+
+
+@rule("cumsum")
+def _cumsum(view: OpView) -> Inferred:
+    _single_axis(view)
+    return [view.shape(0)]
+
+
+@rule("reverse")
+def _reverse(view: OpView) -> Inferred:
+    axes = view.ints(1, "axis")
+    for axis in axes or ():
+        axis_index(axis, view.rank(0))
+    return [view.shape(0)]
+
+
+# --------------------------------------------------------------------------- fills and shapes
+
+
+def pairs(view: OpView, i: int, rank: int, what: str) -> list[list[int]] | None:
+    """A constant [rank, 2] input (paddings, crops) as rows, checked non-negative."""
+    values = view.ints(i, what)
+    if values is None:
+        return None
+    if len(values) != 2 * rank or any(v < 0 for v in values):
+        raise ShapeError(f"{what} {values} must be {rank} non-negative pairs")
+    return [values[k : k + 2] for k in range(0, 2 * rank, 2)]
+
+
+def target_shape(view: OpView, i: int, what: str) -> Shape | None:
+    values = view.ints(i, what)
+    if values is not None and any(v < 0 for v in values):
+        raise ShapeError(f"{what} {values} holds a negative size")
+    return None if values is None else tuple(values)
+
+
+@rule("fill")
+def _fill(view: OpView) -> Inferred:
+    if view.value(1) is not None and view.value(1).size != 1:
+        raise ShapeError("the fill value must be one value")
+    target = target_shape(view, 0, "dims")
+    return [target] if target is not None else view.unknown()
+
+
+@rule("shape")
+def _shape(view: OpView) -> Inferred:
+    out_type = view.option("out_type")
+    if out_type not in (TensorType.INT32, TensorType.INT64):
+        raise ShapeError(f"out_type must be INT32 or INT64, not {out_type}")
+    if view.subgraph.tensors[view.op.outputs[0]].dtype != out_type:
+        raise ShapeError("the output's type differs from out_type")
+    return [(view.rank(0),)]
+
+
+@rule("range")
+def _range(view: OpView) -> Inferred:
+    values = [view.value(i) for i in range(3)]
+    if any(v is not None and v.size != 1 for v in values):
+        raise ShapeError("start, limit and delta must be one value each")
+    if any(v is None for v in values):
+        return view.unknown()
+    start, limit, delta = (float(v[0]) for v in values)
+    finite = all(map(math.isfinite, (start, limit, delta)))
+    if not finite or delta == 0 or (limit - start) * delta < 0:
+        raise ShapeError(f"range({start:g}, {limit:g}, {delta:g}) does not reach its limit")
+    return [(math.ceil(abs((limit - start) / delta)),)]

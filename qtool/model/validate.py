@@ -1,0 +1,458 @@
+"""The model validator: runs right after reading, before any engine, planner or audit rule.
+
+It checks, against the operator facts in `schemas/ops.json`:
+- structure: every index (operator codes, tensors, buffers, subgraphs) in range, constants
+  holding exactly the bytes their shape needs;
+- tensors: a type qtool can hold, shapes without negative or absurd dimensions, activations
+  within the documented size limits, shape signatures that fit their shapes;
+- the graph: every tensor produced once, and before it is read (runtimes execute operators in
+  the stored order, so this also rules out cycles), valid subgraph inputs, outputs, signatures;
+- every operator: a known operator code, its input/output counts and operand types, its options
+  table, constant operands where it needs them, and its shape rule (`shape_rules.py`).
+
+Each problem names where it is (`operator N (TYPE)`, a tensor, a subgraph) and what is wrong.
+`validate_model` raises the first as an `InvalidModelError`; `model_problems` lists them all
+(what `qtool check` turns into findings).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from qtool.errors import ModelError
+from qtool.model import shape_rules_layout, shape_rules_nn  # noqa: F401  (they register rules)
+from qtool.model.graph import Model, Operator, Subgraph, Tensor
+from qtool.model.reflect import enum_values
+from qtool.model.shape_rules import RULES, OpView, ShapeError, declared_shape, same_shape
+from qtool.model.types import (
+    BuiltinOperator,
+    TensorType,
+    dtype_name,
+    known_builtin,
+    known_tensor_type,
+    numpy_dtype,
+)
+from qtool.op_facts import OpFacts, load_op_facts
+
+SCHEMA_VERSION = 3
+MAX_PROBLEMS = 50
+_OPAQUE = (TensorType.STRING, TensorType.RESOURCE, TensorType.VARIANT)
+_FLOATS = (TensorType.FLOAT32, TensorType.FLOAT16, TensorType.FLOAT64)
+
+
+@dataclass(frozen=True)
+class Problem:
+    message: str
+    subgraph: int | None = None
+    op_index: int | None = None
+    op_type: str | None = None
+    tensor_index: int | None = None
+    tensor_name: str | None = None
+
+    def location(self) -> str:
+        prefix = f"subgraph {self.subgraph} " if self.subgraph else ""
+        if self.op_index is not None:
+            return f"{prefix}operator {self.op_index} ({self.op_type})"
+        if self.tensor_index is not None:
+            return f"{prefix}tensor {self.tensor_index} ({self.tensor_name!r})"
+        return prefix.strip()
+
+    def text(self, name: str) -> str:
+        where = self.location()
+        return f"{name}: {where}: {self.message}" if where else f"{name}: {self.message}"
+
+
+class InvalidModelError(ModelError):
+    """The file decodes, but the graph is not one qtool (or any TFLite runtime) can run."""
+
+    def __init__(self, name: str, problems: list[Problem], operators: list[tuple[int, int, str]]):
+        super().__init__(problems[0].text(name))
+        self.name = name
+        self.problems = problems
+        self.operators = operators  # (subgraph, index, type) of every operator, for reports
+
+
+def validate_model(model: Model, name: str = "model") -> None:
+    """Raise InvalidModelError naming the first problem of `model`, if it has any."""
+    problems = model_problems(model)
+    if problems:
+        raise InvalidModelError(name, problems, operator_list(model))
+
+
+def op_type_name(model: Model, op: Operator) -> str:
+    """An operator's type, or `?` when its operator code index is out of range."""
+    if 0 <= op.opcode_index < len(model.operator_codes):
+        return model.op_type(op)
+    return "?"
+
+
+def operator_list(model: Model) -> list[tuple[int, int, str]]:
+    return [(s, i, op_type_name(model, op)) for s, i, _, op in model.iter_ops()]
+
+
+def model_problems(model: Model) -> list[Problem]:
+    """Every problem of `model`, structure first: later checks assume valid indices."""
+    problems = _structure(model)
+    if not problems:
+        for s, subgraph in enumerate(model.subgraphs):
+            bad = _tensor_problems(model, s, subgraph, problems)
+            _graph_problems(model, s, subgraph, problems)
+            for i, op in enumerate(subgraph.operators):
+                if not bad.intersection(op.inputs + op.outputs):
+                    problems += _operator_problems(model, s, subgraph, i, op)
+        _signature_problems(model, problems)
+    return problems[:MAX_PROBLEMS]
+
+
+# --------------------------------------------------------------------------- structure
+
+
+def _structure(model: Model) -> list[Problem]:
+    problems: list[Problem] = []
+    if model.version != SCHEMA_VERSION:
+        problems.append(Problem(f"unsupported schema version {model.version} (qtool reads 3)"))
+    if not model.subgraphs:
+        problems.append(Problem("the model has no subgraph"))
+    n_buffers, n_codes = len(model.buffers), len(model.operator_codes)
+    for s, subgraph in enumerate(model.subgraphs):
+        n_tensors = len(subgraph.tensors)
+        for t, tensor in enumerate(subgraph.tensors):
+            if not 0 <= tensor.buffer < max(n_buffers, 1):
+                problems.append(
+                    _tensor(
+                        s, t, tensor, f"refers to buffer {tensor.buffer}, the model has {n_buffers}"
+                    )
+                )
+        for kind, indices in (("input", subgraph.inputs), ("output", subgraph.outputs)):
+            for t in indices:
+                if not 0 <= t < n_tensors:
+                    problems.append(
+                        Problem(f"{kind} refers to tensor {t}, the subgraph has {n_tensors}", s)
+                    )
+        for i, op in enumerate(subgraph.operators):
+            if not 0 <= op.opcode_index < n_codes:
+                problems.append(
+                    Problem(
+                        f"uses operator code {op.opcode_index}, the model has {n_codes}", s, i, "?"
+                    )
+                )
+                continue
+            for kind, indices, low in (
+                ("input", op.inputs, -1),
+                ("output", op.outputs, 0),
+                ("intermediate", op.intermediates, 0),
+            ):
+                bad = [t for t in indices if not low <= t < n_tensors]
+                if bad:
+                    problems.append(
+                        _op(
+                            s,
+                            i,
+                            model.op_type(op),
+                            f"{kind} refers to tensor {bad[0]}, the subgraph has {n_tensors}",
+                        )
+                    )
+    for meta in model.metadata:
+        if not 0 <= meta["buffer"] < n_buffers:
+            problems.append(
+                Problem(f"metadata {meta.get('name')!r} refers to buffer {meta['buffer']}")
+            )
+    for signature in model.signature_defs:
+        s = signature["subgraph_index"]
+        key = signature.get("signature_key")
+        if not 0 <= s < len(model.subgraphs):
+            problems.append(Problem(f"signature {key!r} refers to subgraph {s}"))
+            continue
+        n_tensors = len(model.subgraphs[s].tensors)
+        for entry in (signature["inputs"] or []) + (signature["outputs"] or []):
+            if not 0 <= entry["tensor_index"] < n_tensors:
+                problems.append(
+                    Problem(
+                        f"signature {key!r} entry {entry.get('name')!r} refers to tensor "
+                        f"{entry['tensor_index']}, the subgraph has {n_tensors}"
+                    )
+                )
+    return problems
+
+
+def _op(s: int, i: int, op_type: str, message: str) -> Problem:
+    return Problem(message, s, i, op_type)
+
+
+def _tensor(s: int, t: int, tensor: Tensor, message: str) -> Problem:
+    return Problem(message, s, tensor_index=t, tensor_name=tensor.name)
+
+
+# --------------------------------------------------------------------------- tensors
+
+
+def _tensor_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Problem]) -> set[int]:
+    """Append each tensor's problem; return the indices of the tensors that have one."""
+    bad: set[int] = set()
+    for t, tensor in enumerate(subgraph.tensors):
+        message = _tensor_message(model, tensor)
+        if message:
+            problems.append(_tensor(s, t, tensor, message))
+            bad.add(t)
+    return bad
+
+
+def _tensor_message(model: Model, tensor: Tensor) -> str | None:
+    limits = load_op_facts().limits
+    if not known_tensor_type(tensor.dtype):
+        return f"has an unknown tensor type (code {tensor.dtype})"
+    shape = tensor.shape
+    if len(shape) > limits.max_rank:
+        return f"has rank {len(shape)}, more than {limits.max_rank}"
+    if any(d < 0 for d in shape):  # a dynamic dimension is 1 here and -1 in the signature
+        return f"has an invalid shape {shape}"
+    signature = tensor.shape_signature
+    if signature is not None and (
+        len(signature) != len(shape)
+        or any(g != -1 and g != d for g, d in zip(signature, shape, strict=True))
+    ):
+        return f"has a shape signature {signature} that does not fit its shape {shape}"
+    if model.is_constant(tensor):
+        return _constant_message(model, tensor)
+    count = math.prod(max(d, 1) for d in shape)  # an empty tensor costs what one element would
+    itemsize = 1 if tensor.dtype in _OPAQUE else max(numpy_dtype(tensor.dtype).itemsize, 1)
+    if count > limits.max_activation_elements or count * itemsize > limits.max_activation_bytes:
+        return (
+            f"declares {count:,} elements ({count * itemsize:,} bytes), over qtool's limit of "
+            f"{limits.max_activation_elements:,} elements and {limits.max_activation_bytes:,} bytes"
+        )
+    return None
+
+
+def _constant_message(model: Model, tensor: Tensor) -> str | None:
+    if tensor.dtype in _OPAQUE:
+        return None
+    if tensor.sparsity is not None:  # DENSIFY checks the encoding; the values must be whole
+        itemsize = numpy_dtype(tensor.dtype).itemsize
+        have = model.buffers[tensor.buffer].nbytes
+        if have % itemsize:
+            return f"holds {have} bytes, no whole number of {dtype_name(tensor.dtype)} values"
+        return None
+    count = math.prod(tensor.shape)
+    itemsize = numpy_dtype(tensor.dtype).itemsize
+    needed = (count + 1) // 2 if tensor.dtype == TensorType.INT4 else count * itemsize
+    have = model.buffers[tensor.buffer].nbytes
+    if have != needed:
+        return (
+            f"needs {needed} bytes of {dtype_name(tensor.dtype)} data for shape {tensor.shape}, "
+            f"but its buffer {tensor.buffer} holds {have}"
+        )
+    if tensor.dtype in _FLOATS and np.isnan(model.tensor_data(tensor)).any():
+        return "is a constant holding NaN"
+    return None
+
+
+# --------------------------------------------------------------------------- graph
+
+
+def _sources(model: Model, subgraph: Subgraph) -> set[int]:
+    """Tensors that hold values before any operator runs."""
+    return set(subgraph.inputs) | {
+        t
+        for t, tensor in enumerate(subgraph.tensors)
+        if model.is_constant(tensor) or tensor.is_variable
+    }
+
+
+def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Problem]) -> None:
+    sources = _sources(model, subgraph)
+    written = {t for op in subgraph.operators for t in op.outputs}
+    # An empty tensor no operator writes is an empty constant (an empty axis list, say).
+    sources |= {
+        t
+        for t, tensor in enumerate(subgraph.tensors)
+        if 0 in tensor.shape and t not in written and tensor.dtype not in _OPAQUE
+    }
+    producer: dict[int, int] = {}
+    for i, op in enumerate(subgraph.operators):
+        op_type = model.op_type(op)
+        for t in op.outputs:
+            if t in producer or t in sources or op.outputs.count(t) > 1:
+                what = (
+                    f"operator {producer[t]}"
+                    if t in producer
+                    else ("a model input" if t in subgraph.inputs else "a constant")
+                )
+                problems.append(_op(s, i, op_type, f"writes tensor {t}, already {what}"))
+            producer.setdefault(t, i)
+    for i, op in enumerate(subgraph.operators):
+        for position, t in enumerate(op.inputs):
+            message = None
+            if t >= 0 and t not in sources and t not in producer:
+                message = "which is no constant, no model input and no operator's output"
+            elif t >= 0 and t not in sources and producer[t] >= i:
+                # Runtimes execute operators in the stored order.
+                message = f"which operator {producer[t]} only writes later"
+            if message:
+                name = subgraph.tensors[t].name
+                problems.append(
+                    _op(
+                        s,
+                        i,
+                        model.op_type(op),
+                        f"input {position} reads tensor {t} ({name!r}), {message}",
+                    )
+                )
+    for t in subgraph.outputs:
+        if t not in sources and t not in producer:
+            problems.append(Problem(f"output tensor {t} is produced by no operator", s))
+    if len(set(subgraph.inputs)) != len(subgraph.inputs):
+        problems.append(Problem(f"lists a model input twice: {subgraph.inputs}", s))
+    for role, indices in (("input", subgraph.inputs), ("output", subgraph.outputs)):
+        for t in indices:
+            if model.is_constant(subgraph.tensors[t]):
+                problems.append(
+                    _tensor(s, t, subgraph.tensors[t], f"is a model {role} but a constant")
+                )
+    for t in subgraph.inputs:
+        tensor = subgraph.tensors[t]
+        if tensor.dtype in _OPAQUE:
+            problems.append(
+                _tensor(
+                    s,
+                    t,
+                    tensor,
+                    f"is a model input of type {dtype_name(tensor.dtype)}; qtool reads numeric inputs only",
+                )
+            )
+
+
+# --------------------------------------------------------------------------- operators
+
+
+def _operator_problems(
+    model: Model, s: int, subgraph: Subgraph, i: int, op: Operator
+) -> list[Problem]:
+    code = model.operator_codes[op.opcode_index]
+    op_type = model.op_type(op)
+    message = _code_message(code.builtin_code, code.custom_code, code.version)
+    if message is None:
+        facts = (
+            load_op_facts().facts(op_type) if code.builtin_code != BuiltinOperator.CUSTOM else None
+        )
+        message = _sparse_message(model, subgraph, op, op_type)
+        if facts is not None and message is None:
+            message = _facts_message(model, subgraph, op, facts)
+    return [] if message is None else [_op(s, i, op_type, message)]
+
+
+def _code_message(builtin: int, custom: str | None, version: int) -> str | None:
+    if not known_builtin(builtin):
+        return f"unknown builtin operator code {builtin}"
+    if builtin == BuiltinOperator.CUSTOM and not custom:
+        return "custom operator without a custom code"
+    if version < 1:
+        return f"operator code version {version} (versions start at 1)"
+    return None
+
+
+def _sparse_message(model: Model, subgraph: Subgraph, op: Operator, op_type: str) -> str | None:
+    if op_type == "DENSIFY":
+        return None
+    for position, t in enumerate(op.inputs):
+        if t >= 0 and subgraph.tensors[t].sparsity is not None:
+            return f"input {position} is a sparse tensor; qtool reads sparse weights only through DENSIFY"
+    return None
+
+
+def _count_message(kind: str, count: int, bounds: tuple[int, int | None]) -> str | None:
+    low, high = bounds
+    if count < low or (high is not None and count > high):
+        wanted = (
+            f"{low}"
+            if low == high
+            else (f"{low} to {high}" if high is not None else f"at least {low}")
+        )
+        return f"has {count} {kind}s, takes {wanted}"
+    return None
+
+
+def _facts_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFacts) -> str | None:
+    message = _count_message("input", len(op.inputs), facts.input_count) or _count_message(
+        "output", len(op.outputs), facts.output_count
+    )
+    if message:
+        return message
+    for kind, indices, lookup in (
+        ("input", op.inputs, facts.input),
+        ("output", op.outputs, facts.output),
+    ):
+        for position, t in enumerate(indices):
+            operand = lookup(position)
+            if t < 0:
+                if not operand.optional:
+                    return f"{kind} {position} ({operand.name}) is missing"
+                continue
+            tensor = subgraph.tensors[t]
+            if dtype_name(tensor.dtype) not in operand.types:
+                allowed = ", ".join(sorted(operand.types))
+                return f"{kind} {position} ({operand.name}) is {dtype_name(tensor.dtype)}, must be one of {allowed}"
+            if operand.constant and not model.is_constant(tensor):
+                return f"{kind} {position} ({operand.name}) must be a constant"
+    if op.options_type is not None and op.options_type != facts.options:
+        expected = facts.options or "no options table"
+        return f"has options table {op.options_type}, {facts.name} takes {expected}"
+    return _option_message(op) or _shape_message(model, subgraph, op, facts)
+
+
+def _option_message(op: Operator) -> str | None:
+    """An option outside the enum it takes its values from (padding 7, output_type 99...)."""
+    for name, enum in load_op_facts().option_domains.items():
+        value = op.options.get(name)
+        if value is not None and value not in enum_values(enum):
+            return f"option {name} is {value}, not a {enum}"
+    return None
+
+
+def _shape_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFacts) -> str | None:
+    view = OpView(model, subgraph, op, facts)
+    try:
+        inferred = RULES[facts.shape](view)
+    except ShapeError as exc:
+        return str(exc)
+    for position, (t, shape) in enumerate(zip(op.outputs, inferred, strict=True)):
+        declared = declared_shape(subgraph.tensors[t])
+        if shape is not None and not same_shape(shape, declared):
+            shown = [d if d is not None else -1 for d in shape]
+            return f"computes output {position} of shape {shown}, the model declares {list(subgraph.tensors[t].shape)}"
+    return None
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+def _signature_problems(model: Model, problems: list[Problem]) -> None:
+    keys = [sig.get("signature_key") for sig in model.signature_defs]
+    for key in {k for k in keys if keys.count(k) > 1}:
+        problems.append(Problem(f"signature key {key!r} is used twice"))
+    for signature in model.signature_defs:
+        key = signature.get("signature_key")
+        entries = (signature["inputs"] or []) + (signature["outputs"] or [])
+        if not key or not all(e.get("name") for e in entries):
+            problems.append(Problem(f"signature {key!r} lacks a key or an entry name"))
+            continue
+        subgraph = model.subgraphs[signature["subgraph_index"]]
+        inputs = [e["tensor_index"] for e in signature["inputs"] or []]
+        outputs = [e["tensor_index"] for e in signature["outputs"] or []]
+        if sorted(inputs) != sorted(subgraph.inputs):
+            problems.append(
+                Problem(
+                    f"signature {key!r} inputs {inputs} are not its subgraph's inputs {subgraph.inputs}"
+                )
+            )
+        if not set(outputs) <= set(subgraph.outputs):
+            problems.append(
+                Problem(f"signature {key!r} outputs {outputs} are not among its subgraph's outputs")
+            )
+        for kind in ("inputs", "outputs"):
+            names = [e.get("name") for e in signature[kind] or []]
+            if len(set(names)) != len(names):
+                problems.append(Problem(f"signature {key!r} names two {kind} alike: {names}"))

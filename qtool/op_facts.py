@@ -1,0 +1,118 @@
+"""What a well-formed operator looks like, loaded once from `schemas/ops.json`.
+
+Per builtin: its operands in order (name, allowed tensor types, optional, repeated, constant),
+its options table and the name of the shape rule relating its operand shapes; the enums that
+options such as `padding` take their values from; and the limits on what a model may make qtool
+allocate. The model validator checks models against these facts and
+the engine reads options through them, so each fact exists once: in the data file.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+FACTS_FILE = "ops.json"
+
+
+@dataclass(frozen=True)
+class OperandFacts:
+    name: str
+    types: frozenset[str]  # TensorType names, e.g. "FLOAT32"
+    optional: bool = False  # may be absent (index -1, or left off the end)
+    repeat: bool = False  # the last operand may occur any number of times (at least once)
+    constant: bool = False  # must be a constant tensor
+
+
+@dataclass(frozen=True)
+class OpFacts:
+    name: str
+    inputs: tuple[OperandFacts, ...]
+    outputs: tuple[OperandFacts, ...]
+    options: str | None  # the BuiltinOptions table the operator takes
+    shape: str  # the shape rule (qtool/model/shape_rules.py)
+
+    @staticmethod
+    def _count(operands: tuple[OperandFacts, ...]) -> tuple[int, int | None]:
+        required = sum(not o.optional for o in operands)
+        return required, None if operands and operands[-1].repeat else len(operands)
+
+    @property
+    def input_count(self) -> tuple[int, int | None]:
+        """(fewest, most) inputs; most is None for a repeated last operand."""
+        return self._count(self.inputs)
+
+    @property
+    def output_count(self) -> tuple[int, int | None]:
+        return self._count(self.outputs)
+
+    @staticmethod
+    def _at(operands: tuple[OperandFacts, ...], position: int) -> OperandFacts | None:
+        if position < len(operands):
+            return operands[position]
+        return operands[-1] if operands and operands[-1].repeat else None
+
+    def input(self, position: int) -> OperandFacts | None:
+        return self._at(self.inputs, position)
+
+    def output(self, position: int) -> OperandFacts | None:
+        return self._at(self.outputs, position)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_rank: int
+    max_activation_elements: int  # per tensor, as declared (one sample)
+    max_activation_bytes: int
+
+
+@dataclass(frozen=True)
+class OpTable:
+    ops: dict[str, OpFacts]
+    limits: Limits
+    option_domains: dict[str, str]  # option name -> the schema enum its values come from
+
+    def facts(self, op_type: str) -> OpFacts | None:
+        return self.ops.get(op_type)
+
+
+def raw_facts() -> dict[str, Any]:
+    text = resources.files("qtool").joinpath("_schemas", FACTS_FILE).read_text()
+    return json.loads(text)
+
+
+def _operand(raw: dict[str, Any], classes: dict[str, list[str]]) -> OperandFacts:
+    types = raw["types"]
+    return OperandFacts(
+        name=raw["name"],
+        types=frozenset(classes[types] if isinstance(types, str) else types),
+        optional=raw.get("optional", False),
+        repeat=raw.get("repeat", False),
+        constant=raw.get("constant", False),
+    )
+
+
+@functools.cache
+def load_op_facts() -> OpTable:
+    raw = raw_facts()
+    classes = raw["type_classes"]
+    ops = {
+        name: OpFacts(
+            name=name,
+            inputs=tuple(_operand(o, classes) for o in op["inputs"]),
+            outputs=tuple(_operand(o, classes) for o in op["outputs"]),
+            options=op["options"],
+            shape=op["shape"],
+        )
+        for name, op in raw["ops"].items()
+    }
+    return OpTable(ops=ops, limits=Limits(**raw["limits"]), option_domains=raw["option_domains"])
+
+
+def options_table(op_type: str) -> str | None:
+    """The options table an operator type takes (None when it has none or qtool lacks facts)."""
+    facts = load_op_facts().facts(op_type)
+    return None if facts is None else facts.options

@@ -1,0 +1,108 @@
+"""The read-back check of a model qtool writes, before it is renamed into place.
+
+The bytes written to the temporary file are read back and must decode and pass the model
+validator, and load in LiteRT (`Interpreter(...).allocate_tensors()`) when `ai-edge-litert` is
+installed and the model has no custom operators (which LiteRT could not resolve anyway). LiteRT runs in a forked child: it aborts the whole process on some inconsistent
+models, and that must cost qtool one line of error, not its life.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import importlib.util
+import os
+import select
+import signal
+import time
+from pathlib import Path
+
+from qtool.errors import ModelError
+from qtool.model import BuiltinOperator, parse_model
+
+LITERT_TIMEOUT = 120.0  # seconds for LiteRT to load a model in the child
+
+
+def written_model_problem(path: Path) -> str | None:
+    """Why the model file at `path` must not be put in place (None: it is fine)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        return f"it cannot be read back ({exc.strerror or exc})"
+    try:
+        model = parse_model(data, name="the written model")
+    except ModelError as exc:
+        return f"qtool cannot read it back: {exc}"
+    if any(code.builtin_code == BuiltinOperator.CUSTOM for code in model.operator_codes):
+        return None
+    return litert_problem(data)
+
+
+def litert_problem(data: bytes) -> str | None:
+    """Why LiteRT refuses the model (None: it loads, or LiteRT is not installed)."""
+    if importlib.util.find_spec("ai_edge_litert") is None:
+        return None
+    if not hasattr(os, "fork"):
+        return _load_in_litert(data)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child, which only loads the model and reports
+        os.close(read)
+        try:
+            for name in ("SIGINT", "SIGTERM", "SIGHUP"):  # not the parent's Python handlers
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            faulthandler.disable()  # an abort needs no traceback
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            try:
+                message = _load_in_litert(data) or ""
+            except BaseException as exc:
+                message = f"LiteRT fails loading it ({type(exc).__name__}: {exc})"
+            os.write(write, message.encode()[:4000])
+        finally:
+            os._exit(0)
+    os.close(write)
+    return _child_verdict(pid, read)
+
+
+def _child_verdict(pid: int, read: int) -> str | None:
+    deadline = time.monotonic() + LITERT_TIMEOUT
+    chunks = []
+    try:
+        with os.fdopen(read, "rb") as pipe:
+            while True:
+                ready, _, _ = select.select([pipe], [], [], max(deadline - time.monotonic(), 0))
+                if not ready:
+                    _stop(pid)
+                    return f"LiteRT did not load it within {LITERT_TIMEOUT:.0f} s"
+                chunk = pipe.read1(4096)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except BaseException:  # interrupted while waiting: the child goes too
+        _stop(pid)
+        raise
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"LiteRT crashes loading it (signal {os.WTERMSIG(status)})"
+    return b"".join(chunks).decode(errors="replace") or None
+
+
+def _stop(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _load_in_litert(data: bytes) -> str | None:
+    from ai_edge_litert.interpreter import Interpreter
+
+    try:
+        Interpreter(model_content=bytes(data)).allocate_tensors()
+    except (RuntimeError, ValueError) as exc:
+        text = str(exc).strip()
+        return f"LiteRT refuses it: {text.splitlines()[0] if text else type(exc).__name__}"
+    return None

@@ -1,0 +1,121 @@
+"""The units of work of a campaign, run in-process by `run_task` (in a pool worker or a test)."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from tests.fuzz import data_cases, output_cases
+from tests.fuzz.judge import Verdict, judge_files, judge_streams, run_cli, snapshot
+from tests.fuzz.models import FIXTURE_DATA, FIXTURE_MODELS, TIMEOUT, Base, run_model_case
+
+DATA_MODELS = {"mlp": (32,), "cnn": (24, 24, 3), "multi_io": (16, 16, 3)}
+
+
+def run_task(task: tuple, workdir: str, judge_input: bool = True) -> list[Verdict]:
+    """One task: ("model", Base, seed, mode) | ("data", case name, model) | ("output", name)."""
+    kind = task[0]
+    if kind == "model":
+        _, base, seed, mode = task
+        return run_model_case(base, seed, mode, workdir, judge_input)
+    if kind == "data":
+        return [run_data_case(task[1], task[2], workdir)]
+    return [run_output_case(task[1], workdir)]
+
+
+def _case_dir(workdir: str, prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
+
+
+def run_data_case(name: str, model_name: str, workdir: str) -> Verdict:
+    case = next(c for c in data_cases.CASES if c.name == name)
+    directory = _case_dir(workdir, "data-")
+    verdict = Verdict(f"{name} ({model_name})", "quantize --data")
+    try:
+        model = directory / "model.tflite"
+        shutil.copy(FIXTURE_MODELS / f"{model_name}.tflite", model)
+        data_argv = case.build(directory, DATA_MODELS[model_name])
+        out = directory / "out.tflite"
+        argv = ["quantize", str(model), *data_argv, "-o", str(out), "--quiet"]
+        sys.path.insert(0, str(directory))  # generator modules live in the case directory
+        before = snapshot(directory)
+        try:
+            result = run_cli(argv, TIMEOUT)
+        finally:
+            sys.path.remove(str(directory))
+        judge_streams(verdict, result)
+        written = {"out.tflite", "out.report.json"}
+        judge_files(verdict, before, snapshot(directory), written, result.code)
+        _judge_expectation(verdict, result.code, case.expect)
+        verdict.succeeded = result.code == 0
+        return verdict
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def run_output_case(name: str, workdir: str) -> Verdict:
+    case = next(c for c in output_cases.CASES if c.name == name)
+    directory = _case_dir(workdir, "out-")
+    verdict = Verdict(name, "output path")
+    try:
+        (directory / "in").mkdir()
+        model = directory / "in" / "model.tflite"
+        shutil.copy(FIXTURE_MODELS / "mlp.tflite", model)
+        plan = case.build(directory, model)
+        before = snapshot(directory)
+        result = run_cli(plan.argv, TIMEOUT)
+        judge_streams(verdict, result, check=plan.argv[0] == "check")
+        if plan.argv[0] == "quantize":
+            judge_files(verdict, before, snapshot(directory), plan.written, result.code)
+        elif result.code == 2 and snapshot(directory) != before:
+            verdict.fail("files", "a refused check -o changed files")
+        _judge_expectation(verdict, result.code, plan.expect)
+        if plan.extra is not None and result.code == 0:
+            problem = plan.extra(directory)
+            if problem:
+                verdict.fail("files", problem)
+        verdict.succeeded = result.code == 0
+        return verdict
+    finally:
+        _unlock(directory)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _unlock(directory: Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            path.chmod(0o644)
+
+
+def _judge_expectation(verdict: Verdict, code: int, expect: frozenset[int]) -> None:
+    if code in expect or verdict.failures.keys() & {"traceback", "hang"}:
+        return
+    if code == 0:
+        verdict.fail("invalid", "bad input accepted (exit 0)")
+    else:
+        verdict.fail("unexpected", f"exit {code}, expected {sorted(expect)}")
+
+
+def all_data_tasks() -> list[tuple]:
+    return [("data", c.name, m) for c in data_cases.CASES for m in c.models]
+
+
+def all_output_tasks() -> list[tuple]:
+    return [("output", c.name) for c in output_cases.CASES]
+
+
+def model_tasks(bases: list[Base], count: int, seed: int, byte_share: float = 0.3) -> list[tuple]:
+    """`count` model mutants spread over `bases`, a `byte_share` of them byte-level."""
+    rng = random.Random(seed)
+    tasks = []
+    for i in range(count):
+        base = bases[i % len(bases)]
+        mode = "bytes" if rng.random() < byte_share else "structured"
+        tasks.append(("model", base, seed * 1_000_003 + i, mode))
+    return tasks
+
+
+__all__ = ["FIXTURE_DATA", "all_data_tasks", "all_output_tasks", "model_tasks", "run_task"]

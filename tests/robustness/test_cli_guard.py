@@ -1,0 +1,55 @@
+"""The guard around every command: whatever happens, an exit code and at most one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from qtool.cli.guard import EXIT_INTERNAL, run_guarded
+from qtool.errors import DataError
+
+
+def _outcome(capsys, invoke, debug: bool = False) -> tuple[int, list[str]]:
+    with pytest.raises(SystemExit) as caught:
+        run_guarded(invoke, debug=lambda: debug)
+    return caught.value.code, capsys.readouterr().err.strip().splitlines()
+
+
+def _bug() -> None:
+    {}["missing"]
+
+
+def test_an_unexpected_exception_is_one_line_exit_3(capsys) -> None:
+    code, lines = _outcome(capsys, _bug)
+    assert code == EXIT_INTERNAL
+    assert lines == [
+        "qtool: internal error: KeyError: 'missing' (rerun with --debug for the traceback)"
+    ]
+
+
+def test_debug_adds_the_traceback(capsys) -> None:
+    code, lines = _outcome(capsys, _bug, debug=True)
+    assert code == EXIT_INTERNAL
+    assert lines[0] == "Traceback (most recent call last):" and "_bug" in "\n".join(lines)
+    assert lines[-1] == "qtool: internal error: KeyError: 'missing'"
+
+
+def test_a_library_error_keeps_its_exit_code(capsys) -> None:
+    def refuse() -> None:
+        raise DataError("x.npy: no such file")
+
+    assert _outcome(capsys, refuse) == (2, ["qtool: error: x.npy: no such file"])
+
+
+def test_python_warnings_are_one_line_and_numpy_stays_quiet(capsys) -> None:
+    import warnings
+
+    import numpy as np
+
+    def noisy() -> None:
+        np.log(np.zeros(3))  # a RuntimeWarning without the guard
+        warnings.warn("the sensor is old\nsecond line", UserWarning, stacklevel=1)
+
+    assert run_guarded(noisy, debug=lambda: False) is None
+    assert capsys.readouterr().err.splitlines() == [
+        "qtool: warning: UserWarning: the sensor is old"
+    ]

@@ -1,0 +1,55 @@
+"""Reproducers of crash sites fuzzing found past the validator, in the planner and the rewriter:
+models that are valid graphs, but that calibration or planning cannot make fully int8."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from qtool.model import TensorType, load_model, model_to_bytes
+from qtool.readback import litert_problem
+from tests.conftest import MODELS
+from tests.fuzz.judge import run_cli
+
+
+def _quantize(tmp_path: Path, model, *extra: str):
+    source = tmp_path / "m.tflite"
+    source.write_bytes(model_to_bytes(model))
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = ["quantize", str(source), "--synthetic", "-o", str(out / "q.tflite"), *extra]
+    result = run_cli(argv, timeout=120)
+    assert result.error is None, result.site
+    return result, out
+
+
+def test_an_int8_activation_into_float_weights_is_not_planned_int8(tmp_path: Path) -> None:
+    """The planner made such a CONV_2D int8 and the rewriter found no input parameters
+    (KeyError); it now stays float, and LiteRT's refusal of that mix stops the write."""
+    model = load_model(MODELS / "cnn.tflite")
+    model.subgraphs[0].tensors[0].dtype = TensorType.UINT8
+    result, out = _quantize(tmp_path, model)
+    assert result.code == 1, result.stderr
+    assert "the quantized model is not valid, not written: LiteRT refuses it" in result.stderr
+    assert list(out.iterdir()) == []
+
+
+def test_an_output_calibration_never_saw_finite_stays_float_under_io_int8(tmp_path: Path) -> None:
+    """Infinite weights make every value of the output NaN: no range, so no int8 parameters
+    for it (the rewriter raised KeyError); like such an input, it keeps its float boundary."""
+    model = load_model(MODELS / "mlp.tflite")
+    subgraph = model.subgraphs[0]
+    weights = subgraph.operators[2].inputs[1]
+    model.set_tensor_data(
+        subgraph, weights, np.full(subgraph.tensors[weights].shape, np.inf, np.float32)
+    )
+    result, out = _quantize(tmp_path, model, "--io", "int8")
+    assert result.code in (0, 1), result.stderr
+    assert "error" not in result.stderr or result.code == 1
+    if result.code == 0:
+        written = (out / "q.tflite").read_bytes()
+        assert litert_problem(written) is None
+        quantized = load_model(out / "q.tflite")
+        (output,) = quantized.subgraphs[0].outputs
+        assert quantized.subgraphs[0].tensors[output].dtype == TensorType.FLOAT32
