@@ -140,6 +140,9 @@ def collect(
             evaluation = EvaluationSet(
                 inputs, reference, "held-out data" if holdout is not None else "calibration fold"
             )
+    if holdout is None and evaluation is not None and statistics.samples < MIN_SAMPLES_FOR_HOLDOUT:
+        # A dataset of unknown size (a generator) turned out too small to hold samples out.
+        evaluation, fit, fit_data = None, copy.deepcopy(statistics), dataset
     calibration.samples = statistics.samples
     return Collected(statistics, fit, evaluation, calibration, fit_data)
 

@@ -6,13 +6,16 @@ operators asked to run with 16-bit activations. An operator runs in int8, in int
 
 A quantized version of an activation is a *slot*: `(tensor, dtype)` (the operand's dtype in the
 spec: int16 activations of a 16x8 op, but an int8 PRELU alpha), or `(tensor, dtype, op,
-position)` for a private requantized copy that one operator reads. Each integer operator writes
+position)` for a private copy that one operator reads: a requantized copy of an activation, or
+the quantized copy of a constant operand. Each integer operator writes
 its outputs to slots and reads slots; the rewriter materialises every slot as a tensor and adds
 the QUANTIZE/DEQUANTIZE converters between the slot a tensor is produced in and the slots it is
 read in. Same-scale constraints are solved with a union-find over slots: a group shares one set
 of parameters, fixed by a member (LOGISTIC's output...) or computed from the union of its
 activation members' calibrated ranges. Constants never widen a group: a constant operand of
-MINIMUM or CONCATENATION is quantized with the group's parameters (clamped). An input of a
+MINIMUM or CONCATENATION is quantized with the group's parameters (clamped), and each reader of
+a constant has its own copy, so a constant shared by two operators never joins their groups
+(TensorFlow shares one `0.0` among many MAXIMUMs). An input of a
 multi-input same-scale op whose group is pinned elsewhere reads a requantized copy instead.
 
 The plan refers to operators by their index in the subgraph it was made for and never edits
@@ -56,9 +59,14 @@ class Plan:
     writes: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, output pos) -> slot
     weights: dict[int, object] = field(default_factory=dict)  # op -> LayerWeights (weights.py)
 
-    def requantized(self) -> list[tuple[int, int]]:
-        """(op, input position) of every input read through a private requantized copy."""
-        return sorted(key for key, slot in self.reads.items() if len(slot) > 2)
+    def requantized(self, model: Model) -> list[tuple[int, int]]:
+        """(op, input position) of every activation read through a private requantized copy."""
+        tensors = model.subgraphs[self.subgraph_index].tensors
+        return sorted(
+            key
+            for key, slot in self.reads.items()
+            if len(slot) > 2 and not model.is_constant(tensors[slot[0]])
+        )
 
     def home(self, subgraph: Subgraph) -> dict[int, Slot]:
         """The slot each activation is produced in, for tensors an integer operator writes."""
@@ -251,8 +259,11 @@ def make_plan(
             groups.find(slot)
         inputs = activation_positions(rule, op, tensors)
         for p in inputs:
-            plan.reads[(i, p)] = (op.inputs[p], rule.input_rule(p).dtype)
-            groups.find(plan.reads[(i, p)])
+            slot = (op.inputs[p], rule.input_rule(p).dtype)
+            if model.is_constant(tensors[op.inputs[p]]):
+                slot = (*slot, i, p)  # this reader's own copy: joins only this op's group
+            plan.reads[(i, p)] = slot
+            groups.find(slot)
         if not rule.same_scale:
             continue
         live = [p for p in inputs if not model.is_constant(tensors[op.inputs[p]])]

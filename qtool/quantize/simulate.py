@@ -8,7 +8,9 @@ in a slot other than the one its producer wrote (a requantized copy, an int8 <->
 boundary, the quantized model input). It runs on qtool's numpy engine, batched, in a fraction
 of the time two LiteRT runs take, and differs from LiteRT's integer kernels only by the rounding
 inside kernels (fixed-point multipliers, lookup tables), well below the quantization noise
-itself: tests compare both.
+itself: tests compare both. One kernel rounding is simulated because it flips decisions rather
+than adding noise: LiteRT's int8 comparisons rescale both operands to multiples of 2^-8 before
+comparing (comparisons.cc, `left_shift = 8`), so values closer than that can compare equal.
 
 Parts of the quantization can be left out (only some layers' weights, only some activations)
 to see which part of the error comes from where.
@@ -24,12 +26,14 @@ import numpy as np
 from qtool.model import Model, Operator, QuantParams, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model
 from qtool.numerics import fake_quantize, qrange
-from qtool.quantize.plan import INT16, Plan, Slot
+from qtool.quantize.plan import INT8, INT16, Plan, Slot
 from qtool.runtime import Engine, OpContext, register_custom_op
 from qtool.runtime.registry import always
 
 FAKE_QUANT = "QtoolFakeQuant"
-_GRIDS = {"int8": np.int8, INT16: np.int16}
+_GRIDS = {"int8": np.int8, INT16: np.int16, "int32": np.int32}
+COMPARISONS = frozenset(("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"))
+_COMPARISON_STEP = 2.0**-8
 
 
 def _fake_quant_kernel(ctx: OpContext) -> np.ndarray:
@@ -82,6 +86,9 @@ class _Builder:
         params = self.plan.params[slot]
         quantization = QuantParams.of(params.scale, params.zero_point)
         quantization.extra["grid"] = slot[1]
+        self._append_fake_quant(source, quantization, target)
+
+    def _append_fake_quant(self, source: int, quantization: QuantParams, target: int) -> None:
         self.subgraph.tensors[target].quantization = quantization
         self.operators.append(
             Operator(
@@ -136,6 +143,19 @@ class _Builder:
                     self.copies[slot] = self._new_tensor(t, f"{tensor.name}/fq")
                     self._fake_quant(t, slot, self.copies[slot])
                 op.inputs[position] = self.copies[slot]
+        if self.plan.decisions[op_index].mode == INT8 and self.model.op_type(op) in COMPARISONS:
+            self._compare_as_litert(op_index, op)
+
+    def _compare_as_litert(self, op_index: int, op: Operator) -> None:
+        """Snap the quantized operands of an int8 comparison to LiteRT's 2^-8 resolution."""
+        for (i, position), slot in self.plan.reads.items():
+            if i == op_index and self._wanted(slot):
+                t = op.inputs[position]
+                snapped = self._new_tensor(t, f"{self.subgraph.tensors[t].name}/compared")
+                grid = QuantParams.of(np.array([_COMPARISON_STEP], np.float32), np.array([0]))
+                grid.extra["grid"] = "int32"
+                self._append_fake_quant(t, grid, snapped)
+                op.inputs[position] = snapped
 
     def build(self) -> Model:
         writes = {}

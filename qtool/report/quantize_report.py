@@ -46,7 +46,7 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
         }
     inserted: dict[int, int] = {}
     for s, plan in result.plans.items():
-        inserted[s] = len(plan.requantized())
+        inserted[s] = len(plan.requantized(result.float_model))
         for decision in plan.decisions:
             op = source.subgraphs[s].operators[decision.source_index]
             rewrite = result.rewritten.get((s, decision.source_index))

@@ -1,0 +1,87 @@
+"""One calibration pass with an evaluation fold: which samples are held out, and what for."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from qtool.calibrate import Dataset
+from qtool.calibrate.collect import HOLDOUT_EVERY, HOLDOUT_MAX, MIN_SAMPLES_FOR_HOLDOUT, collect
+from qtool.model import Model, model_to_bytes, parse_model
+from qtool.model.build import GraphBuilder
+from qtool.runtime import Engine
+
+
+def identity_model() -> Model:
+    """x [1, 4] -> FULLY_CONNECTED with identity weights: every sample carries its index."""
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 4])
+    y = builder.fully_connected(x, np.eye(4), np.zeros(4, np.float32), "fc")
+    return parse_model(model_to_bytes(builder.finish([y])))
+
+
+def numbered(count: int, start: int = 0) -> np.ndarray:
+    return np.repeat(np.arange(start, start + count, dtype=np.float32)[:, None], 4, axis=1)
+
+
+def dataset(samples: np.ndarray, size_known: bool = True) -> Dataset:
+    data = Dataset.from_arrays([samples])
+    if not size_known:  # a generator: the size is only known once it has been read
+        data.size_hint = None
+    return data
+
+
+def indices(batches) -> list[int]:
+    return [int(v) for batch in batches for v in batch[0][:, 0]]
+
+
+@pytest.mark.parametrize("size_known", [True, False])
+@pytest.mark.parametrize("count", [8, 40, 200])
+def test_every_fourth_sample_up_to_32_is_held_out(count: int, size_known: bool) -> None:
+    model = identity_model()
+    found = collect(model, dataset(numbered(count), size_known), engine="numpy")
+    fold = [i for i in range(count) if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1][:HOLDOUT_MAX]
+    assert found.evaluation.source == "calibration fold"
+    assert indices([found.evaluation.inputs]) == fold
+    (reference,) = found.evaluation.reference
+    np.testing.assert_array_equal(reference, Engine(model).run(found.evaluation.inputs)[0])
+    # The fit fold is exactly the other samples, every time it is read.
+    others = [i for i in range(count) if i not in fold]
+    assert indices(found.fit_data.iter_chunks(3)) == others
+    assert indices(found.fit_data.iter_chunks(64)) == others
+    assert found.fit.samples == len(others)
+    assert found.fit.histogram(0).max == max(others)
+    # The final statistics have seen every sample.
+    assert found.statistics.samples == found.calibration.samples == count
+    assert (found.statistics.histogram(0).min, found.statistics.histogram(0).max) == (0, count - 1)
+    assert found.statistics.means.counts[0] == count
+
+
+@pytest.mark.parametrize("size_known", [True, False])
+@pytest.mark.parametrize("count", [1, 5, MIN_SAMPLES_FOR_HOLDOUT - 1])
+def test_too_few_samples_keep_no_fold(count: int, size_known: bool) -> None:
+    found = collect(identity_model(), dataset(numbered(count), size_known), engine="numpy")
+    assert found.evaluation is None
+    assert found.fit.samples == found.statistics.samples == count
+    assert indices(found.fit_data.iter_chunks(4)) == list(range(count))
+    assert found.fit.histogram(0).max == count - 1
+
+
+def test_a_holdout_dataset_evaluates_and_never_calibrates() -> None:
+    model = identity_model()
+    held_out = numbered(6, start=1000)
+    found = collect(model, dataset(numbered(40)), engine="numpy", holdout=dataset(held_out))
+    assert found.evaluation.source == "held-out data"
+    np.testing.assert_array_equal(found.evaluation.inputs[0], held_out)
+    np.testing.assert_array_equal(found.evaluation.reference[0], Engine(model).run([held_out])[0])
+    assert found.statistics.samples == found.fit.samples == 40
+    assert found.fit.histograms.state() == found.statistics.histograms.state()
+    for stats in (found.statistics, found.fit):
+        assert (stats.histogram(0).min, stats.histogram(0).max) == (0, 39)
+    assert indices(found.fit_data.iter_chunks(16)) == list(range(40))
+
+
+def test_without_evaluation_every_sample_calibrates() -> None:
+    found = collect(identity_model(), dataset(numbered(40)), engine="numpy", evaluate=False)
+    assert found.evaluation is None
+    assert found.fit.samples == found.statistics.samples == 40

@@ -1,0 +1,97 @@
+"""Histogram and mean observers: shards merge bit for bit to one run, in any order, via JSON."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from qtool.calibrate.observers import HistogramObserver, MeanObserver, MinMaxObserver
+
+SAMPLE = (3, 5)  # one sample of the observed tensor
+VALUES = st.floats(-1e4, 1e4, allow_nan=False, width=32)
+
+
+def samples(count_min: int = 2):
+    return hnp.arrays(
+        np.float32, st.tuples(st.integers(count_min, 12), *map(st.just, SAMPLE)), elements=VALUES
+    )
+
+
+def shards_of(values: np.ndarray, data) -> list[np.ndarray]:
+    cuts = sorted(data.draw(st.lists(st.integers(1, len(values) - 1), max_size=4, unique=True)))
+    parts = np.split(values, cuts)
+    return [parts[i] for i in data.draw(st.permutations(range(len(parts))))]
+
+
+def travelled(observer):
+    """The observer as another process would receive it."""
+    return type(observer).from_state(json.loads(json.dumps(observer.state())))
+
+
+@settings(deadline=None, max_examples=40)
+@given(samples(), st.data())
+def test_mean_shards_merge_bit_for_bit_in_any_order(values: np.ndarray, data) -> None:
+    single = MeanObserver([4], {4: SAMPLE})
+    single(4, values)
+    merged = MeanObserver([4], {4: SAMPLE})
+    for part in shards_of(values, data):
+        shard = MeanObserver([4], {4: SAMPLE})
+        for sample in np.split(part, len(part)):  # chunking inside a shard does not matter
+            shard(4, sample)
+        merged.merge(travelled(shard))
+    assert merged.counts == single.counts == {4: len(values)}
+    assert np.array_equal(merged.sums[4], single.sums[4])
+    mean = merged.mean(4)
+    assert mean.tobytes() == single.mean(4).tobytes()
+    assert mean.shape == SAMPLE
+    exact = values.astype(np.float64).mean(axis=0)
+    np.testing.assert_allclose(mean, exact, rtol=1e-6, atol=MeanObserver.RESOLUTION)
+
+
+@settings(deadline=None, max_examples=40)
+@given(samples(), st.data())
+def test_histogram_shards_merge_exactly_in_any_order(values: np.ndarray, data) -> None:
+    elements = {4: int(np.prod(SAMPLE))}
+    single = HistogramObserver([4], elements, {4: SAMPLE[-1]})
+    single(4, values)
+    merged = HistogramObserver([4], elements, {4: SAMPLE[-1]})
+    for part in shards_of(values, data):
+        shard = HistogramObserver([4], elements, {4: SAMPLE[-1]})
+        shard(4, part)
+        merged.merge(travelled(shard))
+    assert merged.state() == single.state()
+    assert merged.ranges() == {4: (float(values.min()), float(values.max()))}
+
+
+def test_mean_observer_ignores_other_tensors_and_non_finite_values() -> None:
+    observer = MeanObserver([1], {1: (2,)})
+    observer(2, np.ones((3, 2), np.float32))
+    observer(1, np.array([[1.0, np.nan], [3.0, 2.0]], np.float32))
+    assert observer.mean(2) is None
+    assert observer.mean(1).tolist() == [2.0, 1.0]  # NaN counts as 0, not as a skipped sample
+    observer(1, np.array([[np.inf, 0.0]], np.float32))
+    assert np.isfinite(observer.mean(1)).all()
+
+
+def test_histogram_observer_splits_engine_rows_into_samples() -> None:
+    """The engine may hold one sample as several rows: binning follows `sample_elements`."""
+    rng = np.random.default_rng(0)
+    per_sample = 64 * 64 * 8
+    values = rng.standard_normal((4, 64, 64, 8)).astype(np.float32)
+    whole = HistogramObserver([0], {0: per_sample}, {0: 8})
+    whole(0, values)
+    as_rows = HistogramObserver([0], {0: per_sample}, {0: 8})
+    as_rows(0, values.reshape(4 * 64, 64, 8))
+    assert as_rows.state() == whole.state()
+    histogram = whole.histograms[0]
+    assert 0 < histogram.counts.sum() < values.size  # subsampled, per sample
+
+
+def test_observers_refuse_to_merge_other_kinds() -> None:
+    with pytest.raises(TypeError, match="MinMaxObserver"):
+        HistogramObserver([0]).merge(MinMaxObserver([0]))
