@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from qtool.calibrate import Dataset, load_dataset, model_inputs, synthetic_dataset
+from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
 from qtool.errors import QtoolError, UsageError
 from qtool.files import check_destination, commit, discard, stage
@@ -25,7 +26,7 @@ from qtool.model import Model, load_model, model_to_bytes
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from qtool.quantize.analysis import layer_errors
-from qtool.quantize.quantizer import analyze_model
+from qtool.quantize.quantizer import analyze_model, calibration_statistics
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
@@ -75,6 +76,7 @@ class QuantizeJob:
     report_path: str | None = None
     data: tuple[str, ...] = ()
     holdout: tuple[str, ...] = ()  # held-out samples: accuracy is measured on them only
+    statistics: tuple[str, ...] = ()  # calibration statistics files (merged) instead of data
     synthetic: bool = False
     samples: int | None = None
     seed: int = 0
@@ -168,13 +170,15 @@ def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[i
             s: load_dataset(paths, model_inputs(model, s), limit=job.samples)
             for s, paths in sources.items()
         }
+    elif job.statistics:
+        datasets = {}
     elif job.synthetic:
         count = job.samples or DEFAULT_SYNTHETIC_SAMPLES
         datasets = {s: synthetic_dataset(model_inputs(model, s), count, job.seed) for s in entries}
     else:
         raise UsageError(
-            "calibration needs data: give --data PATH (or --synthetic to "
-            "calibrate on random data, which gives meaningless ranges)"
+            "calibration needs data: give --data PATH, or --statistics FILE from qtool "
+            "calibrate (or --synthetic to calibrate on random data, which gives meaningless ranges)"
         )
     holdouts = {
         s: load_dataset(paths, model_inputs(model, s))
@@ -183,11 +187,103 @@ def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[i
     return model, datasets, holdouts
 
 
+def merged_statistics(paths: tuple[str, ...]) -> CalibrationStatistics | None:
+    """The statistics files merged into one (exactly: counts and fixed-point sums add)."""
+    if not paths:
+        return None
+    merged = CalibrationStatistics.load(paths[0])
+    for path in paths[1:]:
+        merged.merge(CalibrationStatistics.load(path))
+    return merged
+
+
+def calibrate_file(
+    job: QuantizeJob, output: str, progress: Callable[[int], None] | None = None
+) -> CalibrationStatistics:
+    """Run `qtool calibrate`: the statistics of the job's data, written to `output`."""
+    refuse_input_overwrite(output, [job.model_path, *job.data])
+    target = Path(output)
+    if target.exists() and not job.force:
+        raise UsageError(f"{target}: already exists (use --force to replace it)")
+    model, datasets, _ = load_job_inputs(job)
+    statistics = calibration_statistics(model, datasets, job.options.engine, progress)
+    statistics.save(target)
+    return statistics
+
+
 def analyze_file(job: QuantizeJob, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run `qtool analyze`: the analysis report of the plan `quantize_file` would make."""
     model, datasets, holdouts = load_job_inputs(job)
     diagnosis = analyze_model(model, datasets, job.options, progress=progress, holdout=holdouts)
     return {"model": job.model_path, **analysis_section(diagnosis)}
+
+
+def finish_quantization(
+    model: Model,
+    datasets: dict[int, Dataset],
+    holdouts: dict[int, Dataset],
+    options: QuantizeOptions,
+    *,
+    statistics: CalibrationStatistics | None = None,
+    analyze: bool = False,
+    strict: bool = False,
+    progress: Callable[[int], None] | None = None,
+    input_path: str | None = None,
+    input_data: bytes | None = None,
+    output_path: str | None = None,
+    data_sources: list[str] = (),
+    samples_limit: int | None = None,
+    seed: int | None = None,
+    measure_layers: bool = False,
+) -> tuple[QuantizeResult, dict[str, Any], bytes]:
+    """Quantize in memory, refuse what the options forbid, audit, and build the report:
+    (result, report, model bytes). Nothing is written."""
+    result = quantize_model(
+        model,
+        datasets,
+        options,
+        progress=progress,
+        holdout=holdouts,
+        analyze=analyze,
+        statistics=statistics,
+    )
+    missed = target_failure(result)
+    if missed:
+        target = options.target_sqnr
+        remedy = "" if options.allow_float else " (allowing float would let them stay float)"
+        raise TargetNotReachedError(f"target SQNR {target:g} dB not reached: {missed}{remedy}")
+    if strict and result.float_ops:
+        listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
+        raise StrictModeError(
+            f"strict: {len(result.float_ops)} operator(s) cannot be int8 ({listed})"
+        )
+    blob = model_to_bytes(result.model)
+    findings = audit_model(result.model, profiles=options.profiles, target=options.target)
+    audit = {
+        "errors": sum(f.severity == "error" for f in findings),
+        "warnings": sum(f.severity == "warning" for f in findings),
+        "infos": sum(f.severity == "info" for f in findings),
+        "findings": [f.to_dict() for f in findings],
+    }
+    errors = []
+    if measure_layers:
+        for s, dataset in datasets.items():
+            errors += layer_errors(result.float_model, result.model, dataset, s)
+    report = build_report(
+        result,
+        model,
+        options,
+        input_path=input_path,
+        input_data=input_data,
+        output_path=output_path,
+        output_data=blob,
+        data_sources=list(data_sources),
+        samples_limit=samples_limit,
+        seed=seed,
+        audit=audit,
+        layer_errors=errors,
+    )
+    return result, report, blob
 
 
 def quantize_file(
@@ -203,51 +299,29 @@ def quantize_file(
     if on_total:
         expected = [d.expected_samples for d in datasets.values()]
         on_total(None if None in expected else sum(expected))
-    result = quantize_model(
-        model, datasets, job.options, progress=progress, holdout=holdouts, analyze=job.analyze
-    )
-    missed = target_failure(result)
-    if missed:
-        target = job.options.target_sqnr
-        remedy = "" if job.options.allow_float else " (allowing float would let them stay float)"
-        raise TargetNotReachedError(f"target SQNR {target:g} dB not reached: {missed}{remedy}")
-    if job.strict and result.float_ops:
-        listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
-        raise StrictModeError(
-            f"--strict: {len(result.float_ops)} operator(s) cannot be int8 ({listed})"
-        )
-    blob = model_to_bytes(result.model)
-    findings = audit_model(result.model, profiles=job.options.profiles, target=job.options.target)
-    audit = {
-        "errors": sum(f.severity == "error" for f in findings),
-        "warnings": sum(f.severity == "warning" for f in findings),
-        "infos": sum(f.severity == "info" for f in findings),
-        "findings": [f.to_dict() for f in findings],
-    }
-    errors = []
-    if job.layer_errors:
-        for s, dataset in datasets.items():
-            errors += layer_errors(result.float_model, result.model, dataset, s)
-    report = build_report(
-        result,
+    result, report, blob = finish_quantization(
         model,
+        datasets,
+        holdouts,
         job.options,
+        statistics=merged_statistics(job.statistics),
+        analyze=job.analyze,
+        strict=job.strict,
+        progress=progress,
         input_path=job.model_path,
         output_path=str(output),
-        output_data=blob,
-        data_sources=list(job.data),
+        data_sources=list(job.data) or list(job.statistics),
         samples_limit=job.samples,
         seed=job.seed if job.synthetic else None,
-        audit=audit,
-        layer_errors=errors,
+        measure_layers=job.layer_errors,
     )
-    _write_pair(output, blob, report_path, report, job.force)
+    write_pair(output, blob, report_path, report, job.force)
     return QuantizeOutcome(
         result=result, report=report, output_path=str(output), report_path=str(report_path)
     )
 
 
-def _write_pair(output: Path, blob: bytes, report_path: Path, report: dict, force: bool) -> None:
+def write_pair(output: Path, blob: bytes, report_path: Path, report: dict, force: bool) -> None:
     """Stage both files, read the model back, then rename both (report first) or neither."""
     staged = []
     try:

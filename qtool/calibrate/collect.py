@@ -47,7 +47,7 @@ class Collected:
     fit: SubgraphStatistics  # the calibration samples outside the evaluation fold
     evaluation: EvaluationSet | None
     calibration: CalibrationResult
-    fit_data: Dataset  # the samples `fit` was computed from, for further passes
+    fit_data: Dataset | None  # the samples `fit` came from, for further passes (None: unknown)
 
 
 def selected(
@@ -155,3 +155,30 @@ def _in_fold(index: np.ndarray) -> np.ndarray:
 
 def _fold_size(samples: int) -> int:
     return min(samples // HOLDOUT_EVERY, HOLDOUT_MAX)
+
+
+def from_statistics(
+    model: Model,
+    statistics: SubgraphStatistics,
+    subgraph_index: int = 0,
+    holdout: Dataset | None = None,
+    source: str = "statistics",
+) -> Collected:
+    """What `collect` returns, for statistics gathered earlier (merged shards, say): no pass
+    over calibration data; a held-out dataset, when given, is the evaluation fold."""
+    evaluation = None
+    if holdout is not None:
+        inputs = _materialise(holdout)
+        if inputs and inputs[0].shape[0]:
+            reference = Engine(model, subgraph_index).run(inputs)
+            evaluation = EvaluationSet(inputs, reference, "held-out data")
+    calibration = CalibrationResult(
+        ranges=statistics.ranges(),
+        samples=statistics.samples,
+        engine="statistics",
+        seconds=0.0,
+        source=source,
+        synthetic=False,
+        observer=statistics,
+    )
+    return Collected(statistics, statistics, evaluation, calibration, None)

@@ -14,9 +14,11 @@ leading batch-1 dimension (or the whole declared shape when that dimension is no
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +37,8 @@ from qtool.calibrate.npyfile import (
 from qtool.errors import DataError, UsageError
 from qtool.files import exists, lookup, open_regular, os_reason
 
-GENERATOR = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+# `package.module:function`, or `path/to/file.py:function`.
+GENERATOR = re.compile(r"(?:[A-Za-z_][\w.]*|.+\.py):[A-Za-z_]\w*")
 READ_CHUNK_BYTES = 1 << 26  # a memory-mapped .npy is converted this much at a time
 
 
@@ -332,14 +335,39 @@ def _user_error(
     return DataError(f"--data {source}: {label} raised {_reason(exc)}{where}")
 
 
-def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
-    module_name, _, function_name = source.partition(":")
+def _import(source: str, module_name: str):
+    """The module a generator source names: a file path ending in .py, or a (dotted) module
+    name found from the current directory first, as `python -m` would."""
+    if module_name.endswith(".py"):
+        path = Path(module_name)
+        if lookup(module_name) is None:
+            raise UsageError(f"--data {source}: no such file {module_name}")
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name != module_name:
-            raise _user_error(source, f"importing {module_name}", exc) from exc
+        missing = exc.name or ""
+        if module_name != missing and not module_name.startswith(f"{missing}."):
+            raise
         raise UsageError(f"--data {source}: no module named {module_name!r}") from None
+    finally:
+        if added:
+            sys.path.remove(cwd)
+
+
+def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
+    module_name, _, function_name = source.rpartition(":")
+    try:
+        module = _import(source, module_name)
+    except UsageError:
+        raise
     except (Exception, SystemExit) as exc:  # the user's module failed while importing
         raise _user_error(source, f"importing {module_name}", exc) from exc
     function = getattr(module, function_name, None)
@@ -347,26 +375,37 @@ def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
         raise UsageError(
             f"--data {source}: module {module_name!r} has no function {function_name!r}"
         )
-    return function, f"{module_name}.{function_name}"
+    return (
+        function,
+        f"{Path(module_name).stem if module_name.endswith('.py') else module_name}.{function_name}",
+    )
 
 
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
-    """`module:function`, yielding per sample a list (input order) or a dict (name -> array).
-
-    The user's code runs between our checks: whatever it raises becomes one DataError naming
-    the module, the function and the exception.
-    """
+    """`module:function`, yielding per sample a list (input order) or a dict (name -> array)."""
     function, label = _load_generator(source)
+    yield from _generated_batches(function, inputs, f"--data {source}", label, source)
+
+
+def _generated_batches(
+    make: Callable[[], Any], inputs: Sequence[InputSpec], source: str, label: str, where: str
+) -> Iterator[Batch]:
+    """The samples of the iterable `make()` returns, as batches. The user's code runs between
+    our checks: whatever it raises becomes one DataError naming `label` and the exception."""
+
+    def failed(exc: BaseException, sample: int | None = None) -> DataError:
+        at = "" if sample is None else f" at sample {sample}"
+        return DataError(f"{source}: {label} raised {_reason(exc)}{at}")
+
     try:
-        result = function()
+        result = make()
     except (Exception, SystemExit) as exc:
-        raise _user_error(source, label, exc) from exc
+        raise failed(exc) from exc
     try:
         samples = iter(result)
     except TypeError:
         raise DataError(
-            f"--data {source}: {label}() returned {type(result).__name__}, not an iterable "
-            "of samples"
+            f"{source}: {label}() returned {type(result).__name__}, not an iterable of samples"
         ) from None
     number = 0
     while True:
@@ -375,9 +414,33 @@ def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]
         except StopIteration:
             return
         except (Exception, SystemExit) as exc:
-            raise _user_error(source, label, exc, number) from exc
-        yield _generated_batch(sample, inputs, f"{source} sample {number}")
+            raise failed(exc, number) from exc
+        yield _generated_batch(sample, inputs, f"{where} sample {number}")
         number += 1
+
+
+def iterable_dataset(
+    make: Callable[[], Iterable[Any]],
+    inputs: Sequence[InputSpec],
+    source: str,
+    limit: int | None = None,
+) -> Dataset:
+    """Samples from Python: `make()` returns an iterable of samples (TensorFlow's
+    `representative_dataset` is such a function), each a list of arrays in input order, a dict
+    keyed by input name, or one array for a one-input model; the batch axis is optional."""
+
+    def read() -> Iterator[Batch]:
+        return _generated_batches(make, inputs, source, source, source)
+
+    return Dataset(read=read, source=source, limit=limit)
+
+
+def named_arrays_dataset(
+    arrays: dict[str, Any], inputs: Sequence[InputSpec], source: str, limit: int | None = None
+) -> Dataset:
+    """Samples held in memory: arrays (N, *sample_shape) keyed by input name or arr_0, arr_1..."""
+    batch = _match_named(arrays, inputs, source)
+    return Dataset(read=lambda: [batch], source=source, limit=limit, size_hint=batch[0].shape[0])
 
 
 def _generated_batch(sample: Any, inputs: Sequence[InputSpec], where: str) -> Batch:

@@ -21,6 +21,7 @@ from qtool.calibrate.histogram import Histogram
 from qtool.calibrate.observers import HistogramObserver, MeanObserver
 from qtool.calibrate.ranges import MINMAX, Method
 from qtool.errors import DataError
+from qtool.files import open_regular, os_reason, write_atomic
 from qtool.model import Model, TensorType
 
 STATISTICS_FORMAT = "qtool-calibration-statistics"
@@ -153,19 +154,26 @@ class CalibrationStatistics:
                 )
                 for s, raw in state["subgraphs"].items()
             }
-        except (KeyError, TypeError, ValueError) as exc:
+            fingerprint = str(state["fingerprint"])
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"malformed calibration statistics ({exc})") from None
-        return cls(str(state["fingerprint"]), subgraphs)
+        return cls(fingerprint, subgraphs)
 
     def save(self, path: str | Path) -> None:
-        from qtool.model import write_atomic
-
+        """Written atomically (never a partial file), compact JSON."""
         write_atomic(path, json.dumps(self.state(), separators=(",", ":")) + "\n")
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationStatistics:
         try:
-            state = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as exc:
-            raise DataError(f"{path}: cannot read calibration statistics ({exc})") from None
+            with open_regular(path) as handle:
+                state = json.loads(handle.read())
+        except OSError as exc:
+            raise DataError(
+                f"{path}: cannot read calibration statistics ({os_reason(exc)})"
+            ) from None
+        except ValueError as exc:
+            raise DataError(f"{path}: not JSON calibration statistics ({exc})") from None
+        if not isinstance(state, dict):
+            raise DataError(f"{path}: not a qtool calibration statistics file")
         return cls.from_state(state)

@@ -71,11 +71,19 @@ def check_model(
         result.target = report.to_dict()
     if accuracy is not None:
         # Imported here: calibration data and the numpy engine are needed by the gate only.
-        from qtool.calibrate import load_dataset, model_inputs
+        from qtool.calibrate import Dataset, load_dataset, model_inputs
         from qtool.evaluate import compare_models
 
-        reference = load_model(accuracy.reference)
-        data = load_dataset(list(accuracy.data), model_inputs(reference))
+        reference = (
+            accuracy.reference
+            if isinstance(accuracy.reference, Model)
+            else load_model(accuracy.reference)
+        )
+        data = (
+            accuracy.data
+            if isinstance(accuracy.data, Dataset)
+            else load_dataset(list(accuracy.data), model_inputs(reference))
+        )
         comparison = compare_models(reference, model, data, accuracy.engine)
         findings += accuracy_findings(comparison, accuracy.min_sqnr, severity)
         result.accuracy = {**comparison.to_dict(), "min_sqnr": accuracy.min_sqnr}

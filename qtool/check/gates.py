@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qtool.check.findings import Finding
 
@@ -59,8 +59,8 @@ def target_findings(report: TargetReport, severity: dict[str, str]) -> list[Find
 class AccuracyGate:
     """`--reference FLOAT --data D --min-sqnr DB`: what a quantized model is compared with."""
 
-    reference: str  # path of the float model
-    data: tuple[str, ...]  # dataset sources (qtool.calibrate.load_dataset)
+    reference: Any  # path of the float model, or the Model
+    data: Any  # dataset sources (qtool.calibrate.load_dataset), or a Dataset
     min_sqnr: float = DEFAULT_MIN_SQNR
     engine: str = "auto"  # qtool.evaluate engines
 

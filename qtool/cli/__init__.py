@@ -19,6 +19,9 @@ COMMANDS = {
     "analyze": LazyCommand(
         "qtool.cli.analyze:analyze_command", "Where MODEL's quantization error comes from."
     ),
+    "calibrate": LazyCommand(
+        "qtool.cli.calibrate:calibrate_command", "Calibration statistics of MODEL, to merge."
+    ),
     "array": LazyCommand("qtool.cli.array:array_group", "Quantize and dequantize .npy arrays."),
     "check": LazyCommand("qtool.cli.check:check_command", "Audit MODEL... against the int8 spec."),
     "inspect": LazyCommand("qtool.cli.inspect:inspect_command", "Show what is in a model."),

@@ -28,6 +28,12 @@ from qtool.targets import target_names
     "(a generator of samples). Repeatable. A model with several signatures takes "
     "KEY=PATH per signature.",
 )
+@click.option(
+    "--statistics",
+    multiple=True,
+    metavar="FILE",
+    help="Calibration statistics from qtool calibrate, instead of --data (several are merged).",
+)
 @planning_options(target=True)
 @click.option(
     "--synthetic",
@@ -93,6 +99,7 @@ def quantize_command(
     model_path: str,
     output: str | None,
     data: tuple[str, ...],
+    statistics: tuple[str, ...],
     holdout: tuple[str, ...],
     synthetic: bool,
     samples: int | None,
@@ -123,6 +130,7 @@ def quantize_command(
         report_path=report_path,
         data=data,
         holdout=holdout,
+        statistics=statistics,
         synthetic=synthetic,
         samples=samples,
         seed=seed,

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from qtool.calibrate import CalibrationResult, Dataset
-from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect
+from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
-from qtool.errors import UsageError
+from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.model.edit import clone_model, remove_unused
 from qtool.quantize.auto import AUTO, choose_recipe
@@ -177,34 +177,44 @@ class Calibrated:
 
 def calibrate_model(
     model: Model,
-    data: Dataset | Mapping[int, Dataset],
+    data: Dataset | Mapping[int, Dataset] | None,
     options: QuantizeOptions = QuantizeOptions(),
     progress: Callable[[int], None] | None = None,
     holdout: Dataset | Mapping[int, Dataset] | None = None,
+    statistics: CalibrationStatistics | None = None,
 ) -> Calibrated:
-    """Prepare `model`, calibrate every subgraph with data, and choose the calibration method."""
+    """Prepare `model`, calibrate every subgraph with data (or take `statistics` gathered
+    earlier), and choose the calibration method."""
     datasets = _as_datasets(data)
     holdouts = _as_datasets(holdout)
     precision = options.precision()
     prepared = prepare_float_model(model)
-    if not any(_computes_in_float(prepared.model, s) for s in datasets):
+    entries = sorted(statistics.subgraphs) if statistics is not None else sorted(datasets)
+    if not any(_computes_in_float(prepared.model, s) for s in entries):
         raise UsageError(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
-    collected = {
-        s: collect(
-            prepared.model,
-            dataset,
-            engine=options.engine,
-            subgraph_index=s,
-            progress=progress,
-            holdout=holdouts.get(s),
+    if statistics is not None:
+        _check_fingerprint(statistics, prepared.model)
+        collected = {
+            s: from_statistics(prepared.model, statistics.subgraphs[s], s, holdouts.get(s))
+            for s in entries
+        }
+    else:
+        collected = {
+            s: collect(
+                prepared.model,
+                dataset,
+                engine=options.engine,
+                subgraph_index=s,
+                progress=progress,
+                holdout=holdouts.get(s),
+            )
+            for s, dataset in sorted(datasets.items())
+        }
+        statistics = CalibrationStatistics(
+            model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
         )
-        for s, dataset in sorted(datasets.items())
-    }
-    statistics = CalibrationStatistics(
-        model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
-    )
     planners = {
         s: Planner(
             prepared.model,
@@ -224,6 +234,32 @@ def calibrate_model(
     return Calibrated(prepared, collected, statistics, planners, start, scores, datasets)
 
 
+def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:
+    if statistics.fingerprint != model_fingerprint(model):
+        raise DataError(
+            "the calibration statistics were gathered on another model (or another qtool "
+            "version's preparation of it)"
+        )
+
+
+def calibration_statistics(
+    model: Model,
+    data: Dataset | Mapping[int, Dataset],
+    engine: str = "auto",
+    progress: Callable[[int], None] | None = None,
+) -> CalibrationStatistics:
+    """Statistics of every sample (no evaluation fold), to save and merge with other shards
+    (`qtool calibrate`), then quantize from (`statistics=`)."""
+    prepared = prepare_float_model(model)
+    collected = {
+        s: collect(prepared.model, dataset, engine, s, progress, evaluate=False)
+        for s, dataset in sorted(_as_datasets(data).items())
+    }
+    return CalibrationStatistics(
+        model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
+    )
+
+
 def analyze_model(
     model: Model,
     data: Dataset | Mapping[int, Dataset],
@@ -237,11 +273,12 @@ def analyze_model(
 
 def quantize_model(
     model: Model,
-    data: Dataset | Mapping[int, Dataset],
+    data: Dataset | Mapping[int, Dataset] | None,
     options: QuantizeOptions = QuantizeOptions(),
     progress: Callable[[int], None] | None = None,
     holdout: Dataset | Mapping[int, Dataset] | None = None,
     analyze: bool = False,
+    statistics: CalibrationStatistics | None = None,
 ) -> QuantizeResult:
     """Quantize every subgraph that has calibration data; `model` is left unchanged.
 
@@ -250,7 +287,7 @@ def quantize_model(
     accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
     warnings.
     """
-    calibrated = calibrate_model(model, data, options, progress, holdout)
+    calibrated = calibrate_model(model, data, options, progress, holdout, statistics)
     diagnosis = diagnose_calibrated(calibrated) if analyze else None
     prepared, collected, planners = calibrated.prepared, calibrated.collected, calibrated.planners
     precision = options.precision()

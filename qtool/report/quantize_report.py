@@ -17,16 +17,17 @@ from qtool.report.analysis_report import analysis_section
 REPORT_VERSION = 3
 
 
-def file_facts(path: str | Path, data: bytes | None = None) -> dict[str, Any]:
+def file_facts(path: str | Path | None, data: bytes | None = None) -> dict[str, Any]:
     """Path, size and sha256 of a file: read from disk, or given as the bytes about to be
-    written there (the report is written together with the model, not after it)."""
-    path = Path(path)
+    written there (the report is written together with the model, not after it); the path is
+    None for a model only held in memory."""
     if data is not None:
         return {
-            "path": str(path),
+            "path": None if path is None else str(path),
             "size_bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
         }
+    path = Path(path)
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -129,8 +130,9 @@ def build_report(
     source: Model,
     options: QuantizeOptions,
     *,
-    input_path: str,
-    output_path: str,
+    input_path: str | None,
+    output_path: str | None,
+    input_data: bytes | None = None,
     output_data: bytes | None = None,
     data_sources: list[str],
     samples_limit: int | None,
@@ -159,7 +161,7 @@ def build_report(
             "samples_limit": samples_limit,
             "seed": seed,
         },
-        "input_model": file_facts(input_path),
+        "input_model": file_facts(input_path, input_data),
         "output_model": file_facts(output_path, output_data),
         "calibration": _calibration_rows(result, source),
         "io": [

@@ -1,0 +1,300 @@
+"""qtool's Python API: one call per command, models and data as Python objects.
+
+    import qtool
+
+    result = qtool.quantize("model.tflite", samples)       # arrays, dicts, a generator...
+    print(result.accuracy)                                 # each output's SQNR, held out
+    result.save("model_int8.tflite")                       # model and report, atomically
+    report = qtool.check(result.model_bytes, target="ethos-u")
+    stats = qtool.calibrate("model.tflite", shard)         # merge shards, then
+    qtool.quantize("model.tflite", statistics=stats)
+
+A model is a path, the bytes of a .tflite file or a loaded `Model`. Data is a path (or list
+of paths) as on the command line, a numpy array (one input, samples along axis 0), a list of
+arrays (one per input), a dict of arrays keyed by input name, an iterable or a generator
+function of samples like TensorFlow's `representative_dataset` (each sample a list or dict of
+arrays, batch dimension optional), or a `qtool.calibrate.Dataset`. For a model with several
+signatures, a dict keyed by signature.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qtool.calibrate import Dataset, load_dataset, model_inputs
+from qtool.calibrate.datasets import InputSpec, iterable_dataset, named_arrays_dataset
+from qtool.calibrate.statistics import CalibrationStatistics
+from qtool.check.audit import check_model
+from qtool.check.findings import SEVERITY_RANK, Finding
+from qtool.check.gates import DEFAULT_MIN_SQNR, AccuracyGate
+from qtool.errors import UsageError
+from qtool.model import Model, model_to_bytes, parse_model
+from qtool.model import load_model as _load_path
+from qtool.quantize import QuantizeOptions, QuantizeResult
+from qtool.quantize.quantizer import analyze_model, calibration_statistics
+from qtool.report.analysis_report import analysis_section
+
+ModelLike = str | os.PathLike | bytes | bytearray | memoryview | Model
+
+
+def load_model(model: ModelLike) -> Model:
+    """A model from a path, the bytes of a .tflite file, or a Model (returned as is)."""
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, bytes | bytearray | memoryview):
+        return parse_model(bytes(model))
+    if isinstance(model, str | os.PathLike):
+        return _load_path(model)
+    raise UsageError(f"model must be a path, bytes or a Model, not {type(model).__name__}")
+
+
+def _entries(model: Model) -> dict[int, str | None]:
+    entries = {sig["subgraph_index"]: sig["signature_key"] for sig in model.signature_defs}
+    return dict(sorted(entries.items())) or {0: None}
+
+
+def as_dataset(data: Any, inputs: Sequence[InputSpec], limit: int | None = None) -> Dataset:
+    """Data in any of the forms the module docstring lists, as a Dataset of `inputs`."""
+    if isinstance(data, Dataset):
+        return data
+    if isinstance(data, str | os.PathLike):
+        return load_dataset([os.fspath(data)], inputs, limit=limit)
+    if isinstance(data, Sequence) and data and all(isinstance(d, str | os.PathLike) for d in data):
+        return load_dataset([os.fspath(d) for d in data], inputs, limit=limit)
+    if isinstance(data, np.ndarray):
+        return named_arrays_dataset({"arr_0": data}, inputs, "array", limit)
+    if isinstance(data, Mapping):
+        return named_arrays_dataset(dict(data), inputs, "dict of arrays", limit)
+    if (
+        isinstance(data, list | tuple)
+        and len(data) == len(inputs)
+        and all(isinstance(d, np.ndarray) for d in data)
+        and len(inputs) > 1
+    ):
+        arrays = {f"arr_{i}": d for i, d in enumerate(data)}
+        return named_arrays_dataset(arrays, inputs, "list of arrays", limit)
+    if callable(data):
+        return iterable_dataset(data, inputs, getattr(data, "__name__", "generator"), limit)
+    if isinstance(data, Iterable):
+        samples = list(data)  # a one-shot iterator is read once, then every pass reads the list
+        return iterable_dataset(lambda: samples, inputs, "iterable", limit)
+    raise UsageError(f"cannot use a {type(data).__name__} as calibration data")
+
+
+def _datasets(model: Model, data: Any, limit: int | None = None) -> dict[int, Dataset]:
+    """Data per entry subgraph: one source for a single entry, or a dict by signature key."""
+    entries = _entries(model)
+    by_key = {key: s for s, key in entries.items() if key is not None}
+    if len(entries) > 1:
+        if not (isinstance(data, Mapping) and set(data) <= set(by_key)):
+            raise UsageError(
+                f"the model has signatures {', '.join(sorted(by_key))}: give data as a dict "
+                "keyed by signature"
+            )
+        return {
+            by_key[k]: as_dataset(v, model_inputs(model, by_key[k]), limit) for k, v in data.items()
+        }
+    (s,) = entries
+    return {s: as_dataset(data, model_inputs(model, s), limit)}
+
+
+@dataclass
+class Quantized:
+    """The outcome of `quantize`: the quantized model, its report, and where to save it."""
+
+    result: QuantizeResult
+    report: dict[str, Any]
+    model_bytes: bytes
+
+    @property
+    def model(self) -> Model:
+        return self.result.model
+
+    @property
+    def accuracy(self) -> dict[str, float | None]:
+        """Each output's SQNR (dB) against the float model on held-out samples (None: exact)."""
+        return {row["name"]: row["sqnr_db"] for row in self.report["accuracy"]["outputs"]}
+
+    @property
+    def compliant(self) -> bool:
+        return not self.report["audit"]["errors"]
+
+    def save(
+        self,
+        path: str | os.PathLike,
+        report: str | os.PathLike | None = None,
+        *,
+        force: bool = False,
+    ) -> Path:
+        """Write the model and its report (`<stem>.report.json` beside it by default), both
+        or neither, after reading the model back; an existing file is replaced only with
+        `force`."""
+        from qtool.jobs import write_pair
+
+        path = Path(path)
+        report_path = Path(report) if report else path.with_name(f"{path.stem}.report.json")
+        self.report["output_model"]["path"] = str(path)
+        write_pair(path, self.model_bytes, report_path, self.report, force)
+        return path
+
+
+def quantize(
+    model: ModelLike,
+    data: Any = None,
+    *,
+    holdout: Any = None,
+    statistics: CalibrationStatistics | str | os.PathLike | None = None,
+    samples: int | None = None,
+    strict: bool = False,
+    analyze: bool = False,
+    progress: Callable[[int], None] | None = None,
+    **options: Any,
+) -> Quantized:
+    """Quantize a float model (what `qtool quantize` does, without writing anything).
+
+    `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
+    optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
+    target, engine. Raises QtoolError subclasses for bad input; `strict` and an unreachable
+    `target_sqnr` raise too (exit code 1 on the command line).
+    """
+    from qtool.jobs import finish_quantization
+
+    loaded = load_model(model)
+    settings = QuantizeOptions(**options)
+    if isinstance(statistics, str | os.PathLike):
+        statistics = CalibrationStatistics.load(statistics)
+    if data is None and statistics is None:
+        raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
+    datasets = {} if data is None else _datasets(loaded, data, samples)
+    holdouts = {} if holdout is None else _datasets(loaded, holdout)
+    source = model if isinstance(model, str | os.PathLike) else None
+    result, report, blob = finish_quantization(
+        loaded,
+        datasets,
+        holdouts,
+        settings,
+        statistics=statistics,
+        analyze=analyze,
+        strict=strict,
+        progress=progress,
+        input_path=None if source is None else os.fspath(source),
+        input_data=model_to_bytes(loaded) if source is None else None,
+        data_sources=[_describe(data)],
+        samples_limit=samples,
+    )
+    return Quantized(result, report, blob)
+
+
+def _describe(data: Any) -> str:
+    if isinstance(data, str | os.PathLike):
+        return os.fspath(data)
+    return type(data).__name__
+
+
+def calibrate(
+    model: ModelLike,
+    data: Any,
+    *,
+    samples: int | None = None,
+    engine: str = "auto",
+    progress: Callable[[int], None] | None = None,
+) -> CalibrationStatistics:
+    """The calibration statistics of `data` (`qtool calibrate`): save, merge with other shards
+    (exactly), and pass to `quantize(statistics=...)`."""
+    loaded = load_model(model)
+    return calibration_statistics(loaded, _datasets(loaded, data, samples), engine, progress)
+
+
+def analyze(
+    model: ModelLike,
+    data: Any,
+    *,
+    holdout: Any = None,
+    samples: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Where the quantization error comes from (`qtool analyze --json`)."""
+    loaded = load_model(model)
+    holdouts = {} if holdout is None else _datasets(loaded, holdout)
+    diagnosis = analyze_model(
+        loaded, _datasets(loaded, data, samples), QuantizeOptions(**options), progress, holdouts
+    )
+    return analysis_section(diagnosis)
+
+
+@dataclass
+class CheckResult:
+    """The audit of one model (`qtool check`): findings, and the verdict at `fail_on`."""
+
+    findings: list[Finding]
+    fail_on: str
+    target: dict[str, Any] | None = None
+    accuracy: dict[str, Any] | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        threshold = SEVERITY_RANK[self.fail_on]
+        return all(SEVERITY_RANK[f.severity] < threshold for f in self.findings)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "warning"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "passed": self.passed,
+            "fail_on": self.fail_on,
+            "counts": self.counts,
+            "findings": [f.to_dict() for f in self.findings],
+            "target": self.target,
+            "accuracy": self.accuracy,
+        }
+
+
+def check(
+    model: ModelLike,
+    *,
+    per_tensor_fc: bool = False,
+    target: str | None = None,
+    reference: ModelLike | None = None,
+    data: Any = None,
+    min_sqnr: float = DEFAULT_MIN_SQNR,
+    fail_on: str = "error",
+) -> CheckResult:
+    """Audit a quantized model against the int8 spec (`qtool check`), optionally where its ops
+    run on a `target` device and how close it stays to a float `reference` on `data`."""
+    if fail_on not in SEVERITY_RANK:
+        raise UsageError(f"fail_on must be one of {', '.join(SEVERITY_RANK)}, not {fail_on!r}")
+    if (reference is None) != (data is None):
+        raise UsageError("an accuracy check needs both reference and data")
+    loaded = (
+        load_model(model)
+        if not isinstance(model, str | os.PathLike)
+        else _load_path(model, validate=False)
+    )
+    gate = None
+    if reference is not None:
+        float_model = load_model(reference)
+        (s,) = list(_entries(float_model))[:1]
+        gate = AccuracyGate(float_model, as_dataset(data, model_inputs(float_model, s)), min_sqnr)
+    profiles = ("per-tensor-fc",) if per_tensor_fc else ()
+    audited = check_model(
+        loaded,
+        profiles,
+        target,
+        gate,
+        path=str(model) if isinstance(model, str | os.PathLike) else "model",
+    )
+    return CheckResult(audited.findings, fail_on, audited.target, audited.accuracy, audited.summary)

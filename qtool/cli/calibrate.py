@@ -1,0 +1,76 @@
+"""`qtool calibrate MODEL --data PATH -o stats.json`: calibration statistics to merge and reuse.
+
+Statistics of shards of the data, gathered on several machines, merge exactly: `qtool quantize
+MODEL --statistics a.json --statistics b.json` quantizes from all of them without reading the
+data again.
+"""
+
+from __future__ import annotations
+
+import click
+
+from qtool.calibrate import ENGINES
+from qtool.cli.render import print_fields, print_json, progress, stderr, stdout
+from qtool.jobs import QuantizeJob, calibrate_file
+from qtool.quantize import QuantizeOptions
+
+
+@click.command("calibrate")
+@click.argument("model_path", metavar="MODEL")
+@click.option(
+    "--data",
+    multiple=True,
+    required=True,
+    metavar="[KEY=]PATH",
+    help="Calibration data, as for qtool quantize. Repeatable.",
+)
+@click.option("-o", "--output", required=True, help="Statistics file to write (JSON).")
+@click.option("--samples", type=int, help="Use at most N samples.")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="auto",
+    show_default=True,
+    help="What runs the float model.",
+)
+@click.option("--custom-ops", metavar="MODULE", help="Python module registering custom-op kernels.")
+@click.option("--force", is_flag=True, help="Replace an existing output file.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no summary.")
+@click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
+def calibrate_command(
+    model_path: str,
+    data: tuple[str, ...],
+    output: str,
+    samples: int | None,
+    engine: str,
+    custom_ops: str | None,
+    force: bool,
+    quiet: bool,
+    as_json: bool,
+) -> None:
+    """Gather the calibration statistics of MODEL over the data and write them to a file.
+
+    Every histogram and mean in it merges exactly with those of other shards of the same
+    model's data (same result whatever the split or order).
+    """
+    job = QuantizeJob(
+        model_path=model_path,
+        data=data,
+        samples=samples,
+        custom_ops=custom_ops,
+        force=force,
+        options=QuantizeOptions(engine=engine),
+    )
+    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
+        statistics = calibrate_file(job, output, progress=advance)
+    summary = {
+        "output": output,
+        "samples": statistics.samples,
+        "subgraphs": sorted(statistics.subgraphs),
+        "tensors": sum(len(s.histograms.histograms) for s in statistics.subgraphs.values()),
+        "fingerprint": statistics.fingerprint,
+    }
+    if as_json:
+        print_json(summary)
+    elif not quiet:
+        print_fields(stdout, [(k, str(v)) for k, v in summary.items()])
