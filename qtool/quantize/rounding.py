@@ -144,7 +144,7 @@ def optimise_rounding(
 def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray) -> np.ndarray:
     """Coordinate descent over floor/ceil choices; `moment` is [K, K] or [C, K, K]."""
     ratio = w / s
-    floor = np.floor(ratio)
+    floor, ceil = np.floor(ratio), np.ceil(ratio)  # equal where w / s is an integer: no choice
     q = np.clip(np.round(ratio), -127, 127)
     shared = moment.ndim == 2
     diagonal = np.diagonal(moment, axis1=-2, axis2=-1)
@@ -153,7 +153,7 @@ def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray) -> np.ndarray:
     for _ in range(SWEEPS):
         flips = 0
         for k in range(w.shape[1]):
-            other = np.where(q[:, k] == floor[:, k], floor[:, k] + 1, floor[:, k])
+            other = np.where(q[:, k] == floor[:, k], ceil[:, k], floor[:, k])
             step = (q[:, k] - other) * s[:, 0]  # change of error[:, k]
             hkk = diagonal[k] if shared else diagonal[:, k]
             gain = 2 * step * gradient[:, k] + step**2 * hkk
