@@ -26,7 +26,9 @@ def data_directory(tmp_path_factory):
 def test_shards_split_the_files_contiguously(data_directory) -> None:
     shards = shard_files(data_directory, 3)
     assert [len(s) for s in shards] == [3, 3, 2]
-    assert sum(shards, []) == sorted(str(p) for p in data_directory.iterdir())
+    assert [f for shard in shards for f in shard] == sorted(
+        str(p) for p in data_directory.iterdir()
+    )
 
 
 def test_dask_local_cluster_matches_one_process(data_directory) -> None:
