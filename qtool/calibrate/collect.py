@@ -124,6 +124,7 @@ def collect(
         subgraph_index=subgraph_index,
     )
     fit.samples = calibration.samples
+    fit.flush()
     statistics = copy.deepcopy(fit)
     evaluation = None
     if folded or (evaluate and holdout is not None):

@@ -147,13 +147,15 @@ class MeanObserver:
 
     Sums are kept in fixed point (int64 multiples of `RESOLUTION`), so they add exactly and in
     any order: shards merge to the single-process result bit for bit, as histograms do. Each
-    value is rounded to 2^-24 (6e-8) first, far below what bias correction can resolve, and
-    magnitudes up to 2^38 fit, for a billion samples.
+    value is rounded to 2^-24 (6e-8), far below what bias correction can resolve, and clipped to
+    +-2^22 (4e6); NaN counts as 0. A block of at most `BLOCK` samples is summed in float64,
+    which is exact for such integers, then added in int64.
     """
 
     kind = "mean"
     RESOLUTION = 2.0**-24
-    _LIMIT = 2.0**38
+    _LIMIT = 2.0**22
+    BLOCK = 128  # samples per float64 sum: 128 * 2^(22 + 24) < 2^53
 
     def __init__(self, tensors: Iterable[int], sample_shapes: Mapping[int, tuple[int, ...]]):
         self.tensors = frozenset(tensors)
@@ -164,15 +166,24 @@ class MeanObserver:
     def __call__(self, tensor_index: int, value: np.ndarray) -> None:
         if tensor_index not in self.tensors or not value.size:
             return
-        rows = value.reshape(-1, *self.sample_shapes[tensor_index]).astype(np.float64)
-        np.nan_to_num(rows, copy=False, nan=0.0, posinf=self._LIMIT, neginf=-self._LIMIT)
-        fixed = np.rint(np.clip(rows, -self._LIMIT, self._LIMIT) / self.RESOLUTION)
-        total = fixed.astype(np.int64).sum(axis=0)
-        if tensor_index in self.sums:
-            self.sums[tensor_index] += total
-        else:
-            self.sums[tensor_index] = total
+        rows = value.reshape(-1, *self.sample_shapes[tensor_index])
+        for start in range(0, len(rows), self.BLOCK):
+            total = self._block_sum(rows[start : start + self.BLOCK])
+            if tensor_index in self.sums:
+                self.sums[tensor_index] += total
+            else:
+                self.sums[tensor_index] = total
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
+
+    def _block_sum(self, rows: np.ndarray) -> np.ndarray:
+        units = rows.astype(np.float64)
+        units *= 1 / self.RESOLUTION
+        np.rint(units, out=units)
+        np.clip(units, -self._LIMIT / self.RESOLUTION, self._LIMIT / self.RESOLUTION, out=units)
+        total = units.sum(axis=0)
+        if not np.isfinite(total).all():  # NaN in the data: counted as 0
+            total = np.nan_to_num(units, nan=0.0).sum(axis=0)
+        return total.astype(np.int64)
 
     def mean(self, tensor_index: int) -> np.ndarray | None:
         if tensor_index not in self.sums:

@@ -205,7 +205,7 @@ def quantize_weights(
         )
         input_params = plan.params[plan.reads[(i, activation)]]
         corrector = None
-        mean = statistics.means.mean(op.inputs[activation]) if recipe.bias_correction else None
+        mean = statistics.mean(op.inputs[activation]) if recipe.bias_correction else None
         if mean is not None:
             shift = partial(
                 _weight_error_shift, model, subgraph, i, activation, mean, position, bias_position

@@ -78,7 +78,7 @@ def test_statistics_of_another_model_are_refused() -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("not json", "cannot read calibration statistics"),
+        ("not json", "not JSON calibration statistics"),
         (json.dumps({"format": "something else"}), "not a qtool calibration statistics file"),
         (
             json.dumps({"format": "qtool-calibration-statistics", "version": 99}),
