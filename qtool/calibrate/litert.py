@@ -12,6 +12,7 @@ interpreter's memory, in chunk order (qtool.runtime.parallel), without copying t
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -58,14 +59,34 @@ def litert_interpreter(model: Model):
     )
 
 
+@contextmanager
+def native_stderr_quiet() -> Iterator[None]:
+    """LiteRT's C++ logs ("INFO: Created TensorFlow Lite XNNPACK delegate") go to file
+    descriptor 2, past Python: point it at /dev/null meanwhile. Its errors still arrive as
+    exceptions."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr to quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _allocated(make: Callable, resize: Callable | None = None):
     """An interpreter from `make`, optionally resized, with its tensors allocated; LiteRT's
     refusals become UnsupportedOpError."""
     try:
-        interpreter = make()
-        if resize is not None:
-            resize(interpreter)
-        interpreter.allocate_tensors()
+        with native_stderr_quiet():
+            interpreter = make()
+            if resize is not None:
+                resize(interpreter)
+            interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as exc:
         detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UnsupportedOpError(f"LiteRT cannot run the model: {detail}") from None
