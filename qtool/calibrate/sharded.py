@@ -3,7 +3,9 @@
 Each shard of the data (some of a directory's files, say) is calibrated where the engine runs
 it, and the statistics come back to be merged. Histogram counts and fixed-point sums add
 exactly, so the merge equals a single-process calibration bit for bit, whatever the split or the
-order results arrive in. The engine is anything with `submit(fn, *args)` returning futures that
+order results arrive in, as long as the engine computes a sample the same whatever else is in
+its batch: LiteRT does; numpy's BLAS may round a row of a larger matrix product differently,
+which can move a layer-input mean by one fixed-point unit (2^-24). The engine is anything with `submit(fn, *args)` returning futures that
 have `.result()`: `dask.distributed.Client`, `concurrent.futures.ProcessPoolExecutor`...
 
     from dask.distributed import Client
