@@ -1,4 +1,5 @@
-"""The README's Python examples run as they are (from the repository root)."""
+"""The README's Python examples (```python blocks; ```py ones are sketches needing a cluster or
+your files) run as they are from the repository root."""
 
 from __future__ import annotations
 

@@ -107,18 +107,19 @@ def render(analysis: dict, top: int) -> None:
             )
             rows.append(
                 (
-                    place["place"],
+                    "-" if place["op_index"] is None else str(place["op_index"]),
                     place["op"],
-                    place["tensor"],
+                    place["place"],
                     _db(place["alone_worst_db"]),
                     "-" if place["layer_sqnr_db"] is None else _db(place["layer_sqnr_db"]),
                     place["recommended"] or "-",
                     remedies or "-",
+                    place["tensor"],
                 )
             )
         print_table(
             stdout,
-            "worst places: output SQNR (dB, worst output) with only this place quantized",
-            ("place", "op", "tensor", "alone", "layer", "recommended", "remedies (alone dB)"),
+            "worst places: worst output's SQNR (dB) with only this place quantized",
+            ("#", "op", "place", "alone", "layer", "recommended", "remedies (alone dB)", "tensor"),
             rows,
         )

@@ -48,6 +48,7 @@ class RemedyEffect:
 class PlaceReport:
     sensitivity: Sensitivity
     layer_sqnr_db: float | None  # the tensor's own SQNR along the simulated model
+    op_index: int | None = None  # the operator in the input model (None: a model input)
     remedies: list[RemedyEffect] = field(default_factory=list)
     recommended: str | None = None
 
@@ -185,7 +186,8 @@ def _diagnose_subgraph(
     for rank, sensitivity in enumerate(found_places):
         place = sensitivity.place
         layer = layers.get(place.tensor) if place.kind == "activation" else None
-        report = PlaceReport(sensitivity, layer)
+        source = plan.decisions[place.op_index].source_index if place.op_index >= 0 else None
+        report = PlaceReport(sensitivity, layer, source)
         if rank < remedied and np.isfinite(sensitivity.worst_db):
             report.remedies = remedies.effects(place)
             report.recommended = _recommend(sensitivity.worst_db, model_db, report.remedies)

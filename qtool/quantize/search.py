@@ -112,14 +112,26 @@ class _Search:
             found = remedy(sensitivity.place)
             if found is not None:
                 options.append((sensitivity, found[0]))
-        count, sqnr, recipe = 0, None, base
+        missed, count, sqnr, recipe = 0, 0, None, base
         while count < len(options):
-            count = min(len(options), max(count + 1, int(count * GROWTH)))
+            missed, count = count, min(len(options), max(count + 1, int(count * GROWTH)))
             recipe = self._apply(base, options[:count], remedy)
             _, sqnr = self.evaluate(recipe)
             if self.reached(sqnr):
+                count, sqnr = self._shortest(base, options, remedy, missed, count, sqnr)
                 return self._prune(base, options[:count], remedy, sqnr)
         return recipe, options[:count], sqnr
+
+    def _shortest(self, base: Recipe, options: list, remedy, missed: int, count: int, sqnr):
+        """Bisect between a prefix that misses and one that reaches the target."""
+        while count - missed > 1:
+            middle = (missed + count) // 2
+            _, trial = self.evaluate(self._apply(base, options[:middle], remedy))
+            if self.reached(trial):
+                count, sqnr = middle, trial
+            else:
+                missed = middle
+        return count, sqnr
 
     def _apply(self, base: Recipe, chosen, remedy) -> Recipe:
         recipe = base

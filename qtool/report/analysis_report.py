@@ -17,6 +17,7 @@ def _place(report: PlaceReport, outputs: list[str]) -> dict[str, Any]:
     sensitivity = report.sensitivity
     return {
         "place": sensitivity.place.kind,
+        "op_index": report.op_index,
         "op": sensitivity.op_type,
         "tensor": sensitivity.name,
         "alone_sqnr_db": dict(zip(outputs, map(_db, sensitivity.output_sqnr), strict=True)),
