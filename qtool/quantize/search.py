@@ -196,13 +196,19 @@ def search(
     def floating(place: Place, base: Recipe = recipe):
         return _float_remedy(place, base, subgraph)
 
-    final, chosen, sqnr = run.stage(recipe, remaining, floating)
+    final, floated, sqnr = run.stage(recipe, remaining, floating)
+    if sqnr is not None and run.reached(sqnr):
+        # With the float places in, fewer integer remedies may do: the shortest prefix of them.
+        floats_only = start.with_changes(float_ops=final.float_ops)
+        count, sqnr = run._shortest(floats_only, chosen, integer, 0, len(chosen), sqnr)
+        chosen = chosen[:count]
+        final = run._apply(floats_only, chosen, integer)
     reached = min(sqnr or current) >= required
     return SearchResult(
         final,
         reached,
         sqnr or current,
-        remedies + _remedies(chosen),
+        _remedies(chosen) + _remedies(floated),
         [] if reached else remaining[:10],
     )
 
