@@ -31,9 +31,9 @@ from qtool.quantize.rounding import supported as rounding_supported
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
 
 ROUNDING, INT16, FLOAT = "rounding", "int16", "float"
-MARGIN_DB = 2.0
+MARGIN_DB = 3.0
 GROWTH = 1.5  # how much the remedied prefix grows after a miss
-MAX_PRUNE_TRIES = 24
+MAX_PRUNE_TRIES = 8
 WORST_SLACK_DB = 0.25
 
 
