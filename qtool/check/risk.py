@@ -10,8 +10,13 @@ import numpy as np
 from qtool.check.context import AuditContext
 from qtool.check.findings import Finding
 from qtool.check.qparams import num
-from qtool.model import dtype_name
+from qtool.model import TensorType, dtype_name
 from qtool.numerics import quantize_multiplier
+
+
+# int32/int64 tensors in a quantized graph are biases, whose scale is a product of scales and
+# tiny by construction: values are large integers, no precision is lost.
+WIDE_ACCUMULATOR_TYPES = frozenset({TensorType.INT32, TensorType.INT64})
 
 
 def check_tiny_scales(ctx: AuditContext) -> Iterator[Finding]:
@@ -19,6 +24,8 @@ def check_tiny_scales(ctx: AuditContext) -> Iterator[Finding]:
     (dead filters: zero or about 1e-10 weights) are only counted, as an info."""
     limit = ctx.settings.tiny_scale
     for s, t, tensor in ctx.quantized_tensors():
+        if tensor.dtype in WIDE_ACCUMULATOR_TYPES:
+            continue  # a bias's scale is input scale x weight scale (QT-BIAS-SCALE audits it)
         scales = tensor.quantization.scale
         tiny = scales < limit
         if not tiny.any():
