@@ -62,8 +62,10 @@ def test_the_page_loads_nothing() -> None:
 def test_the_page_lists_the_float_ops_and_the_remedies() -> None:
     result = awkward_quantization()
     page = result.html()
-    (kept,) = result.report["float_ops"]
-    assert kept["op"] == "MEAN" and html.escape(kept["reason"], quote=True) in page
+    float_ops = result.report["float_ops"]
+    assert any(f["op"] == "MEAN" and "keep-float" in f["reason"] for f in float_ops)
+    for kept in float_ops:  # the target search may keep more
+        assert html.escape(kept["reason"], quote=True) in page
     remedies = result.report["target"]["subgraphs"][0]["remedies"]
     assert remedies
     for remedy in remedies:
