@@ -125,22 +125,32 @@ class Quantized:
     def compliant(self) -> bool:
         return not self.report["audit"]["errors"]
 
+    def html(self) -> str:
+        """The self-contained HTML page of this quantization (what `qtool quantize --html`
+        writes); its per-layer SQNR chart needs `quantize(..., layer_sqnr=True)`."""
+        from qtool.report.html import quantize_html
+        from qtool.report.pictures import quantize_pictures
+
+        return quantize_html(self.report, quantize_pictures(self.result))
+
     def save(
         self,
         path: str | os.PathLike,
         report: str | os.PathLike | None = None,
         *,
+        html: str | os.PathLike | None = None,
         force: bool = False,
     ) -> Path:
-        """Write the model and its report (`<stem>.report.json` beside it by default), both
-        or neither, after reading the model back; an existing file is replaced only with
-        `force`."""
+        """Write the model and its report (`<stem>.report.json` beside it by default), and the
+        HTML page to `html` if given, all or none, after reading the model back; an existing
+        file is replaced only with `force`."""
         from qtool.jobs import write_pair
 
         path = Path(path)
         report_path = Path(report) if report else path.with_name(f"{path.stem}.report.json")
         self.report["output_model"]["path"] = str(path)
-        write_pair(path, self.model_bytes, report_path, self.report, force)
+        pages = [(Path(html), self.html())] if html is not None else []
+        write_pair(path, self.model_bytes, report_path, self.report, force, pages)
         return path
 
 
@@ -153,6 +163,7 @@ def quantize(
     samples: int | None = None,
     strict: bool = False,
     analyze: bool = False,
+    layer_sqnr: bool = False,
     progress: Callable[[int], None] | None = None,
     **options: Any,
 ) -> Quantized:
@@ -160,8 +171,10 @@ def quantize(
 
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
     optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
-    target, engine. Raises QtoolError subclasses for bad input; `strict` and an unreachable
-    `target_sqnr` raise too (exit code 1 on the command line).
+    target, engine. `layer_sqnr` also measures each quantized activation's SQNR along the graph
+    (simulated on the held-out samples, for `Quantized.html()`). Raises QtoolError subclasses
+    for bad input; `strict` and an unreachable `target_sqnr` raise too (exit code 1 on the
+    command line).
     """
     from qtool.jobs import finish_quantization
 
@@ -187,6 +200,7 @@ def quantize(
         input_data=model_to_bytes(loaded) if source is None else None,
         data_sources=[_describe(data)],
         samples_limit=samples,
+        measure_layer_sqnr=layer_sqnr,
     )
     return Quantized(result, report, blob)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,15 +21,18 @@ from qtool.calibrate import Dataset, load_dataset, model_inputs, synthetic_datas
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
 from qtool.errors import QtoolError, UsageError
-from qtool.files import check_destination, commit, discard, stage
+from qtool.files import check_destination, commit, discard, stage, write_atomic
 from qtool.model import Model, load_model, model_to_bytes
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from qtool.quantize.analysis import layer_errors
-from qtool.quantize.quantizer import analyze_model, calibration_statistics
+from qtool.quantize.diagnosis import diagnose_calibrated
+from qtool.quantize.quantizer import calibrate_model, calibration_statistics
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
+from qtool.report.html import analysis_html, quantize_html
+from qtool.report.pictures import analysis_histograms, quantize_pictures
 from qtool.runtime import load_custom_ops
 
 DEFAULT_SYNTHETIC_SAMPLES = 64
@@ -85,6 +88,7 @@ class QuantizeJob:
     custom_ops: str | None = None
     layer_errors: bool = False  # measure every layer's SQNR (needs ai-edge-litert)
     analyze: bool = False  # where the error comes from (simulated), in the report
+    html_path: str | None = None  # the HTML page of the run, written with the other outputs
     options: QuantizeOptions = field(default_factory=QuantizeOptions)
 
 
@@ -94,6 +98,7 @@ class QuantizeOutcome:
     report: dict[str, Any]
     output_path: str
     report_path: str
+    html_path: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -118,13 +123,18 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     return output, report
 
 
-def _check_destinations(job: QuantizeJob, output: Path, report: Path) -> None:
+def _job_inputs(job: QuantizeJob) -> list[str]:
+    """Every file the job reads (module:function data sources name no file and match none)."""
+    return [job.model_path, *job.data, *job.holdout, *job.statistics]
+
+
+def _check_destinations(job: QuantizeJob, *paths: Path) -> None:
     """Refuse unwritable destinations before the work, not after it."""
-    for path in (output, report):
-        refuse_input_overwrite(path, [job.model_path])
+    for path in paths:
+        refuse_input_overwrite(path, _job_inputs(job))
         check_destination(path, overwrite=job.force)
-    if output.absolute() == report.absolute():
-        raise UsageError("the model and the report cannot be written to the same file")
+    if len({path.absolute() for path in paths}) < len(paths):
+        raise UsageError("the model, the report and the page must be written to different files")
 
 
 def entry_subgraphs(model: Model) -> dict[int, str | None]:
@@ -213,9 +223,18 @@ def calibrate_file(
 
 def analyze_file(job: QuantizeJob, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run `qtool analyze`: the analysis report of the plan `quantize_file` would make."""
+    html = Path(job.html_path) if job.html_path else None
+    if html is not None:
+        refuse_input_overwrite(html, _job_inputs(job))
+        check_destination(html, overwrite=True)
     model, datasets, holdouts = load_job_inputs(job)
-    diagnosis = analyze_model(model, datasets, job.options, progress=progress, holdout=holdouts)
-    return {"model": job.model_path, **analysis_section(diagnosis)}
+    calibrated = calibrate_model(model, datasets, job.options, progress, holdouts)
+    diagnosis = diagnose_calibrated(calibrated)
+    analysis = {"model": job.model_path, **analysis_section(diagnosis)}
+    if html is not None:
+        tensors = analysis_histograms(diagnosis, calibrated.prepared.model)
+        write_atomic(html, analysis_html(analysis, tensors))
+    return analysis
 
 
 def finish_quantization(
@@ -235,9 +254,12 @@ def finish_quantization(
     samples_limit: int | None = None,
     seed: int | None = None,
     measure_layers: bool = False,
+    measure_layer_sqnr: bool = False,
 ) -> tuple[QuantizeResult, dict[str, Any], bytes]:
     """Quantize in memory, refuse what the options forbid, audit, and build the report:
-    (result, report, model bytes). Nothing is written."""
+    (result, report, model bytes). Nothing is written. `measure_layers` runs both models in
+    LiteRT layer by layer (`layer_errors` in the report); `measure_layer_sqnr` simulates the
+    same (`result.layer_sqnr`, for the HTML page)."""
     result = quantize_model(
         model,
         datasets,
@@ -246,6 +268,7 @@ def finish_quantization(
         holdout=holdouts,
         analyze=analyze,
         statistics=statistics,
+        measure_layer_sqnr=measure_layer_sqnr,
     )
     missed = target_failure(result)
     if missed:
@@ -294,7 +317,8 @@ def quantize_file(
     """Run `qtool quantize`; `progress(n)` follows calibration, `on_total` gets the expected
     number of samples (None when only reading all the data would tell)."""
     output, report_path = default_paths(job)
-    _check_destinations(job, output, report_path)
+    html = [Path(job.html_path)] if job.html_path else []
+    _check_destinations(job, output, report_path, *html)
     model, datasets, holdouts = load_job_inputs(job)
     if on_total:
         expected = [d.expected_samples for d in datasets.values()]
@@ -314,15 +338,29 @@ def quantize_file(
         samples_limit=job.samples,
         seed=job.seed if job.synthetic else None,
         measure_layers=job.layer_errors,
+        measure_layer_sqnr=bool(html),
     )
-    write_pair(output, blob, report_path, report, job.force)
+    pages = [(path, quantize_html(report, quantize_pictures(result))) for path in html]
+    write_pair(output, blob, report_path, report, job.force, pages)
     return QuantizeOutcome(
-        result=result, report=report, output_path=str(output), report_path=str(report_path)
+        result=result,
+        report=report,
+        output_path=str(output),
+        report_path=str(report_path),
+        html_path=job.html_path,
     )
 
 
-def write_pair(output: Path, blob: bytes, report_path: Path, report: dict, force: bool) -> None:
-    """Stage both files, read the model back, then rename both (report first) or neither."""
+def write_pair(
+    output: Path,
+    blob: bytes,
+    report_path: Path,
+    report: dict,
+    force: bool,
+    pages: Sequence[tuple[Path, str]] = (),
+) -> None:
+    """Stage the model, its report and any `(path, text)` pages, read the model back, then
+    rename all (the model last) or none."""
     staged = []
     try:
         staged.append(stage(output, blob, overwrite=force))
@@ -332,6 +370,7 @@ def write_pair(output: Path, blob: bytes, report_path: Path, report: dict, force
                 f"{output}: the quantized model is not valid, not written: {problem}"
             )
         staged.append(stage(report_path, json.dumps(report, indent=2) + "\n", overwrite=force))
+        staged += [stage(path, page, overwrite=force) for path, page in pages]
         commit(*reversed(staged))
     except BaseException:
         discard(*staged)

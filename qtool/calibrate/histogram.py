@@ -147,3 +147,21 @@ class Histogram:
         first = int(state["first_bin"])
         histogram.counts[first : first + counts.size] = counts
         return histogram
+
+
+def counts_below(histogram: Histogram, values: np.ndarray | float) -> np.ndarray:
+    """How many binned values lie below each of `values`, each bin's count spread evenly over
+    its span (clipped to the exact minimum and maximum): the cumulative count, for re-binning
+    onto another grid and for the share of values a range clips."""
+    points = np.asarray(values, np.float64)
+    total = float(histogram.counts.sum())
+    nonzero = np.flatnonzero(histogram.counts)
+    if not nonzero.size:
+        return np.zeros_like(points)
+    first, last = int(nonzero[0]), int(nonzero[-1]) + 1
+    lower, upper = bin_edges()
+    edges = np.clip(np.append(lower[first], upper[first:last]), histogram.min, histogram.max)
+    cumulative = np.append(0.0, np.cumsum(histogram.counts[first:last], dtype=np.float64))
+    # Clipping leaves runs of equal edges at both ends only, where the answer is 0 or total.
+    inside = np.interp(points, edges, cumulative)
+    return np.where(points <= histogram.min, 0.0, np.where(points >= histogram.max, total, inside))

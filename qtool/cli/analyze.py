@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
 from qtool.calibrate import ENGINES
 from qtool.cli.planning import options_from, planning_options
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
+from qtool.errors import UsageError
 from qtool.jobs import QuantizeJob, analyze_file
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
@@ -40,6 +42,13 @@ SHOWN = 15
     "--top", type=int, default=SHOWN, show_default=True, help="Places shown (all in JSON)."
 )
 @click.option("-o", "--output", help="Write the analysis as JSON to this file.")
+@click.option(
+    "--html",
+    "html_path",
+    metavar="FILE",
+    help="Also write a self-contained HTML page: output and per-layer SQNR, the worst places "
+    "and their remedies, each activation's histogram against its range.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the analysis as JSON.")
 def analyze_command(
@@ -51,6 +60,7 @@ def analyze_command(
     custom_ops: str | None,
     top: int,
     output: str | None,
+    html_path: str | None,
     quiet: bool,
     as_json: bool,
     **planning,
@@ -63,13 +73,16 @@ def analyze_command(
     rounding optimisation, int16, float). Worst first.
     """
     if output:
-        refuse_input_overwrite(output, [model_path, *data])
+        refuse_input_overwrite(output, [model_path, *data, *holdout])
+        if html_path and Path(output).absolute() == Path(html_path).absolute():
+            raise UsageError("the analysis and the page must be written to different files")
     job = QuantizeJob(
         model_path=model_path,
         data=data,
         holdout=holdout,
         samples=samples,
         custom_ops=custom_ops,
+        html_path=html_path,
         options=QuantizeOptions(engine=engine, **options_from(planning)),
     )
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
@@ -80,6 +93,8 @@ def analyze_command(
         print_json(analysis)
     elif not quiet:
         render(analysis, top)
+        if html_path:
+            print_fields(stdout, [("page", html_path)])
 
 
 def _db(value: float | None) -> str:

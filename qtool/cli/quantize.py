@@ -69,6 +69,13 @@ from qtool.targets import target_names
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any op has to stay float.")
 @click.option("--report", "report_path", help="Report file (default: <output stem>.report.json).")
 @click.option(
+    "--html",
+    "html_path",
+    metavar="FILE",
+    help="Also write a self-contained HTML page: output and per-layer SQNR, each activation's "
+    "histogram against its range, the ops left in float.",
+)
+@click.option(
     "--engine",
     type=click.Choice(ENGINES),
     default="auto",
@@ -109,6 +116,7 @@ def quantize_command(
     keep_float: tuple[str, ...],
     strict: bool,
     report_path: str | None,
+    html_path: str | None,
     engine: str,
     custom_ops: str | None,
     layer_errors: bool,
@@ -139,6 +147,7 @@ def quantize_command(
         custom_ops=custom_ops,
         layer_errors=layer_errors,
         analyze=analyze,
+        html_path=html_path,
         options=QuantizeOptions(
             io=io_mode,
             per_tensor_fc=per_tensor_fc,
@@ -212,6 +221,7 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         [
             ("wrote", outcome.output_path),
             ("report", outcome.report_path),
+            *([("page", outcome.html_path)] if outcome.html_path else []),
             (
                 "size",
                 f"{report['input_model']['size_bytes']:,} -> "

@@ -15,22 +15,27 @@ On held-out samples, by simulation of the plan (fitted on the other calibration 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from qtool.calibrate.ranges import Method
+from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.errors import UsageError
-from qtool.numerics import sqnr_db
+from qtool.model import Model
+from qtool.numerics import SqnrAccumulator
 from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.plan import Plan
 from qtool.quantize.rounding import supported as rounding_supported
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
 from qtool.quantize.simulate import Simulator
+from qtool.runtime import Engine
 
 REMEDIED = 10  # the most damaging places get their remedies evaluated
 GOOD_ENOUGH_DB = 1.0
 MATTERS_DB = 10.0  # places whose noise alone is this far below the model's do not matter
+LAYER_CHUNK = 4  # samples per pass when measuring every layer (their activations are held)
 CLIP_METHODS = (Method("mse"), Method("percentile", 99.99), Method("percentile", 99.9))
 
 
@@ -61,6 +66,8 @@ class SubgraphDiagnosis:
     places: list[PlaceReport]  # most damaging first
     layer_sqnr: dict[str, float]  # every quantized activation, along the simulated model
     samples: int
+    plan: Plan  # the plan analysed
+    statistics: SubgraphStatistics  # what the plan was fitted on (its ranges' histograms)
 
 
 @dataclass
@@ -70,20 +77,33 @@ class Diagnosis:
     subgraphs: list[SubgraphDiagnosis]
 
 
-def _layer_sqnr(analyzer: Analyzer) -> dict[int, float]:
-    """Each fake-quantized activation's SQNR against the float tensor, in one simulated run."""
+def _observed(run, feeds: Sequence[np.ndarray], wanted: set[int]) -> dict[int, np.ndarray]:
+    """The `wanted` tensors of one run of `run(feeds, observers=...)`, whole."""
     found: dict[int, list[np.ndarray]] = {}
-    wanted = {slot[0] for slot in analyzer.plan.writes.values()}
-    wanted &= set(analyzer.float.values)
 
     def keep(t: int, value: np.ndarray) -> None:
         if t in wanted:
             found.setdefault(t, []).append(np.array(value))
 
-    Simulator(analyzer.model, analyzer.plan).run(analyzer.inputs, observers=[keep])
-    return {
-        t: sqnr_db(analyzer.float.values[t], np.concatenate(parts)) for t, parts in found.items()
-    }
+    run(feeds, observers=[keep])
+    return {t: np.concatenate(parts) for t, parts in found.items()}
+
+
+def layer_sqnr(model: Model, plan: Plan, inputs: Sequence[np.ndarray]) -> dict[int, float]:
+    """Each fake-quantized activation's SQNR against the float tensor along the simulated model,
+    in the order it computes them (graph order). The samples go through both models
+    `LAYER_CHUNK` at a time, so only that many samples' activations are ever held."""
+    wanted = {slot[0] for slot in plan.writes.values()}
+    reference = Engine(model, plan.subgraph_index)
+    simulated = Simulator(model, plan)
+    sums: dict[int, SqnrAccumulator] = {}
+    for start in range(0, int(inputs[0].shape[0]), LAYER_CHUNK):
+        feeds = [np.asarray(x)[start : start + LAYER_CHUNK] for x in inputs]
+        expected = _observed(reference.run, feeds, wanted)
+        for t, value in _observed(simulated.run, feeds, wanted).items():
+            if t in expected:
+                sums.setdefault(t, SqnrAccumulator()).add(expected[t], value)
+    return {t: total.db for t, total in sums.items()}
 
 
 class _Remedies:
@@ -178,7 +198,7 @@ def _diagnose_subgraph(
     subgraph = planner.subgraph
     found_places = [analyzer.measure(p) for p in places(planner.model, plan)]
     found_places.sort(key=lambda s: s.worst_db)
-    layers = _layer_sqnr(analyzer)
+    layers = layer_sqnr(analyzer.model, analyzer.plan, analyzer.inputs)
     remedies = _Remedies(planner, found.fit, recipe, found.evaluation.inputs)
     remedies.analyzers[recipe] = analyzer
     reports = []
@@ -199,4 +219,6 @@ def _diagnose_subgraph(
         reports,
         {subgraph.tensors[t].name: v for t, v in layers.items()},
         analyzer.float.samples,
+        plan,
+        found.fit,
     )

@@ -18,19 +18,24 @@ from dataclasses import dataclass, field
 from qtool.calibrate import CalibrationResult, Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
 from qtool.calibrate.ranges import parse_method
-from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
+from qtool.calibrate.statistics import (
+    CalibrationStatistics,
+    SubgraphStatistics,
+    model_fingerprint,
+)
 from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.model.edit import clone_model, remove_unused
 from qtool.quantize.auto import AUTO, choose_recipe
 from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.canonical import RewrittenOp, canonicalize
-from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated
-from qtool.quantize.evaluation import OutputAccuracy, simulated_accuracy
+from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
+from qtool.quantize.evaluation import OutputAccuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
+from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.spec import load_spec
 from qtool.targets import load_target
 
@@ -111,6 +116,9 @@ class QuantizeResult:
     accuracy: list[OutputAccuracy] = field(default_factory=list)  # held-out, simulated
     accuracy_source: str = ""
     warnings: list[str] = field(default_factory=list)
+    # When asked for: per subgraph, each quantized activation's SQNR (dB) against the float
+    # tensor along the simulated model, in graph order, on held-out samples.
+    layer_sqnr: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -279,13 +287,14 @@ def quantize_model(
     holdout: Dataset | Mapping[int, Dataset] | None = None,
     analyze: bool = False,
     statistics: CalibrationStatistics | None = None,
+    measure_layer_sqnr: bool = False,
 ) -> QuantizeResult:
     """Quantize every subgraph that has calibration data; `model` is left unchanged.
 
     `data` is one Dataset for subgraph 0, or a Dataset per subgraph index (one per signature of
     a multi-signature model); `holdout`, the same way, held-out samples that only measure
     accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
-    warnings.
+    warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures).
     """
     calibrated = calibrate_model(model, data, options, progress, holdout, statistics)
     diagnosis = diagnose_calibrated(calibrated) if analyze else None
@@ -328,8 +337,14 @@ def quantize_model(
     accuracy = [
         row
         for s, found in collected.items()
-        for row in _estimate(prepared.model, found, planners[s], recipes[s], plans[s])
+        if found.evaluation is not None
+        for row in planners[s].accuracy(_estimated(found), recipes[s], found.evaluation)
     ]
+    layers = {
+        s: _layer_sqnr(planners[s], found, recipes[s])
+        for s, found in collected.items()
+        if measure_layer_sqnr and found.evaluation is not None
+    }
     baseline_size = None
     if searches:  # what the remedies cost: the size of the model without them
         plain = {
@@ -359,6 +374,7 @@ def quantize_model(
         accuracy=accuracy,
         accuracy_source=_accuracy_source(collected),
         warnings=_warnings(work, collected, calibrated.datasets, notes),
+        layer_sqnr=layers,
     )
 
 
@@ -374,14 +390,19 @@ def _rewritten(
     return work, notes
 
 
-def _estimate(model, found: Collected, planner: Planner, recipe: Recipe, final: Plan):
-    """Held-out accuracy: of the final plan on a separate held-out dataset, or of the plan
-    fitted without the evaluation fold on that fold (the final plan has seen it)."""
-    if found.evaluation is None:
-        return []
-    if found.evaluation.source == "held-out data":
-        return simulated_accuracy(model, final, found.evaluation)
-    return planner.accuracy(found.fit, recipe, found.evaluation)
+def _estimated(found: Collected) -> SubgraphStatistics:
+    """The statistics of the plan whose held-out accuracy is reported: all calibration samples
+    (the final plan) when a separate held-out dataset measures it, else the samples outside the
+    evaluation fold (the final plan has seen the fold)."""
+    return found.statistics if found.evaluation.source == "held-out data" else found.fit
+
+
+def _layer_sqnr(planner: Planner, found: Collected, recipe: Recipe) -> dict[int, float]:
+    """Each quantized activation's SQNR along the plan whose accuracy is reported, on the
+    first few held-out samples (a picture of where the error builds up needs no more)."""
+    plan = planner.plan(_estimated(found), recipe)
+    inputs = [x[:MAX_SAMPLES] for x in found.evaluation.inputs]
+    return layer_sqnr(planner.model, plan, inputs)
 
 
 def _accuracy_source(collected: Mapping[int, Collected]) -> str:

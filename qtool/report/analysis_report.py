@@ -7,7 +7,8 @@ from typing import Any
 from qtool.quantize.diagnosis import Diagnosis, PlaceReport
 
 
-def _db(value: float | None) -> float | None:
+def json_db(value: float | None) -> float | None:
+    """A dB value for JSON: rounded, None when exact (infinite)."""
     if value is None or value == float("inf"):
         return None
     return round(float(value), 3)
@@ -20,11 +21,11 @@ def _place(report: PlaceReport, outputs: list[str]) -> dict[str, Any]:
         "op_index": report.op_index,
         "op": sensitivity.op_type,
         "tensor": sensitivity.name,
-        "alone_sqnr_db": dict(zip(outputs, map(_db, sensitivity.output_sqnr), strict=True)),
-        "alone_worst_db": _db(sensitivity.worst_db),
-        "layer_sqnr_db": _db(report.layer_sqnr_db),
+        "alone_sqnr_db": dict(zip(outputs, map(json_db, sensitivity.output_sqnr), strict=True)),
+        "alone_worst_db": json_db(sensitivity.worst_db),
+        "layer_sqnr_db": json_db(report.layer_sqnr_db),
         "remedies": [
-            {"remedy": effect.remedy, "alone_worst_db": _db(effect.worst_db)}
+            {"remedy": effect.remedy, "alone_worst_db": json_db(effect.worst_db)}
             for effect in report.remedies
         ],
         "recommended": report.recommended,
@@ -40,9 +41,11 @@ def analysis_section(diagnosis: Diagnosis) -> dict[str, Any]:
             {
                 "subgraph": sub.subgraph,
                 "samples": sub.samples,
-                "output_sqnr_db": dict(zip(sub.outputs, map(_db, sub.output_sqnr), strict=True)),
+                "output_sqnr_db": dict(
+                    zip(sub.outputs, map(json_db, sub.output_sqnr), strict=True)
+                ),
                 "places": [_place(p, sub.outputs) for p in sub.places],
-                "layer_sqnr_db": {name: _db(v) for name, v in sub.layer_sqnr.items()},
+                "layer_sqnr_db": {name: json_db(v) for name, v in sub.layer_sqnr.items()},
             }
             for sub in diagnosis.subgraphs
         ],
