@@ -13,7 +13,6 @@ from qtool.check.qparams import num
 from qtool.model import TensorType, dtype_name
 from qtool.numerics import quantize_multiplier
 
-
 # int32/int64 tensors in a quantized graph are biases, whose scale is a product of scales and
 # tiny by construction: values are large integers, no precision is lost.
 WIDE_ACCUMULATOR_TYPES = frozenset({TensorType.INT32, TensorType.INT64})
