@@ -11,10 +11,29 @@ import copy
 import functools
 import json
 from dataclasses import dataclass, field
+from enum import Enum
 from importlib import resources
 from typing import Any
 
 SPEC_FILES = {"int8": "int8_spec.json", "int16": "int16x8_spec.json"}
+
+
+class Mode(str, Enum):
+    """How an operator computes, and the types a quantized value is stored in: one vocabulary
+    for the planner, the rewriter, the checker and the reports (the values are what reports
+    and users read)."""
+
+    INT8 = "int8"
+    INT16 = "int16"  # the 16x8 scheme: int16 activations, int8 weights
+    UINT8 = "uint8"  # only at a model boundary (the legacy asymmetric type)
+    FLOAT = "float"
+    INTEGER = "integer"  # no real-valued operand (shape arithmetic): nothing to quantize
+
+    def __str__(self) -> str:
+        return self.value
+
+
+QUANTIZED = (Mode.INT8, Mode.INT16)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from qtool.check.config import load_settings
 from qtool.check.findings import Finding
 from qtool.check.qparams import param_problems
 from qtool.model import Model, Tensor, TensorType, dtype_name
-from qtool.spec import OperandRule, OpRule, load_spec
+from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 
 FLOAT_TYPES = frozenset(
     {TensorType.FLOAT32, TensorType.FLOAT16, TensorType.FLOAT64, TensorType.BFLOAT16}
@@ -25,8 +25,6 @@ QUANTIZED_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT16
 
 # Activation types of the schemes: a QUANTIZE may convert between any two of them.
 ACTIVATION_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT16})
-
-INT8, FLOAT, OTHER = "int8", "float", "other"  # what an operator computes in
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ class OpView:
     inputs: tuple[Operand, ...]
     outputs: tuple[Operand, ...]
     boundary: bool  # QUANTIZE/DEQUANTIZE: one side may be float (or uint8) by design
-    mode: str  # INT8 | FLOAT | OTHER
+    mode: Mode  # INT8 or INT16 (computes in integers), FLOAT, or INTEGER (neither)
     scheme: str = "int8"  # the spec table audited against: "int8", or "int16" (16x8)
 
     @property
@@ -72,8 +70,8 @@ class OpView:
 
 
 def _compute_mode(
-    inputs: tuple[Operand, ...], outputs: tuple[Operand, ...], rule: OpRule | None
-) -> str:
+    inputs: tuple[Operand, ...], outputs: tuple[Operand, ...], rule: OpRule | None, scheme: Mode
+) -> Mode:
     # Weights and biases do not decide the mode: a float op with int8 weights is a hybrid
     # (dynamic-range) op, which computes in float.
     if rule is None:
@@ -82,10 +80,10 @@ def _compute_mode(
         deciding = tuple(o for o in inputs if o.rule and o.rule.role == "activation")
         deciding += tuple(o for o in outputs if o.rule)
     if any(o.tensor.dtype in QUANTIZED_TYPES for o in deciding):
-        return INT8
+        return scheme
     if any(o.tensor.dtype in FLOAT_TYPES for o in deciding):
-        return FLOAT
-    return OTHER
+        return Mode.FLOAT
+    return Mode.INTEGER
 
 
 class AuditContext:
@@ -135,7 +133,9 @@ class AuditContext:
             inputs,
             outputs,
             boundary=op_type in self.settings.boundary_ops,
-            mode=_compute_mode(inputs, outputs, rule),
+            mode=_compute_mode(
+                inputs, outputs, rule, Mode.INT16 if spec is self.spec16 else Mode.INT8
+            ),
             scheme="int16" if spec is self.spec16 else "int8",
         )
 
@@ -153,11 +153,11 @@ class AuditContext:
     @functools.cached_property
     def quantized(self) -> bool:
         """Whether any op (besides the boundary conversions) computes in int8."""
-        return any(op.mode == INT8 and not op.boundary for op in self.ops)
+        return any(op.mode in QUANTIZED and not op.boundary for op in self.ops)
 
     def int8_ops(self) -> Iterator[OpView]:
         """Ops that compute in int8 and that the spec has rules for."""
-        return (op for op in self.ops if op.mode == INT8 and op.rule is not None)
+        return (op for op in self.ops if op.mode in QUANTIZED and op.rule is not None)
 
     def checked_operands(self, op: OpView) -> Iterator[Operand]:
         """Operands the op table covers, minus the other side of a boundary op: float, legacy

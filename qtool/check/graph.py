@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from qtool.check.context import FLOAT, FLOAT_TYPES, INT8, QUANTIZED_TYPES, AuditContext
+from qtool.check.context import FLOAT_TYPES, QUANTIZED_TYPES, AuditContext
 from qtool.check.findings import Finding
 from qtool.model import dtype_name
+from qtool.spec import QUANTIZED, Mode
 
 
 def check_quantized(ctx: AuditContext) -> Iterator[Finding]:
@@ -15,7 +16,7 @@ def check_quantized(ctx: AuditContext) -> Iterator[Finding]:
     if ctx.quantized:
         return
     computing = [op for op in ctx.ops if not op.boundary]
-    floats = [op for op in computing if op.mode == FLOAT]
+    floats = [op for op in computing if op.mode == Mode.FLOAT]
     hybrid = sum(1 for op in floats if any(o.tensor.dtype in QUANTIZED_TYPES for o in op.inputs))
     detail = f"{len(floats)} of {len(computing)} ops compute in float"
     if hybrid:
@@ -28,7 +29,7 @@ def check_quantized(ctx: AuditContext) -> Iterator[Finding]:
 
 def check_float_ops(ctx: AuditContext) -> Iterator[Finding]:
     for op in ctx.ops:
-        if op.mode != FLOAT or op.boundary:
+        if op.mode != Mode.FLOAT or op.boundary:
             continue
         floats = [o for o in op.outputs if o.tensor.dtype in FLOAT_TYPES]
         shown = (
@@ -68,7 +69,7 @@ def check_legacy_dtypes(ctx: AuditContext) -> Iterator[Finding]:
             if name not in modern:
                 continue
             uses = ctx.uses(s, t)
-            if not (tensor.quantized or any(op.mode == INT8 for op, _ in uses)):
+            if not (tensor.quantized or any(op.mode in QUANTIZED for op, _ in uses)):
                 continue  # plain bytes (e.g. an image fed to CAST), not a quantized tensor
             if t in boundary and uses and all(op.boundary for op, _ in uses):
                 continue  # a uint8 model input/output converted by QUANTIZE: fine
@@ -83,7 +84,7 @@ def check_legacy_dtypes(ctx: AuditContext) -> Iterator[Finding]:
 
 def check_coverage(ctx: AuditContext) -> Iterator[Finding]:
     for op in ctx.ops:
-        if op.mode != INT8 or op.boundary:
+        if op.mode not in QUANTIZED or op.boundary:
             continue
         if op.rule is None:
             yield ctx.finding(

@@ -31,13 +31,9 @@ import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
 from qtool.numerics import AffineParams, activation_params
-from qtool.spec import OpRule, QuantSpec
+from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec
 
-FLOAT = "float"
-INT8 = "int8"
-INT16 = "int16"
-INTEGER = "integer"  # an op with no float operand (shape arithmetic): left untouched
-QUANTIZED = (INT8, INT16)
+FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
 
 Slot = tuple  # (tensor, dtype) or (tensor, dtype, op index, input position)
 

@@ -39,8 +39,8 @@ from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.spec import load_spec
 from qtool.targets import load_target
 
-IO_MODES = IO_TYPES
-ACTIVATION_TYPES = (INT8, INT16)
+IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
+ACTIVATION_TYPES = (INT8.value, INT16.value)  # the activation types a user may ask for
 DEFAULT_CALIBRATION = AUTO
 
 

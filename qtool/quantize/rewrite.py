@@ -26,9 +26,9 @@ from qtool.model.edit import NameAllocator
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
 from qtool.quantize.weights import LayerWeights
-from qtool.spec import QuantSpec
+from qtool.spec import Mode, QuantSpec
 
-UINT8 = "uint8"
+UINT8 = Mode.UINT8
 IO_TYPES = (FLOAT, INT8, UINT8)
 _TENSOR_TYPES = {
     INT8: TensorType.INT8,

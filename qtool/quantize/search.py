@@ -29,8 +29,9 @@ from qtool.model import Model
 from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.rounding import supported as rounding_supported
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
+from qtool.spec import Mode
 
-ROUNDING, INT16, FLOAT = "rounding", "int16", "float"
+ROUNDING, INT16, FLOAT = "rounding", Mode.INT16, Mode.FLOAT  # the remedies, cheapest first
 MARGIN_DB = 3.0
 GROWTH = 1.5  # how much the remedied prefix grows after a miss
 MAX_PRUNE_TRIES = 8

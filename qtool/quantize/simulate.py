@@ -31,7 +31,7 @@ from qtool.runtime import Engine, OpContext, register_custom_op
 from qtool.runtime.registry import always
 
 FAKE_QUANT = "QtoolFakeQuant"
-_GRIDS = {"int8": np.int8, INT16: np.int16, "int32": np.int32}
+_GRIDS = {INT8: np.int8, INT16: np.int16, "int32": np.int32}
 COMPARISONS = frozenset(("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"))
 _COMPARISON_STEP = 2.0**-8
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT
 from qtool.check.gates import DEFAULT_MIN_SQNR
+from qtool.report.quantize_report import REPORTED_MODES
 from qtool.report.svg import (
     Bar,
     Line,
@@ -26,7 +27,6 @@ GOOD_DB = 30.0  # at or above: green; between the accuracy gate's default and th
 WORST_SHOWN = 10  # lowest layers listed under the chart
 PLACES_SHOWN = 15  # most damaging places charted and listed
 CLIPPED_NOTABLE = 1e-3  # a share of values outside the grid worth pointing at
-MODES = ("int8", "int16", "float", "integer", "folded")
 
 
 @dataclass(frozen=True)
@@ -221,7 +221,7 @@ def float_section(ops: Sequence[dict[str, Any]], float_ops: Sequence[dict[str, A
         )
         for row in graph_ops
     ]
-    counts = {mode: sum(row["mode"] == mode for row in graph_ops) for mode in MODES}
+    counts = {mode: sum(row["mode"] == mode for row in graph_ops) for mode in REPORTED_MODES}
     legend = " ".join(
         f'<span class="key mode-{mode}"></span>{mode} {count}'
         for mode, count in counts.items()

@@ -13,8 +13,12 @@ from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
 from qtool.report.analysis_report import analysis_section
+from qtool.spec import Mode
 
 REPORT_VERSION = 3
+FOLDED = "folded"  # an op of the float model computed at build time: no operator remains
+INSERTED = "inserted"  # a QUANTIZE qtool added between differently quantized tensors
+REPORTED_MODES = (*(m.value for m in (Mode.INT8, Mode.INT16, Mode.FLOAT, Mode.INTEGER)), FOLDED)
 
 
 def file_facts(path: str | Path | None, data: bytes | None = None) -> dict[str, Any]:
@@ -42,7 +46,7 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
             "subgraph": folded.subgraph,
             "index": folded.index,
             "op": folded.op_type,
-            "mode": "folded",
+            "mode": FOLDED,
             "reason": "constant inputs: evaluated once and stored as a float constant",
         }
     inserted: dict[int, int] = {}
@@ -70,7 +74,7 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
                 "subgraph": s,
                 "index": None,
                 "op": "QUANTIZE",
-                "mode": "inserted",
+                "mode": INSERTED,
                 "reason": f"{count} requantization(s) in front of same-scale ops",
             }
         )
@@ -268,5 +272,6 @@ def _db(value: float) -> float | None:
 
 
 def summary_counts(report: dict[str, Any]) -> dict[str, int]:
+    """How many of the report's operator rows compute in each mode."""
     modes = [row["mode"] for row in report["ops"]]
-    return {mode: modes.count(mode) for mode in ("int8", "int16", "float", "integer", "folded")}
+    return {mode: modes.count(mode) for mode in REPORTED_MODES}
