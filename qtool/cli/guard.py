@@ -8,7 +8,8 @@
   warning is one line, `qtool: warning: ...`.
 - What native libraries log straight to file descriptor 2 (LiteRT's "INFO: Created TensorFlow
   Lite XNNPACK delegate", a kernel's "ERROR:" lines before the exception that says the same) goes
-  to /dev/null; Python's stderr keeps writing where it did. `--debug` leaves it visible.
+  to /dev/null; Python's stderr keeps writing where it did. `--debug` (and `python -X
+  importtime`, which reports there) leaves it visible.
 - A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise).
   Anything else is a bug: one line `qtool: internal error: ...`, exit code 3. `--debug` (or
   QTOOL_DEBUG=1) adds the traceback, including that of the user's own generator code.
@@ -115,6 +116,11 @@ def _native_stderr_discarded() -> Iterator[None]:
         os.close(saved)
 
 
+def _import_times_requested() -> bool:
+    """`python -X importtime` (or PYTHONPROFILEIMPORTTIME) reports on descriptor 2 too."""
+    return bool(sys._xoptions.get("importtime")) or bool(os.environ.get("PYTHONPROFILEIMPORTTIME"))
+
+
 def debug_requested() -> bool:
     return os.environ.get("QTOOL_DEBUG", "") not in ("", "0")
 
@@ -134,7 +140,8 @@ def _escape_unencodable() -> None:
 def run_guarded(invoke: Callable[[], Any], debug: Callable[[], bool]) -> Any:
     """Run a command; every way it can end becomes an exit code and at most one line."""
     _escape_unencodable()
-    quiet_native = contextlib.nullcontext() if debug() else _native_stderr_discarded()
+    keep_native = debug() or _import_times_requested()
+    quiet_native = contextlib.nullcontext() if keep_native else _native_stderr_discarded()
     try:
         with _signal_handlers(), _quiet_warnings(), quiet_native:
             return invoke()
