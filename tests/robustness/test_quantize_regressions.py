@@ -9,7 +9,7 @@ import numpy as np
 
 from qtool.model import TensorType, load_model, model_to_bytes
 from qtool.readback import litert_problem
-from tests.conftest import MODELS
+from tests.conftest import DATA, MODELS
 from tests.fuzz.judge import run_cli
 
 
@@ -53,3 +53,33 @@ def test_an_output_calibration_never_saw_finite_stays_float_under_io_int8(tmp_pa
         quantized = load_model(out / "q.tflite")
         (output,) = quantized.subgraphs[0].outputs
         assert quantized.subgraphs[0].tensors[output].dtype == TensorType.FLOAT32
+
+
+def test_litert_calibrates_an_input_declared_without_a_leading_one(tmp_path: Path) -> None:
+    """An input declared [32] (not [1, 32]): each sample is the whole declared shape. The LiteRT
+    calibration engine fed it [1, 32] slices (ValueError: Cannot set tensor: Dimension
+    mismatch); it now calibrates the ranges the numpy engine does."""
+    model = load_model(MODELS / "unit_norm.tflite")
+    model.subgraphs[0].tensors[model.subgraphs[0].inputs[0]].shape = [32]
+    source = tmp_path / "m.tflite"
+    source.write_bytes(model_to_bytes(model))
+    scales = {}
+    for engine in ("litert", "numpy"):
+        out = tmp_path / f"{engine}.tflite"
+        argv = [
+            "quantize",
+            str(source),
+            "--data",
+            str(DATA / "unit_norm_calib.npz"),
+            "-o",
+            str(out),
+        ]
+        result = run_cli([*argv, "--engine", engine, "--calibration", "minmax", "--quiet"], 120)
+        assert (result.code, result.error) == (0, None), result.stderr
+        quantized = load_model(out)
+        scales[engine] = [
+            float(t.quantization.scale[0])
+            for t in quantized.subgraphs[0].tensors
+            if t.quantization is not None and t.dtype == TensorType.INT8
+        ]
+    np.testing.assert_allclose(scales["litert"], scales["numpy"], rtol=1e-4)
