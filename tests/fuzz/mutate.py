@@ -24,7 +24,7 @@ from qtool.model import (
     parse_model,
 )
 from qtool.model.reflect import union_members
-from qtool.model.types import BuiltinOperator, dtype_name
+from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
 
 Mutator = Callable[[Model, random.Random], bool]  # False when the mutant would equal its base
 
@@ -328,10 +328,11 @@ def int_constant_values(model: Model, rng: random.Random) -> bool:
         return False
     index = rng.choice(constants)
     tensor = subgraph.tensors[index]
-    values = model.tensor_data(tensor)
-    if values is None or values.size == 0:
-        return False
-    values = np.array(values).reshape(-1)
+    raw = model.buffers[tensor.buffer].data
+    dtype = numpy_dtype(tensor.dtype)
+    if raw is None or raw.size == 0 or raw.size % dtype.itemsize:
+        return False  # an earlier edit broke the buffer: nothing to read values from
+    values = np.array(raw.view(dtype))  # flat: shapes may be edited
     limits = np.iinfo(values.dtype)
     pool = [v for v in (*INT32_EDGES, -3, 4, 5, 6) if limits.min <= v <= limits.max]
     if rng.random() < 0.7:
@@ -339,7 +340,7 @@ def int_constant_values(model: Model, rng: random.Random) -> bool:
     else:
         values[:] = [rng.choice(pool) for _ in range(values.size)]
     shape, signature = tensor.shape, tensor.shape_signature
-    model.set_tensor_data(subgraph, index, values.reshape(shape))
+    model.set_tensor_data(subgraph, index, values)
     tensor.shape, tensor.shape_signature = shape, signature
     return True
 
