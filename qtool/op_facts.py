@@ -1,6 +1,6 @@
 """What a well-formed operator looks like, loaded once from `schemas/ops.json`.
 
-Per builtin: its operands in order (name, allowed tensor types, optional, repeated, constant),
+Per builtin (and per custom op qtool has a kernel for): its operands in order (name, allowed tensor types, optional, repeated, constant),
 its options table and the name of the shape rule relating its operand shapes; the enums that
 options such as `padding` take their values from; and the limits on what a model may make qtool
 allocate. The model validator checks models against these facts and
@@ -23,6 +23,7 @@ class OperandFacts:
     name: str
     types: frozenset[str]  # TensorType names, e.g. "FLOAT32"
     optional: bool = False  # may be absent (index -1, or left off the end)
+    listed: bool = False  # optional, but listed (as -1 when absent): LiteRT reads the slot
     repeat: bool = False  # the last operand may occur any number of times (at least once)
     constant: bool = False  # must be a constant tensor
 
@@ -34,10 +35,11 @@ class OpFacts:
     outputs: tuple[OperandFacts, ...]
     options: str | None  # the BuiltinOptions table the operator takes
     shape: str  # the shape rule (qtool/model/shape_rules.py)
+    custom_options: tuple[str, ...] = ()  # a custom op's raw C struct: its int32 fields in order
 
     @staticmethod
     def _count(operands: tuple[OperandFacts, ...]) -> tuple[int, int | None]:
-        required = sum(not o.optional for o in operands)
+        required = sum(not o.optional or o.listed for o in operands)
         return required, None if operands and operands[-1].repeat else len(operands)
 
     @property
@@ -74,9 +76,13 @@ class OpTable:
     ops: dict[str, OpFacts]
     limits: Limits
     option_domains: dict[str, str]  # option name -> the schema enum its values come from
+    custom_ops: dict[str, OpFacts]  # by custom code: the custom ops qtool has kernels for
 
     def facts(self, op_type: str) -> OpFacts | None:
         return self.ops.get(op_type)
+
+    def custom(self, custom_code: str) -> OpFacts | None:
+        return self.custom_ops.get(custom_code)
 
 
 def raw_facts() -> dict[str, Any]:
@@ -90,8 +96,20 @@ def _operand(raw: dict[str, Any], classes: dict[str, list[str]]) -> OperandFacts
         name=raw["name"],
         types=frozenset(classes[types] if isinstance(types, str) else types),
         optional=raw.get("optional", False),
+        listed=raw.get("listed", False),
         repeat=raw.get("repeat", False),
         constant=raw.get("constant", False),
+    )
+
+
+def _op(name: str, op: dict[str, Any], classes: dict[str, list[str]]) -> OpFacts:
+    return OpFacts(
+        name=name,
+        inputs=tuple(_operand(o, classes) for o in op["inputs"]),
+        outputs=tuple(_operand(o, classes) for o in op["outputs"]),
+        options=op["options"],
+        shape=op["shape"],
+        custom_options=tuple(op.get("custom_options", ())),
     )
 
 
@@ -99,17 +117,12 @@ def _operand(raw: dict[str, Any], classes: dict[str, list[str]]) -> OperandFacts
 def load_op_facts() -> OpTable:
     raw = raw_facts()
     classes = raw["type_classes"]
-    ops = {
-        name: OpFacts(
-            name=name,
-            inputs=tuple(_operand(o, classes) for o in op["inputs"]),
-            outputs=tuple(_operand(o, classes) for o in op["outputs"]),
-            options=op["options"],
-            shape=op["shape"],
-        )
-        for name, op in raw["ops"].items()
-    }
-    return OpTable(ops=ops, limits=Limits(**raw["limits"]), option_domains=raw["option_domains"])
+    return OpTable(
+        ops={name: _op(name, op, classes) for name, op in raw["ops"].items()},
+        limits=Limits(**raw["limits"]),
+        option_domains=raw["option_domains"],
+        custom_ops={name: _op(name, op, classes) for name, op in raw["custom_ops"].items()},
+    )
 
 
 def options_table(op_type: str) -> str | None:

@@ -19,7 +19,7 @@ import numpy as np
 from qtool.calibrate.calibrate import CalibrationResult, activation_tensors, calibrate
 from qtool.calibrate.datasets import Batch, Dataset
 from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
-from qtool.errors import UnsupportedOpError
+from qtool.errors import DataError, UnsupportedOpError
 from qtool.model import Model
 from qtool.runtime import Engine
 
@@ -130,6 +130,8 @@ def collect(
     if folded or (evaluate and holdout is not None):
         source = holdout or selected(dataset, _in_fold, None)
         inputs = _materialise(source)
+        if holdout is not None and not (inputs and inputs[0].shape[0]):
+            raise DataError(f"{holdout.source}: no held-out samples found")
         if inputs and inputs[0].shape[0]:
             fold = fresh()
             reference = _reference(model, subgraph_index, inputs, fold)

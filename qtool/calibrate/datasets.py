@@ -129,6 +129,8 @@ def load_dataset(
 def synthetic_dataset(inputs: Sequence[InputSpec], samples: int, seed: int) -> Dataset:
     """Random samples: standard normal for float inputs, small integers otherwise; made a chunk
     of at most READ_CHUNK_BYTES at a time (float64 draws included), never all at once."""
+    if seed < 0:  # numpy's generators take none
+        raise UsageError(f"seed must be a non-negative integer, not {seed}")
     sample_bytes = sum(8 * math.prod(spec.sample_shape) for spec in inputs)
     rows = max(1, READ_CHUNK_BYTES // max(sample_bytes, 1))
 

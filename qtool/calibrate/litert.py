@@ -149,6 +149,8 @@ class XnnpackRunner:
         exposed.subgraphs[0].outputs = list(exposed.subgraphs[0].outputs) + extra
         self.blob = model_to_bytes(exposed)
         self.threads = max(1, threads or engine_threads())
+        # A sample of an input declared without a leading 1 is the whole declared shape.
+        self.leading_one = all(subgraph.tensors[t].shape[:1] == [1] for t in self.inputs)
         self.batch = samples_per_pass(subgraph) if _keeps_samples_apart(model) else 1
         # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
         # LiteRT cannot run the model.
@@ -164,11 +166,14 @@ class XnnpackRunner:
 
     def _run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
         n, step = feeds[0].shape[0], self.batch
-        parts = [[f[start : start + step] for f in feeds] for start in range(0, n, step)]
+        parts = [
+            [f[start : start + step] if self.leading_one else f[start] for f in feeds]
+            for start in range(0, n, step)
+        ]
 
         def work(k: int, order: OrderedObservation) -> None:
             part = parts[k]
-            with self._interpreter(part[0].shape[0]) as interpreter:
+            with self._interpreter(part[0].shape[0] if self.leading_one else 1) as interpreter:
                 for index, value in zip(self.inputs, part, strict=True):
                     interpreter.set_tensor(index, value)
                 try:

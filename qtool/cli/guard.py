@@ -6,6 +6,10 @@
   files is renamed into place takes effect once they all are.
 - numpy's floating-point warnings are off (the data checks say what matters); any other Python
   warning is one line, `qtool: warning: ...`.
+- What native libraries log straight to file descriptor 2 (LiteRT's "INFO: Created TensorFlow
+  Lite XNNPACK delegate", a kernel's "ERROR:" lines before the exception that says the same) goes
+  to /dev/null; Python's stderr keeps writing where it did. `--debug` (and `python -X
+  importtime`, which reports there) leaves it visible.
 - A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise).
   Anything else is a bug: one line `qtool: internal error: ...`, exit code 3. `--debug` (or
   QTOOL_DEBUG=1) adds the traceback, including that of the user's own generator code.
@@ -75,6 +79,48 @@ def _quiet_warnings() -> Iterator[None]:
         yield
 
 
+def _writes_to_descriptor_2(stream: Any) -> bool:
+    try:
+        return stream.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a StringIO, a closed or detached stream
+        return False
+
+
+@contextlib.contextmanager
+def _native_stderr_discarded() -> Iterator[None]:
+    """File descriptor 2 to /dev/null; sys.stderr, if it wrote there, to a copy of it."""
+    stream = sys.stderr
+    try:
+        stream.flush()
+        saved = os.dup(2)
+    except (AttributeError, OSError, ValueError):  # no descriptor 2 (`2>&-`): nothing to keep clean
+        yield
+        return
+    rebound = None
+    try:
+        if _writes_to_descriptor_2(stream):
+            rebound = open(  # noqa: SIM115 - lives until the command ends
+                saved, "w", encoding=stream.encoding, errors="backslashreplace", closefd=False
+            )
+            rebound.reconfigure(line_buffering=True)
+            sys.stderr = rebound
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
+        yield
+    finally:
+        if rebound is not None:
+            rebound.flush()
+            sys.stderr = stream
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _import_times_requested() -> bool:
+    """`python -X importtime` (or PYTHONPROFILEIMPORTTIME) reports on descriptor 2 too."""
+    return bool(sys._xoptions.get("importtime")) or bool(os.environ.get("PYTHONPROFILEIMPORTTIME"))
+
+
 def debug_requested() -> bool:
     return os.environ.get("QTOOL_DEBUG", "") not in ("", "0")
 
@@ -94,8 +140,10 @@ def _escape_unencodable() -> None:
 def run_guarded(invoke: Callable[[], Any], debug: Callable[[], bool]) -> Any:
     """Run a command; every way it can end becomes an exit code and at most one line."""
     _escape_unencodable()
+    keep_native = debug() or _import_times_requested()
+    quiet_native = contextlib.nullcontext() if keep_native else _native_stderr_discarded()
     try:
-        with _signal_handlers(), _quiet_warnings():
+        with _signal_handlers(), _quiet_warnings(), quiet_native:
             return invoke()
     except QtoolError as exc:
         if debug():

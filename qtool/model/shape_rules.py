@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from qtool.errors import ModelError
+from qtool.model.custom_options import struct_options
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.types import TensorType
 from qtool.op_facts import OpFacts
@@ -99,6 +101,11 @@ class OpView:
         return None if values is None else values[0]
 
     def option(self, name: str) -> Any:
+        if self.facts.custom_options:
+            try:
+                return struct_options(self.op, self.facts.custom_options)[name]
+            except ModelError as exc:
+                raise ShapeError(str(exc)) from None
         return self.op.option(name, table=self.facts.options)
 
     def option_ints(self, name: str) -> list[int]:

@@ -4,6 +4,7 @@ gathers, pads and tiles (see `shape_rules.py`)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -209,19 +210,33 @@ def _slice(view: OpView) -> Inferred:
     return [tuple(out)]
 
 
-def _slice_size(size: int, begin: int, end: int, stride: int, masks: tuple[bool, bool]) -> int:
-    """Elements one STRIDED_SLICE axis keeps: TFLite's clamping of begin and end."""
+def _slice_size(
+    size: int, begin: int, end: int, stride: int, masks: tuple[bool, bool], offset: bool = False
+) -> int:
+    """Elements one STRIDED_SLICE axis keeps: TFLite's clamping of begin and end (with
+    `offset`, end counts from the clamped begin)."""
     forward = stride > 0
     low, high = (0, size) if forward else (-1, size - 1)
     start = size - 1 if masks[0] and not forward else (0 if masks[0] else begin)
     if not masks[0]:
         start = min(max(start + size if start < 0 else start, low), high)
-    stop = (size if forward else -1) if masks[1] else end
+    stop = (size if forward else -1) if masks[1] else (end + start if offset else end)
     if not masks[1]:
         stop = min(max(stop + size if stop < 0 else stop, low), high)
     if start < 0:
         return 0
     return len(range(start, stop, stride))
+
+
+def _check_shrink(spec: int, size: Dim, begin: int | None, stride: int, whole: bool) -> None:
+    """A shrunk axis keeps the one element at its begin. LiteRT's kernel writes nothing when the
+    stride is negative or the begin lies outside the axis (TensorFlow refuses both)."""
+    if stride < 0:
+        raise ShapeError(f"slice spec {spec} shrinks its axis with the negative stride {stride}")
+    if size is not None and begin is not None and not whole and not -size <= begin < size:
+        raise ShapeError(
+            f"slice spec {spec} shrinks its axis to index {begin}, outside its {size} elements"
+        )
 
 
 @rule("strided_slice")
@@ -231,8 +246,11 @@ def _strided_slice(view: OpView) -> Inferred:
     begin, end, strides = (
         view.ints(i, name) for i, name in ((1, "begin"), (2, "end"), (3, "strides"))
     )
-    if begin is None or end is None or strides is None:
-        return view.unknown()
+    offset = bool(view.option("offset"))
+    if (begin is None and not offset) or end is None or strides is None:
+        return view.unknown()  # with an offset, LiteRT's shape needs no begin
+    if begin is None:
+        begin = [0] * len(end)  # read only for its length
     if not len(begin) == len(end) == len(strides):
         raise ShapeError(f"begin {begin}, end {end} and strides {strides} differ in length")
     if 0 in strides:
@@ -241,12 +259,12 @@ def _strided_slice(view: OpView) -> Inferred:
     mask = {name: int(view.option(name)) for name in names}
     if any(value < 0 for value in mask.values()):
         raise ShapeError("negative slice mask")
-    if view.option("offset"):
-        return view.unknown()  # ends relative to begins: the kernel's business
 
     def bit(name: str, i: int) -> bool:
         return bool(mask[name] >> i & 1)
 
+    if view.option("offset"):
+        return _offset_slice(view, begin, end, strides, bit)
     shape, count = view.shape(0), len(begin)
     added = sum(bit("new_axis_mask", i) and not bit("ellipsis_mask", i) for i in range(count))
     effective = len(shape) + added
@@ -270,7 +288,8 @@ def _strided_slice(view: OpView) -> Inferred:
         if spec >= count:
             out.append(size)
             continue
-        if bit("shrink_axis_mask", spec):  # LiteRT clamps the index, as for a range
+        if bit("shrink_axis_mask", spec):
+            _check_shrink(spec, size, begin[spec], strides[spec], bit("begin_mask", spec))
             continue
         masks = (bit("begin_mask", spec), bit("end_mask", spec))
         out.append(
@@ -278,6 +297,44 @@ def _strided_slice(view: OpView) -> Inferred:
             if size is None
             else _slice_size(size, begin[spec], end[spec], strides[spec], masks)
         )
+    return [tuple(out)]
+
+
+def _offset_slice(
+    view: OpView,
+    begin: list[int],
+    end: list[int],
+    strides: list[int],
+    bit: Callable[[str, int], bool],
+) -> Inferred:
+    """STRIDED_SLICE with `offset`: `end` holds sizes counted from the begins. LiteRT makes each
+    kept axis ceil(size / stride) long and reads one size per axis of the input, so the spec must
+    name every axis, without ellipsis or new axis; and where the begins are constant, each slice
+    must stay inside the input (else LiteRT's kernel leaves part of its output unwritten)."""
+    shape, count = view.shape(0), len(end)
+    if count != len(shape) or any(
+        bit("ellipsis_mask", i) or bit("new_axis_mask", i) for i in range(count)
+    ):
+        raise ShapeError(
+            f"an offset slice needs one size per input axis ({len(shape)}, got {count}) and no "
+            "ellipsis or new axis"
+        )
+    known = view.value(1) is not None
+    out: list[Dim] = []
+    for i, size in enumerate(shape):
+        if bit("shrink_axis_mask", i):
+            _check_shrink(i, size, begin[i] if known else None, strides[i], bit("begin_mask", i))
+            continue
+        length = max(-(-end[i] // strides[i]), 0)  # LiteRT's ceil(size / stride)
+        masks = (bit("begin_mask", i), bit("end_mask", i))
+        if known and size is not None:
+            kept = _slice_size(size, begin[i], end[i], strides[i], masks, offset=True)
+            if kept != length:
+                raise ShapeError(
+                    f"the offset slice of axis {i} (begin {begin[i]}, size {end[i]}, stride "
+                    f"{strides[i]}) leaves the input's {size} elements"
+                )
+        out.append(length)
     return [tuple(out)]
 
 

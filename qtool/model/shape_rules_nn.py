@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from qtool.model.reflect import enum_values
 from qtool.model.shape_rules import (
     Dim,
     Inferred,
@@ -126,6 +127,52 @@ def _pool_2d(view: OpView) -> Inferred:
     kernel = _positive(view, "filter_height", "filter_width")
     oh, ow = _window(view, x, (kernel[0], kernel[1]), dilated=False)
     return [(x[0], oh, ow, x[3])]
+
+
+@rule("pool_2d_argmax")
+def _pool_2d_argmax(view: OpView) -> Inferred:
+    """MediaPipe's MaxPoolingWithArgmax2D: the pool, and where each maximum was, alike."""
+    (pooled,) = _pool_2d(view)
+    _activation(view)
+    return [pooled, pooled]
+
+
+@rule("unpool_2d")
+def _unpool_2d(view: OpView) -> Inferred:
+    """MediaPipe's MaxUnpooling2D: each value back to its place in `filter` times the input."""
+    x = need_rank(view, 0, (4,), "input")
+    indices = need_rank(view, 1, (4,), "indices")
+    if not all(same_dim(a, b) for a, b in zip(x, indices, strict=True)):
+        raise ShapeError(f"indices {list(indices)} must have the input's shape {list(x)}")
+    _positive(view, "stride_h", "stride_w")
+    fh, fw = _positive(view, "filter_height", "filter_width")
+    _activation(view)
+    return [(x[0], None if x[1] is None else x[1] * fh, None if x[2] is None else x[2] * fw, x[3])]
+
+
+@rule("transpose_conv_bias")
+def _transpose_conv_bias(view: OpView) -> Inferred:
+    """MediaPipe's Convolution2DTransposeBias: TensorFlow's sizes (SAME: input x stride)."""
+    x = need_rank(view, 0, (4,), "input")
+    out_c, kh, kw, in_c = need_rank(view, 1, (4,), "filter")
+    if None in (out_c, kh, kw, in_c) or min(out_c, kh, kw, in_c) < 1:
+        raise ShapeError(f"filter shape {[out_c, kh, kw, in_c]} must be static and positive")
+    if not same_dim(x[3], in_c):
+        raise ShapeError(f"filter of {in_c} input channels for an input of {x[3]}")
+    _bias(view, 2, out_c)
+    strides = _positive(view, "stride_h", "stride_w")
+    same = view.option("padding") == Padding.SAME
+    sizes = [
+        None if size is None else (size * s if same else (size - 1) * s + k)
+        for size, k, s in zip(x[1:3], (kh, kw), strides, strict=True)
+    ]
+    return [(x[0], sizes[0], sizes[1], out_c)]
+
+
+def _activation(view: OpView) -> None:
+    code = view.option("fused_activation_function")
+    if code not in enum_values("ActivationFunctionType"):
+        raise ShapeError(f"fused activation {code} is no ActivationFunctionType")
 
 
 @rule("fully_connected")

@@ -335,8 +335,11 @@ def _operator_problems(
     op_type = model.op_type(op)
     message = _code_message(code.builtin_code, code.custom_code, code.version)
     if message is None:
+        table = load_op_facts()
         facts = (
-            load_op_facts().facts(op_type) if code.builtin_code != BuiltinOperator.CUSTOM else None
+            table.custom(op_type)
+            if code.builtin_code == BuiltinOperator.CUSTOM
+            else table.facts(op_type)
         )
         message = _sparse_message(model, subgraph, op, op_type)
         if facts is not None and message is None:

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from qtool.errors import ModelError
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
-from qtool.model.types import Padding
-
-# TfLitePadding (the custom op's C struct) counts from 1; the schema's Padding from 0.
-_TFLITE_PADDING = {1: Padding.SAME, 2: Padding.VALID}
+from qtool.model.custom_options import struct_options
+from qtool.op_facts import load_op_facts
 
 
 @dataclass(frozen=True)
@@ -40,11 +39,12 @@ def _square(model: Model, subgraph: Subgraph, op: Operator) -> str | None:
 
 
 def _transpose_conv_bias(model: Model, subgraph: Subgraph, op: Operator) -> str | None:
-    raw = op.custom_options or b""
-    if len(op.inputs) != 3 or len(raw) < 12:
+    fields = load_op_facts().custom("Convolution2DTransposeBias").custom_options
+    try:
+        options = struct_options(op, fields)
+    except ModelError:  # the validator refuses such a model; left alone here
         return None
-    padding, stride_w, stride_h = np.frombuffer(raw[:12], "<i4").tolist()
-    if padding not in _TFLITE_PADDING:
+    if len(op.inputs) != 3:
         return None
     output = subgraph.tensors[op.outputs[0]]
     shape = np.asarray(output.shape, np.int32)
@@ -61,11 +61,7 @@ def _transpose_conv_bias(model: Model, subgraph: Subgraph, op: Operator) -> str 
     op.inputs = [shape_tensor, filters, x, bias]
     op.custom_options = None
     op.options_type = "TransposeConvOptions"
-    op.options = {
-        "padding": _TFLITE_PADDING[padding],
-        "stride_w": stride_w,
-        "stride_h": stride_h,
-    }
+    op.options = {name: options[name] for name in ("padding", "stride_w", "stride_h")}
     return "TRANSPOSE_CONV"
 
 

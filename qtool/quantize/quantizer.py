@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -68,6 +69,8 @@ class QuantizeOptions:
             )
         if self.calibration != AUTO:
             parse_method(self.calibration)
+        if self.target_sqnr is not None and not math.isfinite(self.target_sqnr):
+            raise UsageError(f"target_sqnr must be a finite number of dB, not {self.target_sqnr}")
 
     @property
     def profiles(self) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ import numpy as np
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
 from qtool.model.edit import NameAllocator
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
+from qtool.op_facts import options_table
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
 from qtool.quantize.weights import LayerWeights
 from qtool.spec import Mode, QuantSpec
@@ -275,7 +276,10 @@ class _Rewriter:
         rule = self.specs[mode].rule(op_type)
         code = self.model.operator_codes[op.opcode_index]
         code.version = max(code.version, rule.int8_version)
-        for name, value in self.specs[mode].required_options.get(op_type, {}).items():
+        required = self.specs[mode].required_options.get(op_type, {})
+        if required and op.options_type is None:  # written without its table: the defaults
+            op.options_type = options_table(op_type)
+        for name, value in required.items():
             op.set_option(name, value)
         layer = self.plan.weights.get(i)
         if layer is not None:

@@ -116,17 +116,25 @@ class FloatTensors:
             chunks.setdefault(t, []).append(np.array(value))
 
         subgraph = model.subgraphs[subgraph_index]
-        self.outputs = Engine(model, subgraph_index).run(inputs, observers=[keep])
+        engine = Engine(model, subgraph_index)
+        self.outputs = engine.run(inputs, observers=[keep])
         self.values = {t: np.concatenate(parts) for t, parts in chunks.items()}
+        # Computed from constants when the engine was built (a DEQUANTIZE of float16 weights
+        # that a model output keeps): never observed, the same for every sample.
+        self.constants = engine.constants
         self.subgraph = subgraph
 
-    def feed(self, t: int) -> np.ndarray:
-        """Tensor t as a model input fed with one row per sample."""
-        value = self.values[t]
+    def feed(self, t: int, batched: bool) -> np.ndarray:
+        """Tensor t as a model input with one row per sample: its declared leading 1 replaced
+        by the rows when the model's inputs are `batched` (all declared with a leading 1, as
+        the engine reads them), else a row axis in front."""
         declared = self.subgraph.tensors[t].shape
-        if declared[:1] == [1]:
-            return value
-        return value.reshape(self.samples, *declared)
+        rows = (
+            self.values[t].reshape(self.samples, *declared)
+            if t in self.values
+            else np.broadcast_to(self.constants[t], (self.samples, *declared))
+        )
+        return rows.reshape(self.samples, *declared[1:]) if batched else rows
 
 
 class Analyzer:
@@ -162,7 +170,8 @@ class Analyzer:
         keep = _descendants(sim_graph, start)
         sub = _suffix_model(simulated, self.plan.subgraph_index, keep)
         sub_graph = sub.subgraphs[self.plan.subgraph_index]
-        feeds = [self.float.feed(t) for t in sub_graph.inputs]
+        batched = all(sub_graph.tensors[t].shape[:1] == [1] for t in sub_graph.inputs)
+        feeds = [self.float.feed(t, batched) for t in sub_graph.inputs]
         outputs = Engine(sub, self.plan.subgraph_index).run(feeds) if sub_graph.outputs else []
         perturbed = dict(zip(sub_graph.outputs, outputs, strict=True))
         final = [

@@ -228,8 +228,19 @@ class Engine:
                 for op_type, seconds in timing.items():
                     profile[op_type] = profile.get(op_type, 0.0) + seconds
         return [
-            self._join([r[i] for r in results], t, n) for i, t in enumerate(self.subgraph.outputs)
+            self._constant_rows(t, n)
+            if t in self.constants
+            else self._join([r[i] for r in results], t, n)
+            for i, t in enumerate(self.subgraph.outputs)
         ]
+
+    def _constant_rows(self, tensor_index: int, n: int) -> np.ndarray:
+        """An output computed from constants at build time (a DEQUANTIZE of float16 weights),
+        as `_join` lays out any output: the same value for each of the N samples."""
+        value = self.constants[tensor_index]
+        if self.batched_inputs and value.ndim and value.shape[0] == 1:
+            return np.repeat(value, n, axis=0)
+        return np.repeat(value[None], n, axis=0)
 
     def _join(self, parts: list[np.ndarray], tensor_index: int, n: int) -> np.ndarray:
         """Samples of an output back together as (N, ...): its declared batch-1 axis holds them,

@@ -23,7 +23,12 @@ from tests.fuzz.judge import CATEGORIES, Verdict
 from tests.fuzz.models import fixture_bases, real_bases
 from tests.fuzz.pool import Pool
 from tests.fuzz.process_cases import process_cases, run_process_case
-from tests.fuzz.tasks import all_data_tasks, all_output_tasks, model_tasks
+from tests.fuzz.tasks import (
+    all_data_tasks,
+    all_option_tasks,
+    all_output_tasks,
+    model_tasks,
+)
 
 HEADERS = {
     "traceback": "tracebacks",
@@ -100,7 +105,18 @@ def _model_label(task: tuple) -> str:
     return f"{'MediaPipe' if base.real else 'fixture'} models, {mode} mutants"
 
 
-KINDS = ("models", "data", "output", "process")
+def _data_label(task: tuple) -> str:
+    route = {"data": "quantize --data", "holdout": "quantize --holdout"}.get(
+        task[3], "analyze --data"
+    )
+    return f"bad calibration data, {route}"
+
+
+def _option_label(task: tuple) -> str:
+    return f"{task[1].split()[0]} options (--calibration, --target-sqnr, --int16, --holdout...)"
+
+
+KINDS = ("models", "data", "output", "options", "process")
 
 
 def run_campaign(
@@ -128,9 +144,11 @@ def run_campaign(
                 print(f"{len(tasks):,} model mutants", file=sys.stderr)
                 _consume(pool, tasks, tally, _model_label, progress)
             if "data" in kinds:
-                _consume(pool, all_data_tasks(), tally, lambda t: "bad calibration data", progress)
+                _consume(pool, all_data_tasks(), tally, _data_label, progress)
             if "output" in kinds:
                 _consume(pool, all_output_tasks(), tally, lambda t: "output paths", progress)
+            if "options" in kinds:
+                _consume(pool, all_option_tasks(), tally, _option_label, progress)
         finally:
             pool.close()
         if "process" in kinds:

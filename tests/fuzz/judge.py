@@ -22,6 +22,7 @@ import os
 import signal
 import stat
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ class CliResult:
     code: int
     stdout: str
     stderr: str
+    native_stderr: str = ""  # written to file descriptor 2 directly (LiteRT's C++ logging)
     error: BaseException | None = None
     site: str | None = None  # where an escaped exception was raised (innermost qtool frame)
     hung: bool = False
@@ -85,15 +87,39 @@ def crash_site(exc: BaseException) -> str:
     return f"{type(exc).__name__} at {place}"
 
 
+@contextlib.contextmanager
+def native_stderr() -> Iterator[io.BytesIO]:
+    """What native code writes to file descriptor 2 meanwhile (Python's sys.stderr is apart)."""
+    captured = io.BytesIO()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.write(sink.read())
+
+
 def run_cli(argv: list[str], timeout: float) -> CliResult:
-    """`qtool argv...` in this process, stdout/stderr captured, signal handlers restored after."""
+    """`qtool argv...` in this process, stdout/stderr captured (also what native code writes to
+    file descriptor 2), signal handlers restored after."""
     from qtool.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     result = CliResult(code=0, stdout="", stderr="")
+    native = io.BytesIO()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), deadline(timeout):
+        with (
+            native_stderr() as native,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            deadline(timeout),
+        ):
             main.main(args=argv, prog_name="qtool", standalone_mode=True)
     except SystemExit as exc:
         result.code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -105,6 +131,7 @@ def run_cli(argv: list[str], timeout: float) -> CliResult:
         for number, handler in handlers.items():
             signal.signal(number, handler)
     result.stdout, result.stderr = out.getvalue(), err.getvalue()
+    result.native_stderr = native.getvalue().decode(errors="replace")
     return result
 
 
@@ -130,6 +157,9 @@ def judge_streams(verdict: Verdict, result: CliResult, check: bool = False) -> N
         )
         verdict.fail("traceback", stderr.strip().splitlines()[-1])
         return
+    native = result.native_stderr.strip()
+    if native:
+        verdict.fail("untidy", f"native code wrote to stderr: {native.splitlines()[0]}")
     lines = [line for line in stderr.splitlines() if line.strip()]
     noisy = [
         line

@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_MODELS = ROOT / "fixtures" / "models"
 FIXTURE_DATA = ROOT / "fixtures" / "data"
 TIMEOUT = 60.0  # seconds for one command line (the slowest real model quantizes in ~2 s)
+# Shares of the mutants also analysed (an analysis of a real model takes ~10 s).
+ANALYZE_FIXTURE, ANALYZE_REAL = 0.25, 0.01
 
 
 @dataclass(frozen=True)
@@ -110,10 +112,46 @@ def quantize_argv(
         argv += ["--keep-float", "SOFTMAX"]
     if rng.random() < 0.05:
         argv += ["--engine", rng.choice(("numpy", "litert"))]
+    argv += planning_argv(base, rng)
+    if not base.real:  # searches and analyses that take minutes on a real model
+        if rng.random() < 0.03:
+            argv += ["--target-sqnr", rng.choice(("20", "40"))]
+            argv += ["--allow-float"] if rng.random() < 0.5 else []
+        if rng.random() < 0.03:
+            argv.append("--analyze")
     force = rng.random() < 0.2
     if force:
         argv.append("--force")
     return argv, force
+
+
+def planning_argv(base: Base, rng: random.Random) -> list[str]:
+    """Options quantize and analyze share: calibration method, int16, rounding, held-out data."""
+    argv = []
+    if rng.random() < 0.15:
+        argv += ["--calibration", rng.choice(("minmax", "percentile:99.9", "mse", "kl"))]
+    if rng.random() < 0.05:
+        argv += ["--activations", "int16"]
+    elif rng.random() < 0.05:
+        argv += ["--int16", rng.choice(("*", "CONV_2D", "FULLY_CONNECTED", "*ADD*", "*Relu*"))]
+    if rng.random() < 0.05:
+        argv.append(
+            rng.choice(("--optimize-rounding", "--no-bias-correction", "--bias-correction"))
+        )
+    if base.data is not None and rng.random() < 0.1:
+        argv += ["--holdout", str(base.data).replace("_calib", "_holdout")]
+    return argv
+
+
+def analyze_argv(base: Base, model: Path, rng: random.Random, workdir: str) -> list[str]:
+    """A `qtool analyze` command line: a few samples, held out apart, varied planning options."""
+    if base.real:
+        data = str(_real_data(base.path, workdir))
+        argv = ["analyze", str(model), "--data", data, "--holdout", data]
+    else:
+        argv = ["analyze", str(model), "--data", str(base.data), "--samples", "8"]
+    argv += planning_argv(base, rng)
+    return [*argv, "--json" if rng.random() < 0.5 else "--quiet"]
 
 
 def run_model_case(
@@ -132,12 +170,15 @@ def run_model_case(
         model.write_bytes(blob)
         fmt = rng.choice(("text", "json", "sarif", "junit"))
         verdicts = []
-        for argv in (
+        commands = [
             ["inspect", str(model)],
             ["inspect", str(model), "--json", "--ops"],
             ["check", str(model), "--format", fmt],
-        ):
-            verdict = Verdict(name, " ".join(argv[:1] + argv[2:]))
+        ]
+        if rng.random() < (ANALYZE_REAL if base.real else ANALYZE_FIXTURE):
+            commands.append(analyze_argv(base, model, rng, workdir))
+        for argv in commands:
+            verdict = Verdict(name, " ".join(a for a in argv[:1] + argv[2:] if "/" not in a))
             judge_streams(verdict, run_cli(argv, TIMEOUT), check=argv[0] == "check")
             verdicts.append(verdict)
         verdicts.append(_quantize(base, model, blob, name, rng, case_dir, workdir, judge_input))

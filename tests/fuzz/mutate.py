@@ -24,13 +24,14 @@ from qtool.model import (
     parse_model,
 )
 from qtool.model.reflect import union_members
-from qtool.model.types import BuiltinOperator
+from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
 
 Mutator = Callable[[Model, random.Random], bool]  # False when the mutant would equal its base
 
 INT32_EDGES = (-(2**31), -2, -1, 0, 1, 2, 3, 7, 255, 2**16, 2**31 - 1)
 DIMS = (0, 1, 2, 3, 5, 64, 1000, 2**20, 2**24, 2**31 - 1, -1, -2, -7)
 FLOATS = (0.0, -1.0, 1e-45, 1e38, float("inf"), float("nan"), 3.5)
+INT_CONSTANTS = ("INT32", "INT64", "INT16", "INT8", "UINT8")
 NON_UTF8 = (b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\x80abc", b"name\xfe\xff")
 # Builtins the numpy engine has kernels for: swapping an op to one of these reaches a kernel.
 SWAP_TYPES = (
@@ -314,6 +315,36 @@ def constant_values(model: Model, rng: random.Random) -> bool:
     return True
 
 
+def int_constant_values(model: Model, rng: random.Random) -> bool:
+    """Integer constants (shapes, axes, indices, paddings, permutations, slice specs) holding
+    edge values: negative, past the end, huge."""
+    subgraph = _subgraph(model, rng, with_ops=False)
+    constants = [
+        i
+        for i, t in enumerate(subgraph.tensors if subgraph else [])
+        if model.is_constant(t) and t.sparsity is None and dtype_name(t.dtype) in INT_CONSTANTS
+    ]
+    if not constants:
+        return False
+    index = rng.choice(constants)
+    tensor = subgraph.tensors[index]
+    raw = model.buffers[tensor.buffer].data
+    dtype = numpy_dtype(tensor.dtype)
+    if raw is None or raw.size == 0 or raw.size % dtype.itemsize:
+        return False  # an earlier edit broke the buffer: nothing to read values from
+    values = np.array(raw.view(dtype))  # flat: shapes may be edited
+    limits = np.iinfo(values.dtype)
+    pool = [v for v in (*INT32_EDGES, -3, 4, 5, 6) if limits.min <= v <= limits.max]
+    if rng.random() < 0.7:
+        values[rng.randrange(values.size)] = rng.choice(pool)
+    else:
+        values[:] = [rng.choice(pool) for _ in range(values.size)]
+    shape, signature = tensor.shape, tensor.shape_signature
+    model.set_tensor_data(subgraph, index, values)
+    tensor.shape, tensor.shape_signature = shape, signature
+    return True
+
+
 def cycle(model: Model, rng: random.Random) -> bool:
     """An op reads what a later op writes (a cycle, or a read before the write)."""
     subgraph = _subgraph(model, rng)
@@ -483,6 +514,7 @@ STRUCTURED: dict[str, Mutator] = {
         tensor_buffer,
         buffer_data,
         constant_values,
+        int_constant_values,
         cycle,
         op_order,
         subgraph_io,

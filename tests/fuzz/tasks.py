@@ -8,38 +8,57 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.fuzz import data_cases, output_cases
+from tests.fuzz import data_cases, option_cases, output_cases
 from tests.fuzz.judge import Verdict, judge_files, judge_streams, run_cli, snapshot
 from tests.fuzz.models import FIXTURE_DATA, FIXTURE_MODELS, TIMEOUT, Base, run_model_case
 
 DATA_MODELS = {"mlp": (32,), "cnn": (24, 24, 3), "multi_io": (16, 16, 3)}
 
 
+# How a bad-data case reaches qtool: as calibration data, as held-out samples beside good
+# calibration data, or as the data of `qtool analyze`.
+DATA_ROUTES = ("data", "holdout", "analyze")
+
+
 def run_task(task: tuple, workdir: str, judge_input: bool = True) -> list[Verdict]:
-    """One task: ("model", Base, seed, mode) | ("data", case name, model) | ("output", name)."""
+    """One task: ("model", Base, seed, mode) | ("data", case name, model, route) |
+    ("output", name) | ("option", name)."""
     kind = task[0]
     if kind == "model":
         _, base, seed, mode = task
         return run_model_case(base, seed, mode, workdir, judge_input)
     if kind == "data":
-        return [run_data_case(task[1], task[2], workdir)]
-    return [run_output_case(task[1], workdir)]
+        return [run_data_case(task[1], task[2], workdir, task[3])]
+    return [run_output_case(task[1], workdir, kind)]
 
 
 def _case_dir(workdir: str, prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
 
 
-def run_data_case(name: str, model_name: str, workdir: str) -> Verdict:
+def _data_argv(route: str, model: Path, model_name: str, data_argv: list[str], out: Path):
+    """The command line of a bad-data case on `route`, and the files a success writes."""
+    if route == "analyze":  # held-out samples apart, so that a few samples can calibrate
+        argv = ["analyze", str(model), *data_argv, "-o", str(out.with_suffix(".json")), "--quiet"]
+        argv += ["--holdout", str(FIXTURE_DATA / f"{model_name}_holdout.npz")]
+        return argv, {"out.json"}
+    if route == "holdout":
+        good = ["--data", str(FIXTURE_DATA / f"{model_name}_calib.npz"), "--samples", "8"]
+        data_argv = good + ["--holdout" if a == "--data" else a for a in data_argv]
+    argv = ["quantize", str(model), *data_argv, "-o", str(out), "--quiet"]
+    return argv, {"out.tflite", "out.report.json"}
+
+
+def run_data_case(name: str, model_name: str, workdir: str, route: str = "data") -> Verdict:
     case = next(c for c in data_cases.CASES if c.name == name)
     directory = _case_dir(workdir, "data-")
-    verdict = Verdict(f"{name} ({model_name})", "quantize --data")
+    command = {"data": "quantize --data", "holdout": "quantize --holdout"}.get(route, route)
+    verdict = Verdict(f"{name} ({model_name})", command)
     try:
         model = directory / "model.tflite"
         shutil.copy(FIXTURE_MODELS / f"{model_name}.tflite", model)
         data_argv = case.build(directory, DATA_MODELS[model_name])
-        out = directory / "out.tflite"
-        argv = ["quantize", str(model), *data_argv, "-o", str(out), "--quiet"]
+        argv, written = _data_argv(route, model, model_name, data_argv, directory / "out.tflite")
         sys.path.insert(0, str(directory))  # generator modules live in the case directory
         before = snapshot(directory)
         try:
@@ -47,7 +66,6 @@ def run_data_case(name: str, model_name: str, workdir: str) -> Verdict:
         finally:
             sys.path.remove(str(directory))
         judge_streams(verdict, result)
-        written = {"out.tflite", "out.report.json"}
         judge_files(verdict, before, snapshot(directory), written, result.code)
         _judge_expectation(verdict, result.code, case.expect)
         verdict.succeeded = result.code == 0
@@ -56,8 +74,9 @@ def run_data_case(name: str, model_name: str, workdir: str) -> Verdict:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_output_case(name: str, workdir: str) -> Verdict:
-    case = next(c for c in output_cases.CASES if c.name == name)
+def run_output_case(name: str, workdir: str, kind: str = "output") -> Verdict:
+    cases = output_cases.CASES if kind == "output" else option_cases.CASES
+    case = next(c for c in cases if c.name == name)
     directory = _case_dir(workdir, "out-")
     verdict = Verdict(name, "output path")
     try:
@@ -68,7 +87,7 @@ def run_output_case(name: str, workdir: str) -> Verdict:
         before = snapshot(directory)
         result = run_cli(plan.argv, TIMEOUT)
         judge_streams(verdict, result, check=plan.argv[0] == "check")
-        if plan.argv[0] == "quantize":
+        if plan.argv[0] in ("quantize", "analyze"):
             judge_files(verdict, before, snapshot(directory), plan.written, result.code)
         elif result.code == 2 and snapshot(directory) != before:
             verdict.fail("files", "a refused check -o changed files")
@@ -99,12 +118,16 @@ def _judge_expectation(verdict: Verdict, code: int, expect: frozenset[int]) -> N
         verdict.fail("unexpected", f"exit {code}, expected {sorted(expect)}")
 
 
-def all_data_tasks() -> list[tuple]:
-    return [("data", c.name, m) for c in data_cases.CASES for m in c.models]
+def all_data_tasks(routes: tuple[str, ...] = DATA_ROUTES) -> list[tuple]:
+    return [("data", c.name, m, r) for r in routes for c in data_cases.CASES for m in c.models]
 
 
 def all_output_tasks() -> list[tuple]:
     return [("output", c.name) for c in output_cases.CASES]
+
+
+def all_option_tasks() -> list[tuple]:
+    return [("option", c.name) for c in option_cases.CASES]
 
 
 def model_tasks(bases: list[Base], count: int, seed: int, byte_share: float = 0.3) -> list[tuple]:
@@ -118,4 +141,11 @@ def model_tasks(bases: list[Base], count: int, seed: int, byte_share: float = 0.
     return tasks
 
 
-__all__ = ["FIXTURE_DATA", "all_data_tasks", "all_output_tasks", "model_tasks", "run_task"]
+__all__ = [
+    "FIXTURE_DATA",
+    "all_data_tasks",
+    "all_option_tasks",
+    "all_output_tasks",
+    "model_tasks",
+    "run_task",
+]

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from qtool.cli.guard import EXIT_INTERNAL, run_guarded
 from qtool.errors import DataError
+from tests.conftest import DATA, MODELS
 
 
 def _outcome(capsys, invoke, debug: bool = False) -> tuple[int, list[str]]:
@@ -53,3 +59,30 @@ def test_python_warnings_are_one_line_and_numpy_stays_quiet(capsys) -> None:
     assert capsys.readouterr().err.splitlines() == [
         "qtool: warning: UserWarning: the sensor is old"
     ]
+
+
+def _native_write(text: bytes) -> None:
+    os.write(2, text)  # what LiteRT's C++ logging does
+
+
+def test_native_writes_to_descriptor_2_are_discarded_and_python_stderr_kept(capfd) -> None:
+    def noisy() -> None:
+        _native_write(b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n")
+        print("progress line", file=sys.stderr)
+
+    assert run_guarded(noisy, debug=lambda: False) is None
+    assert capfd.readouterr().err == "progress line\n"
+    assert run_guarded(noisy, debug=lambda: True) is None  # --debug shows everything
+    assert "INFO: Created" in capfd.readouterr().err
+    _native_write(b"after\n")  # descriptor 2 is back
+    assert capfd.readouterr().err == "after\n"
+
+
+def test_litert_logs_nothing_on_the_terminal(tmp_path: Path) -> None:
+    """LiteRT printed `INFO: Created TensorFlow Lite XNNPACK delegate for CPU.` on every run
+    it calibrated or analysed with."""
+    pytest.importorskip("ai_edge_litert")
+    argv = [sys.executable, "-m", "qtool", "analyze", str(MODELS / "mlp.tflite")]
+    argv += ["--data", str(DATA / "mlp_calib.npz"), "--engine", "litert", "--quiet"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stderr) == (0, "")

@@ -3,8 +3,9 @@
 Every hostile case of `tests/fuzz/data_cases.py` (FIFOs, devices, /proc files, link loops,
 sub-directories named x.npy, headers declaring huge shapes, pickles, damaged or encrypted .npz
 members, values beyond float32, generators that raise) ends in one `qtool: error:` line naming the
-file, or in a clean success for odd but usable data: never a traceback, a hang, a warning on the
-terminal or a file left behind. The tests below pin the specific findings of the issue.
+file, or in a clean success for odd but usable data, as calibration data, as held-out data and
+through `qtool analyze`: never a traceback, a hang, a warning on the terminal or a file left
+behind. The tests below pin the specific findings of the issue.
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ from tests.fuzz.data_cases import CASES
 from tests.fuzz.judge import run_cli
 from tests.fuzz.tasks import run_data_case
 
-RUNS = [(case.name, model) for case in CASES for model in case.models]
+# Every case as calibration data; a third of them also as held-out data, a third through
+# `qtool analyze` (`make fuzz` runs every case all three ways).
+RUNS = [
+    (case.name, model, route)
+    for i, case in enumerate(CASES)
+    for model in case.models
+    for route in ("data", ("holdout", "analyze", None)[i % 3])
+    if route is not None
+]
 
 
-@pytest.mark.parametrize("name,model", RUNS, ids=[f"{n}-{m}" for n, m in RUNS])
-def test_hostile_data_fails_cleanly(name: str, model: str, tmp_path: Path) -> None:
-    verdict = run_data_case(name, model, str(tmp_path))
+@pytest.mark.parametrize("name,model,route", RUNS, ids=["-".join(run) for run in RUNS])
+def test_hostile_data_fails_cleanly(name: str, model: str, route: str, tmp_path: Path) -> None:
+    verdict = run_data_case(name, model, str(tmp_path), route)
     assert verdict.failures == {}, verdict.failures
 
 

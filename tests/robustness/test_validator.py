@@ -97,6 +97,9 @@ CASES: dict[str, Case] = {
         "operator 1 (DEPTHWISE_CONV_2D)",
         "filter",
     ),
+    "depthwise without its bias slot (LiteRT segfaults, the calibration engine with it)": Case(
+        "cnn", _drop_input(1, 2), "operator 1 (DEPTHWISE_CONV_2D)", "has 2 inputs, takes 3"
+    ),
     "MEAN without its axis (reduce IndexError)": Case(
         "multi_io", _drop_input(2, 1), "operator 2 (MEAN)", "has 1 inputs, takes 2"
     ),

@@ -2,8 +2,8 @@
 
 Their options are C structs stored raw as custom options: TfLiteTransposeConvParams (padding,
 stride_w, stride_h) and TfLitePoolParams (padding, stride_w, stride_h, filter_w, filter_h,
-activation, ...), as int32 in native (little-endian) order. TfLitePadding counts from 1 (SAME)
-where the schema's Padding counts from 0.
+activation, ...), as int32 in native (little-endian) order, read by
+`qtool.model.custom_options` with the field names of `schemas/ops.json`.
 
 They follow MediaPipe's reference kernels (mediapipe/util/tflite/operations) and are checked
 against LiteRT, which runs them only through its XNNPACK delegate: a transposed convolution with
@@ -22,40 +22,27 @@ from __future__ import annotations
 
 import numpy as np
 
-from qtool.errors import ModelError
+from qtool.model.custom_options import struct_options
 from qtool.model.types import Padding
+from qtool.op_facts import load_op_facts
 from qtool.runtime.kernels.conv import TapGrid, scatter_windows
 from qtool.runtime.registry import OpContext, activation_clamp, always, custom_op
 
-_TFLITE_PADDING = {1: Padding.SAME, 2: Padding.VALID}  # TfLitePadding -> schema Padding
 
-
-def _struct(ctx: OpContext, fields: tuple[str, ...]) -> dict[str, int]:
-    raw = ctx.op.custom_options or b""
-    if len(raw) < 4 * len(fields):
-        raise ModelError(
-            f"{ctx.op_type}: custom options hold {len(raw)} bytes, expected at least "
-            f"{4 * len(fields)} ({', '.join(fields)})"
-        )
-    values = dict(zip(fields, np.frombuffer(raw[: 4 * len(fields)], "<i4").tolist(), strict=True))
-    if values["padding"] not in _TFLITE_PADDING:
-        raise ModelError(f"{ctx.op_type}: unknown padding {values['padding']}")
-    values["padding"] = _TFLITE_PADDING[values["padding"]]
-    return values
-
-
-_POOL_FIELDS = ("padding", "stride_w", "stride_h", "filter_w", "filter_h", "activation")
+def _options(ctx: OpContext) -> dict[str, int]:
+    """The op's raw C-struct options, their fields named in `schemas/ops.json`."""
+    return struct_options(ctx.op, load_op_facts().custom(ctx.op_type).custom_options)
 
 
 class _PoolOptions:
     """TfLitePoolParams: window, stride, padding and fused activation code."""
 
     def __init__(self, ctx: OpContext) -> None:
-        values = _struct(ctx, _POOL_FIELDS)
+        values = _options(ctx)
         self.padding = values["padding"]
         self.stride = (values["stride_h"], values["stride_w"])
-        self.filter = (values["filter_h"], values["filter_w"])
-        self.activation = values["activation"]
+        self.filter = (values["filter_height"], values["filter_width"])
+        self.activation = values["fused_activation_function"]
 
 
 def _constant_weights(ctx: OpContext) -> bool:
@@ -66,7 +53,7 @@ def _constant_weights(ctx: OpContext) -> bool:
 @custom_op("Convolution2DTransposeBias", batch=_constant_weights)
 def convolution_2d_transpose_bias(ctx: OpContext) -> np.ndarray:
     x, filters, bias = ctx.inputs
-    options = _struct(ctx, ("padding", "stride_w", "stride_h"))
+    options = _options(ctx)
     stride = (options["stride_h"], options["stride_w"])
     _, kh, kw, _ = filters.shape
     sizes, padding = [], []
