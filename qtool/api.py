@@ -39,6 +39,7 @@ from qtool.model import load_model as _load_path
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.quantizer import analyze_model, calibration_statistics
 from qtool.report.analysis_report import analysis_section
+from qtool.spec import spec_profiles
 
 ModelLike = str | os.PathLike | bytes | bytearray | memoryview | Model
 
@@ -303,7 +304,7 @@ def check(
         float_model = load_model(reference)
         (s,) = list(_entries(float_model))[:1]
         gate = AccuracyGate(float_model, as_dataset(data, model_inputs(float_model, s)), min_sqnr)
-    profiles = ("per-tensor-fc",) if per_tensor_fc else ()
+    profiles = spec_profiles(per_tensor_fc)
     audited = check_model(
         loaded,
         profiles,

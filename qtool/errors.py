@@ -2,6 +2,10 @@
 
 The CLI turns any QtoolError into a one-line ``qtool: error: ...`` message with its exit code,
 so library code raises these for anything a user can cause (bad files, bad data, bad options).
+
+A message names a parameter as Python callers know it, in backquotes: `engine`, or with a value,
+`engine='litert'`, `force=True`. The command line shows the option that sets it instead
+(--engine, --engine litert, --force), so one message serves both.
 """
 
 

@@ -21,6 +21,7 @@ from qtool.model import Model, TensorType, numpy_dtype
 from qtool.model.edit import clone_model
 from qtool.numerics import SqnrAccumulator, dequantize, quantize
 from qtool.runtime import Engine
+from qtool.spec import boundary_ops
 
 ENGINES = ("auto", "litert", "simulate")
 CHUNK = 32
@@ -209,7 +210,7 @@ def simulation_model(model: Model) -> tuple[Model, dict[int, tuple]]:
     # QUANTIZE and DEQUANTIZE become identities on float values: the fake quantization of their
     # outputs already applies the rounding they stand for.
     for op in subgraph.operators:
-        if work.op_type(op) in ("QUANTIZE", "DEQUANTIZE"):
+        if work.op_type(op) in boundary_ops():
             op.opcode_index = work.opcode_for("RESHAPE")
             op.options_type = "ReshapeOptions"
             op.options = {"new_shape": list(subgraph.tensors[op.outputs[0]].shape)}

@@ -134,7 +134,7 @@ def destination_problem(path: str | os.PathLike, overwrite: bool) -> str | None:
         if not stat.S_ISREG(found.st_mode):
             return f"it is {kind_of(found.st_mode)}"
         if not overwrite:
-            return "already exists (use --force to replace it)"
+            return "already exists (use `force=True` to replace it)"
     if parent is None:
         return "output directory does not exist"
     if not stat.S_ISDIR(parent.st_mode):

@@ -20,6 +20,7 @@ from typing import Any
 from qtool.calibrate import Dataset, load_dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
+from qtool.check.findings import severity_counts
 from qtool.errors import QtoolError, UsageError
 from qtool.files import check_destination, commit, discard, stage, write_atomic
 from qtool.model import Model, load_model, model_to_bytes
@@ -157,19 +158,19 @@ def split_sources(sources: tuple[str, ...], entries: dict[int, str | None]) -> d
             assigned.setdefault(next(iter(entries)), []).append(source)
         else:
             raise UsageError(
-                f"--data {source}: the model has signatures {', '.join(sorted(by_key))}; give "
+                f"`data={source!r}`: the model has signatures {', '.join(sorted(by_key))}; give "
                 "each source as KEY=PATH"
             )
     missing = [key or f"subgraph {s}" for s, key in entries.items() if s not in assigned]
     if missing:
-        raise UsageError(f"no --data for signature(s) {', '.join(missing)} (give KEY=PATH)")
+        raise UsageError(f"no `data` for signature(s) {', '.join(missing)} (give KEY=PATH)")
     return assigned
 
 
 def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[int, Dataset]]:
     """The model, its calibration datasets and its held-out datasets, per subgraph."""
     if job.samples is not None and job.samples < 1:
-        raise UsageError("--samples must be at least 1")
+        raise UsageError("`samples` must be at least 1")
     if job.custom_ops:
         load_custom_ops(job.custom_ops)
     model = load_model(job.model_path)
@@ -187,8 +188,8 @@ def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[i
         datasets = {s: synthetic_dataset(model_inputs(model, s), count, job.seed) for s in entries}
     else:
         raise UsageError(
-            "calibration needs data: give --data PATH, or --statistics FILE from qtool "
-            "calibrate (or --synthetic to calibrate on random data, which gives meaningless ranges)"
+            "calibration needs data: give `data`, or `statistics` from qtool calibrate (or "
+            "`synthetic=True` to calibrate on random data, which gives meaningless ranges)"
         )
     holdouts = {
         s: load_dataset(paths, model_inputs(model, s))
@@ -214,7 +215,7 @@ def calibrate_file(
     refuse_input_overwrite(output, [job.model_path, *job.data])
     target = Path(output)
     if target.exists() and not job.force:
-        raise UsageError(f"{target}: already exists (use --force to replace it)")
+        raise UsageError(f"{target}: already exists (use `force=True` to replace it)")
     model, datasets, _ = load_job_inputs(job)
     statistics = calibration_statistics(model, datasets, job.options.engine, progress)
     statistics.save(target)
@@ -283,9 +284,7 @@ def finish_quantization(
     blob = model_to_bytes(result.model)
     findings = audit_model(result.model, profiles=options.profiles, target=options.target)
     audit = {
-        "errors": sum(f.severity == "error" for f in findings),
-        "warnings": sum(f.severity == "warning" for f in findings),
-        "infos": sum(f.severity == "info" for f in findings),
+        **severity_counts(findings),
         "findings": [f.to_dict() for f in findings],
     }
     errors = []

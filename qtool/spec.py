@@ -153,3 +153,18 @@ def load_spec(profiles: tuple[str, ...] = (), scheme: str = "int8") -> QuantSpec
             for op, options in raw["check"].get("required_options", {}).items()
         },
     )
+
+
+# The profile of runtimes whose FULLY_CONNECTED weights are per-tensor.
+PER_TENSOR_FC = "per-tensor-fc"
+
+
+def spec_profiles(per_tensor_fc: bool = False) -> tuple[str, ...]:
+    """The spec profiles a user's options select (quantize and check read the same ones)."""
+    return (PER_TENSOR_FC,) if per_tensor_fc else ()
+
+
+@functools.cache
+def boundary_ops() -> frozenset[str]:
+    """The ops whose float (or uint8) side is the model boundary: QUANTIZE, DEQUANTIZE."""
+    return frozenset(raw_spec()["check"]["boundary_ops"])

@@ -47,7 +47,9 @@ __all__ = [
 
 @dataclass
 class CalibrationResult:
-    ranges: dict[int, tuple[float, float]]  # tensor index (subgraph 0) -> (min, max)
+    ranges: dict[
+        int, tuple[float, float]
+    ]  # tensor index (of the calibrated subgraph) -> (min, max)
     samples: int
     engine: str
     seconds: float
@@ -64,7 +66,7 @@ def model_inputs(model: Model, subgraph_index: int = 0) -> list[InputSpec]:
         if signature["subgraph_index"] == subgraph_index:
             for entry in signature["inputs"] or []:
                 signature_names[entry["tensor_index"]] = entry["name"]
-    batched = all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs)
+    batched = subgraph.inputs_lead_with_one()
     specs = []
     for t in subgraph.inputs:
         tensor = subgraph.tensors[t]
@@ -102,10 +104,10 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     """The engine a calibration runs on: `requested`, or for "auto" the fastest that can run
     the model (README: "Choosing the calibration engine")."""
     if requested not in ENGINES:
-        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {requested!r}")
+        raise UsageError(f"`engine` must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "litert" and not litert_available():
         raise UsageError(
-            "--engine litert needs the ai-edge-litert package (pip install ai-edge-litert)"
+            "`engine='litert'` needs the ai-edge-litert package (pip install ai-edge-litert)"
         )
     if requested != "auto":
         return requested

@@ -124,7 +124,7 @@ def run_preserved(
 ) -> None:
     """Every sample through the builtin kernels with all tensors kept (any subgraph)."""
     interpreter = litert_interpreter(model)
-    batched = all(model.subgraphs[s].tensors[t].shape[:1] == [1] for t in model.subgraphs[s].inputs)
+    batched = model.subgraphs[s].inputs_lead_with_one()
     feed = litert_feeder(model, interpreter, s)
     for i in range(feeds[0].shape[0]):
         feed([values[i : i + 1] if batched else values[i] for values in feeds])
@@ -150,7 +150,7 @@ class XnnpackRunner:
         self.blob = model_to_bytes(exposed)
         self.threads = max(1, threads or engine_threads())
         # A sample of an input declared without a leading 1 is the whole declared shape.
-        self.leading_one = all(subgraph.tensors[t].shape[:1] == [1] for t in self.inputs)
+        self.leading_one = subgraph.inputs_lead_with_one()
         self.batch = samples_per_pass(subgraph) if _keeps_samples_apart(model) else 1
         # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
         # LiteRT cannot run the model.

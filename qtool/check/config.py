@@ -13,7 +13,7 @@ from typing import Any
 
 from qtool.check.findings import SEVERITIES
 from qtool.check.rules import RULES
-from qtool.spec import raw_spec
+from qtool.spec import boundary_ops, raw_spec
 
 OFF = "off"  # a profile severity that disables a rule
 
@@ -50,7 +50,7 @@ def load_settings(profiles: tuple[str, ...] = ()) -> CheckSettings:
     section = raw["check"]
     risk = section["risk"]
     return CheckSettings(
-        boundary_ops=frozenset(section["boundary_ops"]),
+        boundary_ops=boundary_ops(),
         legacy_dtypes=dict(section["legacy_dtypes"]),
         tiny_scale=float(risk["tiny_scale"]),
         min_code_fraction=float(risk["min_code_fraction"]),

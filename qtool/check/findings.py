@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,12 +51,17 @@ class ModelResult:
 
     @property
     def summary(self) -> dict[str, int]:
-        counts = {"errors": 0, "warnings": 0, "infos": 0}
-        for finding in self.findings:
-            counts[f"{finding.severity}s"] += 1
-        return counts
+        return severity_counts(self.findings)
 
     def fails(self, fail_on: str) -> bool:
         """Whether any finding is at or above severity `fail_on`."""
         threshold = SEVERITY_RANK[fail_on]
         return any(SEVERITY_RANK[f.severity] >= threshold for f in self.findings)
+
+
+def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
+    """{"errors": n, "warnings": n, "infos": n}: the summary every report of an audit shows."""
+    counts = {"errors": 0, "warnings": 0, "infos": 0}
+    for finding in findings:
+        counts[f"{finding.severity}s"] += 1
+    return counts

@@ -38,7 +38,15 @@ class QtoolGroup(LazyGroup):
         return run_guarded(
             lambda: super(QtoolGroup, self).invoke(ctx),
             debug=lambda: bool(ctx.params.get("debug")) or debug_requested(),
+            flags=lambda: self._flags(ctx),
         )
+
+    def _flags(self, ctx: click.Context) -> dict[str, str]:
+        """The running command's parameter names and the options that set them (the longest
+        spelling: --output, not -o)."""
+        name = ctx.invoked_subcommand
+        command = self.get_command(ctx, name) if name else None
+        return option_flags(command) if command is not None else {}
 
 
 @click.group(
@@ -59,3 +67,15 @@ def main(ctx: click.Context, debug: bool) -> None:
     Default options come from [tool.qtool.COMMAND] in the nearest pyproject.toml.
     """
     ctx.default_map = load_defaults(ctx, main)
+
+
+def option_flags(command: click.Command) -> dict[str, str]:
+    """Parameter name -> option of a command (and of a group's subcommands)."""
+    flags = {
+        param.name: max(param.opts, key=len)
+        for param in command.params
+        if isinstance(param, click.Option) and param.name
+    }
+    for sub in getattr(command, "commands", {}).values():
+        flags.update(option_flags(sub))
+    return flags

@@ -15,6 +15,7 @@ from qtool.check.suppress import Ignore, apply_ignores, load_baseline, subtract_
 from qtool.cli.render import stderr, stdout
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
+from qtool.spec import spec_profiles
 from qtool.targets import target_names
 
 EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
@@ -134,7 +135,7 @@ def check_command(
         raise click.UsageError("--reference and --data go together (the accuracy gate)")
     ignore_rules = [Ignore.parse(text) for text in ignores]
     known = load_baseline(baseline) if baseline is not None else None
-    profiles = ("per-tensor-fc",) if per_tensor_fc else ()
+    profiles = spec_profiles(per_tensor_fc)
     accuracy = AccuracyGate(reference, data, min_sqnr) if reference is not None else None
     results, ignored = apply_ignores(check_paths(models, profiles, target, accuracy), ignore_rules)
     if write_baseline is not None:

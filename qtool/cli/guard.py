@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import sys
 import traceback
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import click
@@ -137,8 +138,13 @@ def _escape_unencodable() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
-def run_guarded(invoke: Callable[[], Any], debug: Callable[[], bool]) -> Any:
-    """Run a command; every way it can end becomes an exit code and at most one line."""
+def run_guarded(
+    invoke: Callable[[], Any],
+    debug: Callable[[], bool],
+    flags: Callable[[], Mapping[str, str]] = dict,
+) -> Any:
+    """Run a command; every way it can end becomes an exit code and at most one line. `flags`
+    maps the running command's parameter names to its options, for library messages."""
     _escape_unencodable()
     keep_native = debug() or _import_times_requested()
     quiet_native = contextlib.nullcontext() if keep_native else _native_stderr_discarded()
@@ -148,7 +154,7 @@ def run_guarded(invoke: Callable[[], Any], debug: Callable[[], bool]) -> Any:
     except QtoolError as exc:
         if debug():
             traceback.print_exception(exc)
-        click.echo(f"qtool: error: {exc}", err=True)
+        click.echo(f"qtool: error: {as_options(str(exc), flags())}", err=True)
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx is not None else "qtool"
@@ -178,3 +184,24 @@ def run_guarded(invoke: Callable[[], Any], debug: Callable[[], bool]) -> Any:
         sys.exit(EXIT_INTERNAL)
     finally:
         remove_temporaries()
+
+
+QUOTES = "'\""
+_PARAMETER = re.compile(r"`([a-z_][a-z0-9_]*)(?:=([^`]*))?`")
+
+
+def as_options(message: str, flags: Mapping[str, str]) -> str:
+    """A library message for the command line: each backquoted parameter that a flag of the
+    running command sets becomes that flag (`engine='litert'` -> --engine litert, `force=True` ->
+    --force, `data` -> --data); other backquoted text stays as it is."""
+
+    def option(match: re.Match[str]) -> str:
+        flag = flags.get(match.group(1))
+        if flag is None:
+            return match.group(0)
+        value = match.group(2)
+        if value is None or value == "True":
+            return flag
+        return f"{flag} {value.strip(QUOTES)}"
+
+    return _PARAMETER.sub(option, message)

@@ -151,6 +151,15 @@ class Subgraph:
     name: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def leading_one(self, tensor_index: int) -> bool:
+        """Whether the tensor is declared with a leading 1: the axis a batch of samples takes."""
+        return self.tensors[tensor_index].shape[:1] == [1]
+
+    def inputs_lead_with_one(self) -> bool:
+        """Whether every input has a leading 1, so that N samples travel as one [N, ...] batch
+        (otherwise a sample is an input's whole declared shape)."""
+        return all(self.leading_one(t) for t in self.inputs)
+
     def producers(self) -> dict[int, int]:
         """Tensor index -> index of the operator that writes it."""
         return {t: i for i, op in enumerate(self.operators) for t in op.outputs if t >= 0}

@@ -34,7 +34,7 @@ def layer_errors(
 ) -> list[LayerError]:
     """SQNR of every int8 activation against the float model, worst first."""
     if not litert_available():
-        raise UsageError("--layer-errors runs both models in LiteRT: pip install ai-edge-litert")
+        raise UsageError("`layer_errors` runs both models in LiteRT: pip install ai-edge-litert")
     pairs = _matching_tensors(float_model, int8_model, subgraph_index)
     signal = dict.fromkeys(pairs, 0.0)
     noise = dict.fromkeys(pairs, 0.0)

@@ -14,7 +14,7 @@ import numpy as np
 
 from qtool.model import Model, TensorType
 from qtool.model.types import tensor_type
-from qtool.runtime.registry import OpContext, lookup
+from qtool.runtime.registry import lookup
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ def fold_constants(model: Model, subgraph_index: int = 0) -> list[FoldedOp]:
     """Replace every operator whose inputs are all constant by constants; return what went."""
     subgraph = model.subgraphs[subgraph_index]
     folded: list[FoldedOp] = []
-    kept = []
+    kept: list[int] = []  # indices of the operators that stay
     graph_outputs = set(subgraph.outputs)
     for index in subgraph.topological_order():
         op = subgraph.operators[index]
@@ -43,11 +43,11 @@ def fold_constants(model: Model, subgraph_index: int = 0) -> list[FoldedOp]:
         )
         entry = lookup(code.name, False) if foldable else None
         if entry is None:
-            kept.append(op)
+            kept.append(index)
             continue
-        values = [model.tensor_data(subgraph.tensors[t]) if t >= 0 else None for t in op.inputs]
-        result = entry.fn(OpContext(model, subgraph, index, op, values))
-        results = list(result) if isinstance(result, list | tuple) else [result]
+        results = entry.fold(
+            model, subgraph, index, lambda t: model.tensor_data(subgraph.tensors[t])
+        )
         for t, value in zip(op.outputs, results, strict=True):
             value = np.ascontiguousarray(value)
             tensor = subgraph.tensors[t]
@@ -63,6 +63,5 @@ def fold_constants(model: Model, subgraph_index: int = 0) -> list[FoldedOp]:
                 tuple(subgraph.tensors[t].name for t in op.outputs),
             )
         )
-    order = {id(op): position for position, op in enumerate(subgraph.operators)}
-    subgraph.operators = sorted(kept, key=lambda op: order[id(op)])
+    subgraph.operators = [subgraph.operators[index] for index in sorted(kept)]
     return folded

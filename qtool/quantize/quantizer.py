@@ -37,7 +37,7 @@ from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
 from qtool.quantize.sensitivity import MAX_SAMPLES
-from qtool.spec import load_spec
+from qtool.spec import boundary_ops, load_spec, spec_profiles
 from qtool.targets import load_target
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
@@ -74,7 +74,7 @@ class QuantizeOptions:
 
     @property
     def profiles(self) -> tuple[str, ...]:
-        profiles = ("per-tensor-fc",) if self.per_tensor_fc else ()
+        profiles = spec_profiles(self.per_tensor_fc)
         if self.target is not None:
             profiles += tuple(
                 p for p in load_target(self.target).spec_profiles if p not in profiles
@@ -138,12 +138,11 @@ def prepare_float_model(model: Model) -> FloatModel:
     """A copy of `model` with constant operators folded and operators without an integer
     kernel rewritten into equivalents that have one, in every subgraph."""
     work = clone_model(model)
-    positions = [{id(op): i for i, op in enumerate(sg.operators)} for sg in work.subgraphs]
+    counts = [len(sg.operators) for sg in work.subgraphs]
     folded = [op for s in range(len(work.subgraphs)) for op in fold_constants(work, s)]
     remove_unused(work)
-    source_index = [
-        [positions[s][id(op)] for op in sg.operators] for s, sg in enumerate(work.subgraphs)
-    ]
+    gone = {(op.subgraph, op.index) for op in folded}
+    source_index = [[i for i in range(n) if (s, i) not in gone] for s, n in enumerate(counts)]
     rewritten = {
         (r.subgraph, source_index[r.subgraph][r.index]): r
         for s in range(len(work.subgraphs))
@@ -157,7 +156,7 @@ def _computes_in_float(model: Model, subgraph_index: int) -> bool:
     """Whether an operator other than a QUANTIZE/DEQUANTIZE boundary has a float32 operand."""
     subgraph = model.subgraphs[subgraph_index]
     return any(
-        model.op_type(op) not in ("QUANTIZE", "DEQUANTIZE")
+        model.op_type(op) not in boundary_ops()
         and any(
             t >= 0 and subgraph.tensors[t].dtype == TensorType.FLOAT32
             for t in op.inputs + op.outputs

@@ -170,7 +170,7 @@ class Analyzer:
         keep = _descendants(sim_graph, start)
         sub = _suffix_model(simulated, self.plan.subgraph_index, keep)
         sub_graph = sub.subgraphs[self.plan.subgraph_index]
-        batched = all(sub_graph.tensors[t].shape[:1] == [1] for t in sub_graph.inputs)
+        batched = sub_graph.inputs_lead_with_one()
         feeds = [self.float.feed(t, batched) for t in sub_graph.inputs]
         outputs = Engine(sub, self.plan.subgraph_index).run(feeds) if sub_graph.outputs else []
         perturbed = dict(zip(sub_graph.outputs, outputs, strict=True))

@@ -77,15 +77,11 @@ class Engine:
             if index not in produced and index not in self.constants and 0 in tensor.shape:
                 self.constants[index] = np.zeros(tensor.shape, numpy_dtype(tensor.dtype))
         self.steps: list[_Step] = []
-        self.batched_inputs = all(self._leading_one(t) for t in self.subgraph.inputs)
+        self.batched_inputs = self.subgraph.inputs_lead_with_one()
         self.serial = not self.batched_inputs
         self._plan()
 
     # ------------------------------------------------------------------ planning
-
-    def _leading_one(self, tensor_index: int) -> bool:
-        shape = self.subgraph.tensors[tensor_index].shape
-        return len(shape) >= 1 and shape[0] == 1
 
     def _has_leading_axis(self, tensor_index: int) -> bool:
         return len(self.subgraph.tensors[tensor_index].shape) >= 1
@@ -103,9 +99,9 @@ class Engine:
         if entry is None:
             how = (
                 f"register a numpy kernel with qtool.runtime.register_custom_op({op_type!r}, fn) "
-                "in a module passed with --custom-ops MODULE"
+                "in a module loaded with `custom_ops`"
                 if is_custom
-                else "no numpy kernel exists for this builtin yet; try --engine litert"
+                else "no numpy kernel exists for this builtin yet; try `engine='litert'`"
             )
             raise UnsupportedOpError(
                 f"operator {op_index} ({op_type}) in subgraph {self.subgraph_index} has no kernel: "
@@ -135,7 +131,9 @@ class Engine:
             if batched_inputs:
                 # Batch rules assume the sample axis replaced a declared 1; a tensor declared
                 # [k, ...] is held sample-major as [N * k, ...] and only loops split it again.
-                if all(self._leading_one(t) for t in batched_inputs) and entry.batch_rule(ctx):
+                if all(self.subgraph.leading_one(t) for t in batched_inputs) and entry.batch_rule(
+                    ctx
+                ):
                     mode = "batch"
                 elif all(self._has_leading_axis(t) for t in op.outputs + batched_inputs):
                     mode = "loop"
@@ -171,16 +169,9 @@ class Engine:
         )
 
     def _fold_constant(self, op_index: int, entry: KernelEntry) -> None:
-        op = self.subgraph.operators[op_index]
-        ctx = OpContext(
-            self.model,
-            self.subgraph,
-            op_index,
-            op,
-            [self.constants[t] if t >= 0 else None for t in op.inputs],
-        )
-        for t, value in zip(op.outputs, _as_list(entry.fn(ctx)), strict=True):
-            self.constants[t] = value
+        values = entry.fold(self.model, self.subgraph, op_index, self.constants.__getitem__)
+        outputs = self.subgraph.operators[op_index].outputs
+        self.constants.update(zip(outputs, values, strict=True))
 
     # ------------------------------------------------------------------ running
 
@@ -313,7 +304,7 @@ class Engine:
                 outputs = self._run_looped(step, op, inputs, batch)
             else:
                 ctx = OpContext(self.model, self.subgraph, step.index, op, inputs, batch)
-                outputs = _as_list(step.entry.fn(ctx))
+                outputs = step.entry.outputs(ctx)
             if timing is not None:
                 timing[step.op_type] += time.perf_counter() - started
             for t, value in zip(op.outputs, outputs, strict=True):
@@ -332,7 +323,7 @@ class Engine:
                 x[s * rows[i] : (s + 1) * rows[i]] if i in rows else x for i, x in enumerate(inputs)
             ]
             ctx = OpContext(self.model, self.subgraph, step.index, op, sliced, 1)
-            per_sample.append(_as_list(step.entry.fn(ctx)))
+            per_sample.append(step.entry.outputs(ctx))
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
 
@@ -349,10 +340,6 @@ def samples_per_pass(subgraph: Subgraph, operators: Sequence[Operator] | None = 
     by_largest = _LARGEST_TENSOR_BYTES // max(max(sizes), 1)
     by_total = _PASS_BYTES // max(sum(sizes), 1)
     return int(np.clip(min(by_largest, by_total), 1, _MAX_CHUNK))
-
-
-def _as_list(result: np.ndarray | list[np.ndarray] | tuple) -> list[np.ndarray]:
-    return list(result) if isinstance(result, list | tuple) else [result]
 
 
 def _matches_dynamic(sample_shape: tuple, tensor, batched: bool) -> bool:

@@ -111,6 +111,21 @@ class KernelEntry:
     fn: Kernel
     batch_rule: BatchRule
 
+    def outputs(self, ctx: OpContext) -> list[np.ndarray]:
+        """The kernel's outputs as a list (kernels of one-output ops return the array)."""
+        result = self.fn(ctx)
+        return list(result) if isinstance(result, list | tuple) else [result]
+
+    def fold(
+        self, model: Model, subgraph: Subgraph, op_index: int, value_of: Callable[[int], Any]
+    ) -> list[np.ndarray]:
+        """The outputs of an operator whose inputs are all constants, `value_of` giving each
+        one's value: the one constant folder, used by the engine at build time and by the
+        quantizer before planning."""
+        op = subgraph.operators[op_index]
+        values = [value_of(t) if t >= 0 else None for t in op.inputs]
+        return self.outputs(OpContext(model, subgraph, op_index, op, values))
+
 
 _BUILTIN: dict[str, KernelEntry] = {}
 _CUSTOM: dict[str, KernelEntry] = {}
@@ -152,7 +167,7 @@ def load_custom_ops(module: str) -> None:
     try:
         importlib.import_module(module)
     except ImportError as exc:
-        raise UsageError(f"--custom-ops {module}: cannot import ({exc})") from None
+        raise UsageError(f"`custom_ops={module!r}`: cannot import ({exc})") from None
 
 
 def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:

@@ -120,7 +120,7 @@ def test_each_signature_needs_its_data(model_and_data, tmp_path: Path) -> None:
     model_path, encode, _ = model_and_data
     with pytest.raises(UsageError, match="give each source as KEY=PATH"):
         quantize_file(QuantizeJob(str(model_path), str(tmp_path / "a.tflite"), data=(str(encode),)))
-    with pytest.raises(UsageError, match="no --data for signature"):
+    with pytest.raises(UsageError, match="no `data` for signature"):
         quantize_file(
             QuantizeJob(str(model_path), str(tmp_path / "b.tflite"), data=(f"encode={encode}",))
         )
