@@ -14,8 +14,9 @@ from qtool.model.types import ActivationFunctionType, Padding
 from qtool.runtime import register_custom_op
 
 
-def _conv_model(reshape_to_batch_one: bool):
-    """CONV_2D -> ADD (-> RESHAPE to a constant [1, 128] that a batch cannot take)."""
+def _conv_model(reshape_to: list[int] | None):
+    """CONV_2D -> ADD (-> RESHAPE to a constant: [1, 128] a batch cannot take; [1, -1] folds
+    LiteRT's batch into the last axis, the samples one after another)."""
     rng = np.random.default_rng(0)
     builder = GraphBuilder()
     x = builder.input("x", [1, 8, 8, 3])
@@ -36,14 +37,14 @@ def _conv_model(reshape_to_batch_one: bool):
     out = builder.op(
         "ADD", [conv, conv], output_shape=[1, 8, 8, 2], options_type="AddOptions", options={}
     )
-    if reshape_to_batch_one:
-        shape = builder.constant("shape", np.array([1, 128], np.int32))
+    if reshape_to is not None:
+        shape = builder.constant("shape", np.array(reshape_to, np.int32))
         out = builder.op(
             "RESHAPE",
             [out, shape],
             output_shape=[1, 128],
             options_type="ReshapeOptions",
-            options={"new_shape": [1, 128]},
+            options={"new_shape": reshape_to},
         )
     return builder.finish([out])
 
@@ -53,8 +54,8 @@ def _ranges(model, samples: np.ndarray, engine: str) -> dict[int, tuple[float, f
     return calibrate(model, Dataset.from_arrays([samples], "test"), engine, observer).ranges
 
 
-@pytest.mark.parametrize(("reshape", "batched"), [(False, True), (True, False)])
-def test_litert_batches_when_samples_stay_apart(reshape: bool, batched: bool) -> None:
+@pytest.mark.parametrize(("reshape", "batched"), [(None, True), ([1, 128], False), ([1, -1], True)])
+def test_litert_batches_when_samples_stay_apart(reshape: list[int] | None, batched: bool) -> None:
     model = _conv_model(reshape)
     samples = np.random.default_rng(1).standard_normal((37, 8, 8, 3)).astype(np.float32)
     runner = XnnpackRunner(model, activation_tensors(model), threads=2)
@@ -68,7 +69,7 @@ def test_litert_batches_when_samples_stay_apart(reshape: bool, batched: bool) ->
 
 
 def test_litert_observers_see_every_sample_in_order() -> None:
-    model = _conv_model(False)
+    model = _conv_model(None)
     samples = np.random.default_rng(2).standard_normal((21, 8, 8, 3)).astype(np.float32)
     runner = XnnpackRunner(model, activation_tensors(model), threads=2)
     seen: list[np.ndarray] = []
@@ -77,7 +78,7 @@ def test_litert_observers_see_every_sample_in_order() -> None:
 
 
 def test_auto_prefers_litert_and_falls_back_to_numpy() -> None:
-    assert choose_engine(_conv_model(False), "auto") == "litert"
+    assert choose_engine(_conv_model(None), "auto") == "litert"
     register_custom_op("TimesThree", lambda ctx: ctx.inputs[0] * 3)
     builder = GraphBuilder()
     x = builder.input("x", [1, 4])

@@ -12,6 +12,7 @@ interpreter's memory, in chunk order (qtool.runtime.parallel), without copying t
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -151,7 +152,13 @@ class XnnpackRunner:
         self.threads = max(1, threads or engine_threads())
         # A sample of an input declared without a leading 1 is the whole declared shape.
         self.leading_one = subgraph.inputs_lead_with_one()
-        self.batch = samples_per_pass(subgraph) if _keeps_samples_apart(model) else 1
+        apart = _keeps_samples_apart(model)
+        self.batch = samples_per_pass(subgraph) if apart is not False else 1
+        # Where the numpy engine vetted every operator's batch rule, a tensor LiteRT resizes to
+        # another shape of the same size (a RESHAPE to a constant [1, -1] folds the batch into
+        # its last axis) still holds the samples one after another: it is read as declared.
+        self.vetted = apart is True
+        self.read_shapes: dict[int, dict[int, list[int]]] = {}  # batch -> tensor -> view shape
         # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
         # LiteRT cannot run the model.
         self._free: dict[int, list] = {1: [self._check(1)]}
@@ -183,8 +190,10 @@ class XnnpackRunner:
                     raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
                 for index, value in zip(self.inputs, part, strict=True):
                     order.emit(k, index, value)
+                views = self.read_shapes.get(part[0].shape[0] if self.leading_one else 1, {})
                 for t in self.tensors:
-                    order.emit(k, t, interpreter.tensor(t)())
+                    value = interpreter.tensor(t)()
+                    order.emit(k, t, value.reshape(views[t]) if t in views else value)
                 order.finish(k)
                 order.wait_observed(k)  # the views must be gone before the next invoke()
 
@@ -219,21 +228,30 @@ class XnnpackRunner:
             raise _NotBatchable from None  # e.g. a RESHAPE to a constant [1, ...]
         if batch != 1:
             shapes = {d["index"]: list(d["shape"]) for d in interpreter.get_tensor_details()}
+            views = {}
             for t, declared in self.declared.items():
-                if not declared or shapes.get(t) != [declared[0] * batch, *declared[1:]]:
+                if not declared:
                     raise _NotBatchable
+                batched = [declared[0] * batch, *declared[1:]]
+                if shapes.get(t) == batched:
+                    continue
+                if not self.vetted or math.prod(shapes.get(t, [0])) != math.prod(batched):
+                    raise _NotBatchable
+                views[t] = batched
+            self.read_shapes[batch] = views
         return interpreter
 
 
-def _keeps_samples_apart(model: Model) -> bool:
+def _keeps_samples_apart(model: Model) -> bool | None:
     """Whether resizing the inputs' leading 1 to a batch keeps samples independent: every
-    input declared with a leading 1 and, where the numpy engine can plan the model, its batch
-    rules running every operator on the whole batch."""
+    input declared with a leading 1 and the numpy engine's batch rules running every operator
+    on the whole batch. None when the numpy engine cannot plan the model (unknown ops): the
+    shapes of the resized interpreter decide."""
     subgraph = model.subgraphs[0]
     if not all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs):
         return False
     try:
         engine = Engine(model, threads=1)
     except (UnsupportedOpError, ModelError):
-        return True  # unknown ops: the shape check of the resized interpreter decides
+        return None
     return not engine.serial and all(step.mode == "batch" for step in engine.steps)
