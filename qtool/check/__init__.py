@@ -2,7 +2,8 @@
 
 from qtool.check.audit import AccuracyGate, audit_model, check_model, check_paths
 from qtool.check.findings import SEVERITIES, Finding, ModelResult
-from qtool.check.rules import RULES, RuleInfo
+from qtool.check.rulebook import RuleInfo
+from qtool.check.rules import RULES
 
 __all__ = [
     "RULES",

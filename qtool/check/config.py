@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from qtool.check.findings import SEVERITIES
-from qtool.check.rules import RULES
 from qtool.spec import boundary_ops, raw_spec
 
 OFF = "off"  # a profile severity that disables a rule
@@ -29,6 +28,10 @@ class CheckSettings:
 
 
 def _profile_severities(raw: dict[str, Any], profiles: tuple[str, ...]) -> dict[str, str]:
+    # Imported here: the catalogue gathers the rules from the modules that check them, and
+    # those read these settings.
+    from qtool.check.rules import RULES
+
     severity = {rule_id: rule.severity for rule_id, rule in RULES.items()}
     for name in profiles:
         overrides = raw["profiles"][name].get("check", {}).get("severity", {})

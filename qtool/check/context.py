@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from qtool.check.config import load_settings
 from qtool.check.findings import Finding
 from qtool.check.qparams import param_problems
+from qtool.check.rulebook import RuleInfo
 from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 
@@ -217,8 +218,8 @@ class AuditContext:
     # ------------------------------------------------------------------ parameters
 
     @functools.cached_property
-    def broken(self) -> dict[tuple[int, int], list[tuple[str, str]]]:
-        """Tensors with unsound parameters: (subgraph, tensor) -> [(rule id, message)]."""
+    def broken(self) -> dict[tuple[int, int], list[tuple[RuleInfo, str]]]:
+        """Tensors with unsound parameters: (subgraph, tensor) -> [(rule, message)]."""
         ranges = self.spec.dtype_ranges
         found = {
             (s, t): param_problems(tensor, ranges)
@@ -258,13 +259,12 @@ class AuditContext:
     # ------------------------------------------------------------------ findings
 
     def finding(
-        self, rule: str, message: str, op: OpView | None = None, operand: Operand | None = None
+        self, rule: RuleInfo, message: str, op: OpView | None = None, operand: Operand | None = None
     ) -> Finding:
         """A finding at an op (and operand), with the severity the active profiles give it."""
-        return Finding(
-            rule=rule,
-            severity=self.settings.severity[rule],
-            message=message,
+        return rule.finding(
+            self.settings.severity,
+            message,
             subgraph=None if op is None else op.subgraph,
             op_index=None if op is None else op.index,
             op=None if op is None else op.type,
@@ -273,16 +273,17 @@ class AuditContext:
             tensor_index=None if operand is None else operand.index,
         )
 
-    def tensor_finding(self, rule: str, message: str, subgraph: int, tensor_index: int) -> Finding:
+    def tensor_finding(
+        self, rule: RuleInfo, message: str, subgraph: int, tensor_index: int
+    ) -> Finding:
         """A finding about a tensor, placed at the op that writes it (else its first reader)."""
         uses = self.uses(subgraph, tensor_index)
         if uses:
             return self.finding(rule, message, *uses[0])
         tensor = self.model.subgraphs[subgraph].tensors[tensor_index]
-        return Finding(
-            rule=rule,
-            severity=self.settings.severity[rule],
-            message=message,
+        return rule.finding(
+            self.settings.severity,
+            message,
             subgraph=subgraph,
             tensor=tensor.name,
             tensor_index=tensor_index,

@@ -13,7 +13,7 @@ SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str  # stable id, e.g. "QT-BIAS-SCALE"
+    rule: str  # stable id, e.g. QT-BIAS-SCALE
     severity: str  # "error" | "warning" | "info"
     message: str  # expected vs actual values
     subgraph: int | None = None

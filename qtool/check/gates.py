@@ -7,16 +7,41 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from qtool.check.findings import Finding
+from qtool.check.rulebook import family, rule
 
 if TYPE_CHECKING:  # placement and the accuracy gate's runtime load only when they run
     from qtool.check.targets import TargetReport
     from qtool.evaluate import Comparison
 
 DEFAULT_MIN_SQNR = 20.0
-# The rules this module emits (the spec rule families are in qtool.check.registry).
-RULE_IDS = ("QT-TARGET-FALLBACK", "QT-TARGET-UNSUPPORTED", "QT-SQNR", "QT-SQNR-LOW")
+
+TARGET_FALLBACK = rule(
+    "QT-TARGET-FALLBACK",
+    "warning",
+    title="op falls back from the target's accelerator to the CPU",
+    help=(
+        "The target profile (schemas/targets/) says the accelerator does not take this op; "
+        "the message names the constraint it breaks and its limits."
+    ),
+    on_device=(
+        "The op runs on the device's CPU instead of the accelerator (e.g. Cortex-M with "
+        "TFLite Micro next to an Ethos-U, TFLite's kernels next to XNNPACK or the Edge TPU), "
+        "with a copy of its tensors across the boundary."
+    ),
+)
+
+TARGET_UNSUPPORTED = rule(
+    "QT-TARGET-UNSUPPORTED",
+    "error",
+    title="op cannot run on the target at all",
+    help=(
+        "Neither the target's accelerator nor its CPU fallback runs this op (e.g. an op "
+        "TFLite Micro has no kernel for): the model fails to initialise on the device."
+    ),
+)
 
 
+@family("target placement", TARGET_FALLBACK, TARGET_UNSUPPORTED)
 def target_findings(report: TargetReport, severity: dict[str, str]) -> list[Finding]:
     """One finding per op that leaves the target's accelerator, naming the broken constraints."""
     from qtool.check.targets import CANNOT_RUN, FALLBACK
@@ -26,13 +51,13 @@ def target_findings(report: TargetReport, severity: dict[str, str]) -> list[Find
     findings = []
     for placement in report.ops:
         if placement.status == FALLBACK:
-            rule = "QT-TARGET-FALLBACK"
+            verdict = TARGET_FALLBACK
             message = (
                 f"{placement.op} falls back from the {target.accelerator} to "
                 f"{fallback_name(target)}: " + "; ".join(map(str, placement.reasons))
             )
         elif placement.status == CANNOT_RUN:
-            rule = "QT-TARGET-UNSUPPORTED"
+            verdict = TARGET_UNSUPPORTED
             message = f"{placement.op} cannot run on {target.name}: " + "; ".join(
                 map(str, placement.reasons)
             )
@@ -43,10 +68,9 @@ def target_findings(report: TargetReport, severity: dict[str, str]) -> list[Find
         else:
             continue
         findings.append(
-            Finding(
-                rule=rule,
-                severity=severity[rule],
-                message=message,
+            verdict.finding(
+                severity,
+                message,
                 subgraph=placement.subgraph,
                 op_index=placement.index,
                 op=placement.op,
@@ -65,6 +89,29 @@ class AccuracyGate:
     engine: str = "auto"  # qtool.evaluate engines
 
 
+SQNR = rule(
+    "QT-SQNR",
+    "info",
+    title="output SQNR against the float reference",
+    help=(
+        "The quantized model's output over the --data samples compared with the float "
+        "model's (SQNR in dB, and top-1 agreement of class-score outputs)."
+    ),
+)
+
+SQNR_LOW = rule(
+    "QT-SQNR-LOW",
+    "error",
+    title="output SQNR below the threshold",
+    help=(
+        "The quantized model's output is further from the float reference than --min-sqnr "
+        "allows: accuracy regressed. Recalibrate on representative data or keep the "
+        "sensitive layers in float."
+    ),
+)
+
+
+@family("accuracy against the float reference", SQNR, SQNR_LOW)
 def accuracy_findings(
     comparison: Comparison, min_sqnr: float, severity: dict[str, str]
 ) -> list[Finding]:
@@ -72,14 +119,13 @@ def accuracy_findings(
     findings = []
     for output in comparison.outputs:
         low = output.sqnr_db < min_sqnr
-        rule = "QT-SQNR-LOW" if low else "QT-SQNR"
+        verdict = SQNR_LOW if low else SQNR
         db = "inf" if math.isinf(output.sqnr_db) else f"{output.sqnr_db:.2f}"
         top1 = "" if output.top1 is None else f", top-1 agreement {output.top1:.1%}"
         findings.append(
-            Finding(
-                rule=rule,
-                severity=severity[rule],
-                message=(
+            verdict.finding(
+                severity,
+                (
                     f"output '{output.name}': SQNR {db} dB {'<' if low else '>='} min-sqnr "
                     f"{min_sqnr:g} dB{top1} over {comparison.samples} samples (quantized model "
                     f"run {'in LiteRT' if comparison.engine == 'litert' else 'simulated'})"

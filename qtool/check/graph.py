@@ -7,10 +7,22 @@ from collections.abc import Iterator
 
 from qtool.check.context import FLOAT_TYPES, QUANTIZED_TYPES, AuditContext
 from qtool.check.findings import Finding
+from qtool.check.rulebook import family, rule
 from qtool.model import dtype_name
 from qtool.spec import QUANTIZED, Mode
 
+NOT_QUANTIZED = rule(
+    "QT-NOT-QUANTIZED",
+    "error",
+    title="model is not quantized",
+    help=(
+        "No operator computes in int8 (float model, or weights-only/dynamic-range quantization). "
+        "Quantize it fully, e.g. with `qtool quantize`."
+    ),
+)
 
+
+@family("quantized model", NOT_QUANTIZED)
 def check_quantized(ctx: AuditContext) -> Iterator[Finding]:
     """One finding when no op computes in int8 (a float or weights-only model)."""
     if ctx.quantized:
@@ -22,11 +34,28 @@ def check_quantized(ctx: AuditContext) -> Iterator[Finding]:
     if hybrid:
         detail += f", {hybrid} of them with int8 weights (dynamic-range/hybrid quantization)"
     yield ctx.finding(
-        "QT-NOT-QUANTIZED",
+        NOT_QUANTIZED,
         f"no op computes in int8 ({detail}): the model is not quantized to the int8 spec",
     )
 
 
+FLOAT_OP = rule(
+    "QT-FLOAT-OP",
+    "warning",
+    title="float op left in an int8 model",
+    help=(
+        "This op still computes in float between DEQUANTIZE/QUANTIZE: slower, and integer-only "
+        "targets cannot run it."
+    ),
+    on_device=(
+        "TFLite Micro on a Cortex-M without an FPU runs the float kernel in software "
+        "emulation, Ethos-U leaves the op to the CPU, and the Edge TPU compiler moves it and "
+        "every later op to the CPU."
+    ),
+)
+
+
+@family("float ops", FLOAT_OP)
 def check_float_ops(ctx: AuditContext) -> Iterator[Finding]:
     for op in ctx.ops:
         if op.mode != Mode.FLOAT or op.boundary:
@@ -36,7 +65,7 @@ def check_float_ops(ctx: AuditContext) -> Iterator[Finding]:
             floats[0] if floats else next(o for o in op.operands if o.tensor.dtype in FLOAT_TYPES)
         )
         yield ctx.finding(
-            "QT-FLOAT-OP",
+            FLOAT_OP,
             f"{op.type} computes in float ({shown.label} is "
             f"{dtype_name(shown.tensor.dtype)}) in an otherwise int8 model",
             op,
@@ -44,6 +73,15 @@ def check_float_ops(ctx: AuditContext) -> Iterator[Finding]:
         )
 
 
+FLOAT_FEED = rule(
+    "QT-FLOAT-FEED",
+    "error",
+    title="float tensor feeds an int8 op without QUANTIZE",
+    help="An int8 op reads a float tensor directly; insert a QUANTIZE between them.",
+)
+
+
+@family("float inputs of int8 ops", FLOAT_FEED)
 def check_float_feeds(ctx: AuditContext) -> Iterator[Finding]:
     for op in ctx.int8_ops():
         if op.boundary:
@@ -51,7 +89,7 @@ def check_float_feeds(ctx: AuditContext) -> Iterator[Finding]:
         for operand in op.inputs:
             if operand.rule is not None and operand.tensor.dtype in FLOAT_TYPES:
                 yield ctx.finding(
-                    "QT-FLOAT-FEED",
+                    FLOAT_FEED,
                     f"{operand.label} is {dtype_name(operand.tensor.dtype)} "
                     f"({ctx.origin(op.subgraph, operand.index)}) but {op.type} computes in int8: "
                     "no QUANTIZE converts it",
@@ -60,6 +98,23 @@ def check_float_feeds(ctx: AuditContext) -> Iterator[Finding]:
                 )
 
 
+LEGACY_UINT8 = rule(
+    "QT-LEGACY-UINT8",
+    "warning",
+    title="legacy uint8 tensor inside the graph",
+    help=(
+        "Asymmetric uint8 quantization is the legacy scheme; the spec uses int8. uint8 is fine "
+        "only at the model boundary, converted by a QUANTIZE."
+    ),
+    on_device=(
+        "TFLite Micro has dropped most uint8 kernels and refuses the model at initialisation; "
+        "LiteRT's XNNPACK delegate takes only signed int8, so uint8 ops run on the slower "
+        "reference kernels."
+    ),
+)
+
+
+@family("legacy dtypes", LEGACY_UINT8)
 def check_legacy_dtypes(ctx: AuditContext) -> Iterator[Finding]:
     modern = {legacy: spec for spec, legacy in ctx.settings.legacy_dtypes.items()}
     for s, subgraph in enumerate(ctx.model.subgraphs):
@@ -74,7 +129,7 @@ def check_legacy_dtypes(ctx: AuditContext) -> Iterator[Finding]:
             if t in boundary and uses and all(op.boundary for op, _ in uses):
                 continue  # a uint8 model input/output converted by QUANTIZE: fine
             yield ctx.tensor_finding(
-                "QT-LEGACY-UINT8",
+                LEGACY_UINT8,
                 f"'{tensor.name}' is a {name.upper()} quantized tensor inside "
                 f"the graph (legacy asymmetric scheme); the spec uses {modern[name].upper()}",
                 s,
@@ -82,20 +137,46 @@ def check_legacy_dtypes(ctx: AuditContext) -> Iterator[Finding]:
             )
 
 
+OP_UNCOVERED = rule(
+    "QT-OP-UNCOVERED",
+    "warning",
+    title="int8 op not covered by the int8 spec",
+    help=(
+        "The spec has no rules for this op, so its quantization cannot be audited and runtimes "
+        "may not support it in int8."
+    ),
+    on_device=(
+        "A runtime without an int8 kernel for the op refuses the model at initialisation "
+        "(TFLite Micro) or runs the op on its slow CPU fallback (XNNPACK, Ethos-U)."
+    ),
+)
+
+OP_EXTENDED = rule(
+    "QT-OP-EXTENDED",
+    "info",
+    title="op outside the spec's op table, checked against its kernel",
+    help=(
+        "The op is not in the normative op table; it is audited against the rules the TFLite "
+        "int8 kernel assumes (extended ops in the spec data)."
+    ),
+)
+
+
+@family("op coverage", OP_UNCOVERED, OP_EXTENDED)
 def check_coverage(ctx: AuditContext) -> Iterator[Finding]:
     for op in ctx.ops:
         if op.mode not in QUANTIZED or op.boundary:
             continue
         if op.rule is None:
             yield ctx.finding(
-                "QT-OP-UNCOVERED",
+                OP_UNCOVERED,
                 f"{op.type} has int8 operands but is not covered by the int8 "
                 "spec: its quantization cannot be audited",
                 op,
             )
         elif op.rule.origin != "op-table" and op.scheme == "int8":
             yield ctx.finding(
-                "QT-OP-EXTENDED",
+                OP_EXTENDED,
                 f"{op.type} is not in the spec's op table; audited against the "
                 f"rules of its TFLite int8 kernel ({op.rule.origin})",
                 op,

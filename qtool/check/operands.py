@@ -9,6 +9,7 @@ import numpy as np
 from qtool.check.context import FLOAT_TYPES, AuditContext, Operand
 from qtool.check.findings import Finding
 from qtool.check.qparams import num
+from qtool.check.rulebook import family, rule
 from qtool.model import dtype_name
 
 
@@ -19,6 +20,25 @@ def _params(operand: Operand) -> str:
     return f"(scale {num(q.scale[0])}, zero point {int(q.zero_point[0])})"
 
 
+QPARAM_MISSING = rule(
+    "QT-QPARAM-MISSING",
+    "error",
+    title="integer operand of an int8 op has no quantization",
+    help=(
+        "Every int8/int32 operand of a quantized op needs scale and zero point; without them the "
+        "kernel has no way to interpret the integers."
+    ),
+)
+
+DTYPE = rule(
+    "QT-DTYPE",
+    "error",
+    title="operand type differs from the op table",
+    help="The int8 spec fixes each operand's type: int8 activations and weights, int32 biases.",
+)
+
+
+@family("operand types", DTYPE, QPARAM_MISSING, per_tensor=True)
 def check_dtypes(ctx: AuditContext) -> Iterator[Finding]:
     """Operand types, and integer operands lacking quantization parameters."""
     for op in ctx.int8_ops():
@@ -27,7 +47,7 @@ def check_dtypes(ctx: AuditContext) -> Iterator[Finding]:
             if ctx.dtype_ok(op, operand):
                 if not tensor.quantized:
                     yield ctx.finding(
-                        "QT-QPARAM-MISSING",
+                        QPARAM_MISSING,
                         f"{operand.label} is {dtype_name(tensor.dtype)} "
                         f"without scale/zero point; {op.type} needs them to interpret the integers",
                         op,
@@ -38,7 +58,7 @@ def check_dtypes(ctx: AuditContext) -> Iterator[Finding]:
                 # QT-LEGACY-UINT8); mixed with the spec dtype, kernels refuse it.
                 mixed = f" (mixed with {wanted.upper()} operands)" if ctx.is_legacy(operand) else ""
                 yield ctx.finding(
-                    "QT-DTYPE",
+                    DTYPE,
                     f"{operand.label} is {dtype_name(tensor.dtype)}{mixed}; "
                     f"{op.type} requires {wanted.upper()}",
                     op,
@@ -46,6 +66,43 @@ def check_dtypes(ctx: AuditContext) -> Iterator[Finding]:
                 )
 
 
+GRANULARITY = rule(
+    "QT-GRANULARITY",
+    "error",
+    title="per-axis parameters where the spec requires per-tensor",
+    help=(
+        "Activations (and, for some targets, FULLY_CONNECTED weights) must have one scale and "
+        "zero point for the whole tensor."
+    ),
+)
+
+WEIGHT_PER_TENSOR = rule(
+    "QT-WEIGHT-PER-TENSOR",
+    "warning",
+    title="per-tensor weights where the spec asks per-axis",
+    help=(
+        "The op table quantizes these weights per output channel. Per-tensor weights still run "
+        "but lose accuracy when channel ranges differ; re-quantize per channel."
+    ),
+    on_device=(
+        "Every int8 CONV_2D/DEPTHWISE_CONV_2D kernel (LiteRT, TFLite Micro, Ethos-U) applies "
+        "the one scale to all channels, so channels with small weights keep a few codes or "
+        "round to zero."
+    ),
+)
+
+WEIGHT_AXIS = rule(
+    "QT-WEIGHT-AXIS",
+    "error",
+    title="per-axis weights quantized along the wrong dimension",
+    help=(
+        "Per-axis weights must be quantized along the output-channel dimension the op table "
+        "names for the op; kernels read one scale per output channel."
+    ),
+)
+
+
+@family("granularity", GRANULARITY, WEIGHT_PER_TENSOR, WEIGHT_AXIS, per_tensor=True)
 def check_granularity(ctx: AuditContext) -> Iterator[Finding]:
     """Per-tensor vs per-axis parameters, and the axis of per-axis weights."""
     for op, operand in ctx.param_operands():
@@ -56,7 +113,7 @@ def check_granularity(ctx: AuditContext) -> Iterator[Finding]:
         if rule.granularity == "per-tensor":
             if q.per_axis:
                 yield ctx.finding(
-                    "QT-GRANULARITY",
+                    GRANULARITY,
                     f"{operand.label} must be per-tensor{ctx.profile_note(op, operand)}; "
                     f"it has {_params(operand)}",
                     op,
@@ -65,7 +122,7 @@ def check_granularity(ctx: AuditContext) -> Iterator[Finding]:
         elif q.per_axis:
             if rule.axis is not None and q.quantized_dimension != rule.axis:
                 yield ctx.finding(
-                    "QT-WEIGHT-AXIS",
+                    WEIGHT_AXIS,
                     f"{operand.label} is quantized along dimension "
                     f"{q.quantized_dimension}; {op.type} requires dimension {rule.axis} "
                     f"(shape {list(tensor.shape)})",
@@ -80,7 +137,7 @@ def check_granularity(ctx: AuditContext) -> Iterator[Finding]:
             )
             if channels is None or channels > 1:  # one channel: per-tensor is per-axis
                 yield ctx.finding(
-                    "QT-WEIGHT-PER-TENSOR",
+                    WEIGHT_PER_TENSOR,
                     f"{operand.label} has one scale for "
                     f"{channels if channels is not None else 'all'} channels; the op table asks "
                     f"per-axis along dimension {rule.axis}",
@@ -89,6 +146,18 @@ def check_granularity(ctx: AuditContext) -> Iterator[Finding]:
                 )
 
 
+ZERO_POINT = rule(
+    "QT-ZERO-POINT",
+    "error",
+    title="zero point differs from the value the spec requires",
+    help=(
+        "Weights and biases are symmetric (zero point 0): a non-zero weight zero point adds a "
+        "data-dependent term to every dot product that int8 kernels do not compute."
+    ),
+)
+
+
+@family("zero points", ZERO_POINT, per_tensor=True)
 def check_zero_points(ctx: AuditContext) -> Iterator[Finding]:
     for op, operand in ctx.param_operands():
         wanted = operand.rule.zero_point
@@ -101,7 +170,7 @@ def check_zero_points(ctx: AuditContext) -> Iterator[Finding]:
             where = f"zero_point[{first}]" if len(zps) > 1 else "zero point"
             count = f" ({int(bad.sum())} of {len(zps)} differ)" if len(zps) > 1 else ""
             yield ctx.finding(
-                "QT-ZERO-POINT",
+                ZERO_POINT,
                 f"{operand.label} must have zero point {wanted}; "
                 f"{where} is {int(zps[first])}{count}",
                 op,
@@ -109,6 +178,18 @@ def check_zero_points(ctx: AuditContext) -> Iterator[Finding]:
             )
 
 
+WEIGHT_RANGE = rule(
+    "QT-WEIGHT-RANGE",
+    "error",
+    title="constant values outside the operand's range",
+    help=(
+        "int8 weights never use the most negative code, so that their range is symmetric "
+        "around the zero point 0. Clamp the quantized weights to the spec's weight range."
+    ),
+)
+
+
+@family("weight values", WEIGHT_RANGE, per_tensor=True)
 def check_weight_values(ctx: AuditContext) -> Iterator[Finding]:
     """Constant values outside the operand's range in the spec (the reserved -128 of weights)."""
     for op in ctx.int8_ops():
@@ -126,7 +207,7 @@ def check_weight_values(ctx: AuditContext) -> Iterator[Finding]:
                 continue
             outside = int(np.count_nonzero((values < low) | (values > high)))
             yield ctx.finding(
-                "QT-WEIGHT-RANGE",
+                WEIGHT_RANGE,
                 f"{operand.label}: {outside} of {values.size} values lie "
                 f"outside [{low}, {high}] (min {lowest}, max {highest})",
                 op,
@@ -134,6 +215,18 @@ def check_weight_values(ctx: AuditContext) -> Iterator[Finding]:
             )
 
 
+BIAS_SCALE = rule(
+    "QT-BIAS-SCALE",
+    "error",
+    title="bias scale is not input scale x weight scale",
+    help=(
+        "The int32 accumulator has scale input_scale * weight_scale[c]; a bias with another scale "
+        "is added in the wrong units and shifts every output silently."
+    ),
+)
+
+
+@family("bias scale", BIAS_SCALE)
 def check_bias_scales(ctx: AuditContext) -> Iterator[Finding]:
     rtol = ctx.spec.tolerances["bias_scale_rtol"]
     for op, bias in ctx.param_operands():
@@ -152,7 +245,7 @@ def check_bias_scales(ctx: AuditContext) -> Iterator[Finding]:
         if actual.size != expected.size:
             # The bias has the weights' granularity: per-axis bias for per-axis weights only.
             yield ctx.finding(
-                "QT-BIAS-SCALE",
+                BIAS_SCALE,
                 f"{bias.label} has {actual.size} scales but {second.label} has "
                 f"{expected.size}: one bias scale per weight scale expected",
                 op,
@@ -168,7 +261,7 @@ def check_bias_scales(ctx: AuditContext) -> Iterator[Finding]:
         count = f"; {int(bad.sum())} of {bad.size} channels differ" if bad.size > 1 else ""
         weight_scale = second.tensor.quantization.scale
         yield ctx.finding(
-            "QT-BIAS-SCALE",
+            BIAS_SCALE,
             f"bias scale{channel} = {num(actual[c])}, expected {first.role} scale "
             f"{num(input_scale)} x {second.role} scale{channel} {num(weight_scale[c])} = "
             f"{num(expected[c])} (relative error {relative[c]:.2e} > bias_scale_rtol "
@@ -178,6 +271,18 @@ def check_bias_scales(ctx: AuditContext) -> Iterator[Finding]:
         )
 
 
+FIXED_OUTPUT = rule(
+    "QT-FIXED-OUTPUT",
+    "error",
+    title="output parameters differ from the fixed ones",
+    help=(
+        "Some kernels (SOFTMAX, LOGISTIC, TANH, ...) produce outputs with the fixed (scale, "
+        "zero point) of the op table; other values are refused or silently misread."
+    ),
+)
+
+
+@family("fixed outputs", FIXED_OUTPUT)
 def check_fixed_outputs(ctx: AuditContext) -> Iterator[Finding]:
     rtol = ctx.spec.tolerances["fixed_scale_rtol"]
     for op, operand in ctx.param_operands():
@@ -189,7 +294,7 @@ def check_fixed_outputs(ctx: AuditContext) -> Iterator[Finding]:
         if abs(float(q.scale[0]) - scale) <= rtol * scale and int(q.zero_point[0]) == zero_point:
             continue
         yield ctx.finding(
-            "QT-FIXED-OUTPUT",
+            FIXED_OUTPUT,
             f"{operand.label} of {op.type} must have (scale {num(scale)}, zero "
             f"point {zero_point}) (fixed_scale_rtol {rtol:g}); it has {_params(operand)}",
             op,
@@ -197,6 +302,18 @@ def check_fixed_outputs(ctx: AuditContext) -> Iterator[Finding]:
         )
 
 
+SAME_SCALE = rule(
+    "QT-SAME-SCALE",
+    "error",
+    title="same-scale op changes scale or zero point",
+    help=(
+        "Pooling, reshaping, concatenation and similar ops move int8 values without rescaling: "
+        "their inputs and outputs must share scale and zero point."
+    ),
+)
+
+
+@family("same scale", SAME_SCALE)
 def check_same_scale(ctx: AuditContext) -> Iterator[Finding]:
     rtol = ctx.spec.tolerances["same_scale_rtol"]
     for op in ctx.int8_ops():
@@ -221,7 +338,7 @@ def check_same_scale(ctx: AuditContext) -> Iterator[Finding]:
             )
             if operand is not reference and not same:
                 yield ctx.finding(
-                    "QT-SAME-SCALE",
+                    SAME_SCALE,
                     f"{operand.label} has {_params(operand)} but "
                     f"{reference.label} has {_params(reference)}: {op.type} must keep scale and "
                     f"zero point (same_scale_rtol {rtol:g})",

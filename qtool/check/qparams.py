@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qtool.check.rulebook import RuleInfo, rule
 from qtool.model import Tensor, dtype_name
 
 
@@ -22,17 +23,65 @@ def has_params(tensor: Tensor) -> bool:
     return q is not None and (len(q.scale) > 0 or len(q.zero_point) > 0)
 
 
+QPARAM_COUNT = rule(
+    "QT-QPARAM-COUNT",
+    "error",
+    title="scale and zero_point have different lengths",
+    help="A tensor needs one zero point per scale. The interpreter refuses the model.",
+)
+
+QPARAM_AXIS = rule(
+    "QT-QPARAM-AXIS",
+    "error",
+    title="quantized_dimension outside the tensor's dimensions",
+    help=(
+        "quantized_dimension must index a dimension of the tensor. The interpreter refuses "
+        "the model."
+    ),
+)
+
+QPARAM_AXIS_SIZE = rule(
+    "QT-QPARAM-AXIS-SIZE",
+    "error",
+    title="per-axis parameter count differs from the axis size",
+    help=(
+        "Per-axis quantization needs exactly one scale per slice of quantized_dimension (or a "
+        "single scale for per-tensor). The interpreter refuses the model."
+    ),
+)
+
+SCALE_INVALID = rule(
+    "QT-SCALE-INVALID",
+    "error",
+    title="scale is zero, negative, or not finite",
+    help=(
+        "Scales must be finite and > 0: a zero scale crashes the interpreter or makes the tensor "
+        "all zeros. Widen a degenerate range instead of writing scale 0."
+    ),
+)
+
+ZP_RANGE = rule(
+    "QT-ZP-RANGE",
+    "error",
+    title="zero point outside the tensor type's range",
+    help=(
+        "The zero point is a value of the tensor's integer type and must lie in its range, e.g. "
+        "[-128, 127] for int8."
+    ),
+)
+
+
 def param_problems(
     tensor: Tensor, dtype_ranges: dict[str, tuple[int, int]]
-) -> list[tuple[str, str]]:
-    """(rule id, message) for each structural problem of the tensor's scale/zero point."""
+) -> list[tuple[RuleInfo, str]]:
+    """(rule, message) for each structural problem of the tensor's scale/zero point."""
     if not has_params(tensor):
         return []
     q = tensor.quantization
     n_scales, n_zps = len(q.scale), len(q.zero_point)
     problems = []
     if n_scales != n_zps:
-        problems.append(("QT-QPARAM-COUNT", f"{n_scales} scales but {n_zps} zero points"))
+        problems.append((QPARAM_COUNT, f"{n_scales} scales but {n_zps} zero points"))
     if n_scales == 0:
         return problems
     shape, rank, axis = list(tensor.shape), len(tensor.shape), q.quantized_dimension
@@ -40,14 +89,14 @@ def param_problems(
     if axis < 0 or (rank and axis >= rank):
         problems.append(
             (
-                "QT-QPARAM-AXIS",
+                QPARAM_AXIS,
                 f"quantized_dimension {axis} is outside the {rank} dimensions of shape {shape}",
             )
         )
     elif n_scales != 1 and rank and shape[axis] >= 0 and n_scales != shape[axis]:
         problems.append(
             (
-                "QT-QPARAM-AXIS-SIZE",
+                QPARAM_AXIS_SIZE,
                 f"{n_scales} scales along quantized_dimension {axis} of shape {shape}: "
                 f"expected 1 (per-tensor) or {shape[axis]} (per-axis)",
             )
@@ -58,7 +107,7 @@ def param_problems(
         first = int(np.argmax(bad))
         problems.append(
             (
-                "QT-SCALE-INVALID",
+                SCALE_INVALID,
                 f"{int(bad.sum())} of {n_scales} scales are not finite and > 0 "
                 f"(scale[{first}] = {num(q.scale[first])})",
             )
@@ -71,7 +120,7 @@ def param_problems(
             first = int(np.argmax(outside))
             problems.append(
                 (
-                    "QT-ZP-RANGE",
+                    ZP_RANGE,
                     f"zero_point[{first}] = {int(q.zero_point[first])} is outside the "
                     f"{dtype_name(tensor.dtype)} range [{low}, {high}]"
                     + (f" ({int(outside.sum())} of {n_zps})" if n_zps > 1 else ""),

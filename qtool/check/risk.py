@@ -10,6 +10,7 @@ import numpy as np
 from qtool.check.context import AuditContext
 from qtool.check.findings import Finding
 from qtool.check.qparams import num
+from qtool.check.rulebook import family, rule
 from qtool.model import TensorType, dtype_name
 from qtool.numerics import quantize_multiplier
 
@@ -18,6 +19,33 @@ from qtool.numerics import quantize_multiplier
 WIDE_ACCUMULATOR_TYPES = frozenset({TensorType.INT32, TensorType.INT64})
 
 
+TINY_SCALE = rule(
+    "QT-TINY-SCALE",
+    "warning",
+    title="scale is tiny",
+    help=(
+        "Scales this small are close to float32 denormals: products and reciprocals lose "
+        "precision or overflow, and bias values saturate."
+    ),
+    on_device=(
+        "Kernels that derive requantization multipliers from the scales in float32 (LiteRT, "
+        "TFLite Micro, Vela for Ethos-U) get a zero or denormal multiplier, and the activation "
+        "collapses to its zero point."
+    ),
+)
+
+DEAD_CHANNELS = rule(
+    "QT-DEAD-CHANNELS",
+    "info",
+    title="weight channels that are all zero or negligibly small",
+    help=(
+        "Channels whose weights are zero or below the tiny-scale limit compute 0 in int8 as "
+        "in float (dead filters): harmless, reported with their count."
+    ),
+)
+
+
+@family("tiny scales", TINY_SCALE, DEAD_CHANNELS)
 def check_tiny_scales(ctx: AuditContext) -> Iterator[Finding]:
     """Tiny scales of activations warn; constant channels whose values are negligible anyway
     (dead filters: zero or about 1e-10 weights) are only counted, as an info."""
@@ -32,7 +60,7 @@ def check_tiny_scales(ctx: AuditContext) -> Iterator[Finding]:
         dead = _negligible_slices(ctx, tensor, limit) & tiny
         if dead.any() and dead.sum() == tiny.sum():
             yield ctx.tensor_finding(
-                "QT-DEAD-CHANNELS",
+                DEAD_CHANNELS,
                 f"'{tensor.name}': {int(dead.sum())} of {scales.size} channels hold only values "
                 f"below {limit * NEGLIGIBLE_CODES:g} in magnitude (scale < tiny_scale {limit:g}): "
                 "they compute 0 in int8 as in float",
@@ -42,7 +70,7 @@ def check_tiny_scales(ctx: AuditContext) -> Iterator[Finding]:
             continue
         smallest = float(scales[tiny & ~dead].min())
         yield ctx.tensor_finding(
-            "QT-TINY-SCALE",
+            TINY_SCALE,
             f"'{tensor.name}' has scale {num(smallest)} < tiny_scale {limit:g}",
             s,
             t,
@@ -69,6 +97,22 @@ def _negligible_slices(ctx: AuditContext, tensor, limit: float) -> np.ndarray:
     return peaks * q.scale.astype(np.float64) <= limit * NEGLIGIBLE_CODES
 
 
+BIAS_SATURATED = rule(
+    "QT-BIAS-SATURATED",
+    "warning",
+    title="bias values saturated at the int32 limit",
+    help=(
+        "The real bias did not fit in int32 at scale input_scale * weight_scale (tiny scales); "
+        "the clamped value is wrong. Enlarge that channel's weight scale."
+    ),
+    on_device=(
+        "The int8 CONV_2D/FULLY_CONNECTED kernels of LiteRT, TFLite Micro and Ethos-U add the "
+        "clamped bias, so those channels are offset on every inference."
+    ),
+)
+
+
+@family("bias saturation", BIAS_SATURATED, per_tensor=True)
 def check_bias_saturation(ctx: AuditContext) -> Iterator[Finding]:
     limit = ctx.spec.bias_value_limit
     for op in ctx.int8_ops():
@@ -81,7 +125,7 @@ def check_bias_saturation(ctx: AuditContext) -> Iterator[Finding]:
             saturated = int(np.count_nonzero((values >= limit) | (values <= -limit)))
             if saturated:
                 yield ctx.finding(
-                    "QT-BIAS-SATURATED",
+                    BIAS_SATURATED,
                     f"{operand.label}: {saturated} of {values.size} values "
                     f"are at the int32 limit +-{limit}: the real bias did not fit at this scale",
                     op,
@@ -89,6 +133,23 @@ def check_bias_saturation(ctx: AuditContext) -> Iterator[Finding]:
                 )
 
 
+RANGE_UNDERUSED = rule(
+    "QT-RANGE-UNDERUSED",
+    "warning",
+    title="activation range uses few of the int8 codes",
+    help=(
+        "The recorded min/max covers a small fraction of the representable range: precision is "
+        "wasted. Recalibrate or narrow the quantization range."
+    ),
+    on_device=(
+        "The int8 kernels of LiteRT, TFLite Micro and the NPUs quantize the activation with "
+        "this scale: the signal occupies few codes and loses about 6 dB of SQNR per unused "
+        "bit."
+    ),
+)
+
+
+@family("activation range use", RANGE_UNDERUSED)
 def check_range_use(ctx: AuditContext) -> Iterator[Finding]:
     """Activations whose recorded float range (QuantParams.min/max) uses few of the codes."""
     fraction = ctx.settings.min_code_fraction
@@ -110,7 +171,7 @@ def check_range_use(ctx: AuditContext) -> Iterator[Finding]:
         used = (float(q.max[0]) - float(q.min[0])) / (scale * (high - low))
         if used < fraction:
             yield ctx.tensor_finding(
-                "QT-RANGE-UNDERUSED",
+                RANGE_UNDERUSED,
                 f"'{tensor.name}': recorded range [{num(q.min[0])}, "
                 f"{num(q.max[0])}] covers {used:.1%} of the representable "
                 f"[{num((low - zp) * scale)}, {num((high - zp) * scale)}] (about "
@@ -120,6 +181,23 @@ def check_range_use(ctx: AuditContext) -> Iterator[Finding]:
             )
 
 
+WEIGHT_CODES = rule(
+    "QT-WEIGHT-CODES",
+    "warning",
+    title="constant weights use few of the int8 codes",
+    help=(
+        "The largest |weight| of a channel maps far below 127, so few codes are used and "
+        "precision is lost: the weight scale is too large for those values."
+    ),
+    on_device=(
+        "The int8 CONV_2D/FULLY_CONNECTED kernels of LiteRT, TFLite Micro and Ethos-U multiply "
+        "these coarse codes as they are, so the layer's output carries the extra rounding "
+        "error."
+    ),
+)
+
+
+@family("weight code use", WEIGHT_CODES, per_tensor=True)
 def check_weight_codes(ctx: AuditContext) -> Iterator[Finding]:
     """Constant weights whose largest magnitude per slice maps far below the top code."""
     fraction = ctx.settings.min_code_fraction
@@ -145,7 +223,7 @@ def check_weight_codes(ctx: AuditContext) -> Iterator[Finding]:
             scope = f"{int(low.sum())} of {peaks.size} channels use" if peaks.size > 1 else "uses"
             channel = f" in channel {c}" if peaks.size > 1 else ""
             yield ctx.finding(
-                "QT-WEIGHT-CODES",
+                WEIGHT_CODES,
                 f"{operand.label} {scope} few codes: max |q| = "
                 f"{int(peaks[c])}{channel}, below min_code_fraction {fraction:g} x {top}",
                 op,
@@ -153,6 +231,33 @@ def check_weight_codes(ctx: AuditContext) -> Iterator[Finding]:
             )
 
 
+RESCALE_ABORT = rule(
+    "QT-RESCALE-ABORT",
+    "error",
+    title="ADD/SUB scales make the interpreter abort",
+    help=(
+        "The int8 ADD/SUB kernel rescales both inputs to twice the larger input scale; if a "
+        "multiplier reaches 1 (output scale far smaller than the input scales) or a scale is 0, "
+        "the interpreter aborts the process while preparing the model."
+    ),
+)
+
+RESCALE_FLUSH = rule(
+    "QT-RESCALE-FLUSH",
+    "warning",
+    title="ADD/SUB multiplier flushed to zero",
+    help=(
+        "An input (or the output) multiplier of the int8 ADD/SUB kernel is below 2^-32 and is "
+        "flushed to 0: that input is ignored (or the output is constant)."
+    ),
+    on_device=(
+        "LiteRT's and TFLite Micro's int8 ADD/SUB kernels compute with the flushed multiplier: "
+        "that input contributes nothing (or the output is constant) on the device."
+    ),
+)
+
+
+@family("ADD/SUB rescaling", RESCALE_ABORT, RESCALE_FLUSH)
 def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
     """The int8 ADD/SUB kernel's multipliers, prepared as TFLite does.
 
@@ -180,7 +285,7 @@ def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
             mantissa, exponent = quantize_multiplier(real)
             if exponent > 0:  # real >= 1, or just below 1 and rounded up to 1
                 yield ctx.finding(
-                    "QT-RESCALE-ABORT",
+                    RESCALE_ABORT,
                     f"{op.type} multiplier {formula} = {num(real)} rounds to "
                     ">= 1: the interpreter aborts while preparing the op (output scale "
                     f"{num(out)}, input scales {num(first)} and {num(second)})",
@@ -194,7 +299,7 @@ def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
                     else f"{operand.label} is ignored"
                 )
                 yield ctx.finding(
-                    "QT-RESCALE-FLUSH",
+                    RESCALE_FLUSH,
                     f"{op.type} multiplier {formula} = {num(real)} is below "
                     f"2^-32 and flushed to 0: {effect}",
                     op,

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from qtool.check import qparams
 from qtool.check.context import AuditContext
 from qtool.check.findings import Finding
+from qtool.check.rulebook import family
 
 
+@family(
+    "parameter structure",
+    qparams.QPARAM_COUNT,
+    qparams.QPARAM_AXIS,
+    qparams.QPARAM_AXIS_SIZE,
+    qparams.SCALE_INVALID,
+    qparams.ZP_RANGE,
+)
 def check_param_structure(ctx: AuditContext) -> Iterator[Finding]:
     for (s, t), problems in ctx.broken.items():
         for rule, message in problems:

@@ -10,19 +10,30 @@ from collections.abc import Iterator
 
 from qtool.check.config import load_settings
 from qtool.check.findings import Finding
+from qtool.check.rulebook import family, rule
 from qtool.model import Model
 from qtool.model.validate import model_problems
 
-RULE = "QT-MODEL-INVALID"
+MODEL_INVALID = rule(
+    "QT-MODEL-INVALID",
+    "error",
+    title="the model is not a valid TFLite graph",
+    help=(
+        "An operator's operand count, types, options or shapes do not fit together, or the "
+        "graph itself is broken (a tensor nothing writes, a cycle, a bad index, a constant "
+        "without its data). Runtimes refuse such a model and no other rule is checked; the "
+        "message names the operator or tensor and what is wrong with it."
+    ),
+)
 
 
+@family("model validity", MODEL_INVALID)
 def check_validity(model: Model, profiles: tuple[str, ...] = ()) -> Iterator[Finding]:
-    severity = load_settings(profiles).severity[RULE]
+    severity = load_settings(profiles).severity
     for problem in model_problems(model):
-        yield Finding(
-            rule=RULE,
-            severity=severity,
-            message=problem.message,
+        yield MODEL_INVALID.finding(
+            severity,
+            problem.message,
             subgraph=problem.subgraph,
             op_index=problem.op_index,
             op=problem.op_type,

@@ -2,7 +2,7 @@
 
 The file is the nearest pyproject.toml with a `[tool.qtool]` table, from the current directory
 up. Keys are the command's long option names (`fail-on = "warning"`, `per-tensor-fc = true`,
-`ignore = ["QT-SCALE-TINY"]` for a repeatable option); flags on the command line override them.
+`ignore = [...]`, a list, for a repeatable option); flags on the command line override them.
 Relative paths given to path options are relative to the pyproject.toml that holds them.
 """
 

@@ -2,25 +2,42 @@
 
 from __future__ import annotations
 
+import ast
 import copy
+import inspect
+import re
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+import qtool
 from qtool import spec as spec_module
-from qtool.check import RULES, SEVERITIES, audit_model
+from qtool.check import (
+    RULES,
+    SEVERITIES,
+    RuleInfo,
+    audit_model,
+    gates,
+    qparams,
+    rulebook,
+    structure,
+)
 from qtool.check import config as config_module
-from qtool.check.gates import RULE_IDS
 from qtool.check.registry import FAMILIES, GATE, VALIDITY
 from qtool.model import QuantParams
 from tests.check.helpers import int8_conv_model, mutate, op_index, op_tensor, tf_model
 
+# Every family: those the audit runs, and the target and accuracy gates it runs on request.
+ALL_FAMILIES = (VALIDITY, GATE, *FAMILIES, gates.target_findings, gates.accuracy_findings)
+
 
 def test_registry_and_catalogue_agree() -> None:
-    emitted = [rule for family in (VALIDITY, GATE, *FAMILIES) for rule in family.rules]
-    emitted += list(RULE_IDS)
-    assert len(emitted) == len(set(emitted))
-    assert set(emitted) == set(RULES)
+    emitted = [rule for family in ALL_FAMILIES for rule in family.rules]
+    assert len(emitted) == len(set(emitted))  # each rule belongs to exactly one family
+    assert [rule.id for rule in emitted if RULES.get(rule.id) is not rule] == []
+    assert {rule.id for rule in emitted} == set(RULES)
     for rule in RULES.values():
         assert rule.severity in SEVERITIES and rule.title and rule.help
         if rule.severity == "warning":  # what goes wrong on a device, with the device named
@@ -28,6 +45,63 @@ def test_registry_and_catalogue_agree() -> None:
                 name in rule.on_device
                 for name in ("LiteRT", "TFLite Micro", "Ethos-U", "XNNPACK", "Edge TPU", "Cortex-M")
             ), rule.id
+
+
+# Families whose findings are made elsewhere: the parameter structure family reports the problems
+# `param_problems` found (the audit context keeps them to skip tensors with broken parameters).
+EMITTED_BY = {structure.check_param_structure.run: qparams.param_problems}
+
+
+def _rules_named_in(function) -> set[RuleInfo]:
+    """The rule declarations the body of `function` refers to (its decorator left out)."""
+    (definition,) = ast.parse(textwrap.dedent(inspect.getsource(function))).body
+    names = {n.id for s in definition.body for n in ast.walk(s) if isinstance(n, ast.Name)}
+    scope = vars(inspect.getmodule(function))
+    return {scope[name] for name in names if isinstance(scope.get(name), RuleInfo)}
+
+
+@pytest.mark.parametrize("fam", ALL_FAMILIES, ids=lambda fam: fam.name)
+def test_each_family_names_the_rules_its_check_emits(fam) -> None:
+    emitter = EMITTED_BY.get(fam.run, fam.run)
+    assert _rules_named_in(emitter) == set(fam.rules)
+
+
+ID_LITERAL = re.compile(r"""["']QT-""")
+
+
+def test_each_rule_id_is_written_once_in_its_declaration() -> None:
+    """No rule id is spelled out in qtool/ but where `rule()` declares it (a grep of the source)."""
+    package = Path(qtool.__file__).parent
+    literals, declarations = [], []
+    for path in sorted(package.rglob("*.py")):
+        where = str(path.relative_to(package))
+        source = path.read_text()
+        literals += [
+            (where, source.count("\n", 0, m.start()) + 1) for m in ID_LITERAL.finditer(source)
+        ]
+        for node in ast.walk(ast.parse(source)):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) == "rule"
+                and str(getattr(node.args[0], "value", "")).startswith("QT-")
+            ):
+                declarations.append((where, node.args[0].lineno, node.args[0].value))
+    assert sorted(literals) == sorted((where, line) for where, line, _ in declarations)
+    assert sorted(rule_id for *_, rule_id in declarations) == sorted(RULES)
+
+
+def test_declarations_are_checked() -> None:
+    with pytest.raises(ValueError, match="unknown severity"):
+        rulebook.rule("QT-EXAMPLE", "fatal", title="example", help="example")
+    with pytest.raises(ValueError, match="what goes wrong on a device"):
+        rulebook.rule("QT-EXAMPLE", "warning", title="example", help="example")
+    with pytest.raises(ValueError, match="not of the form"):
+        rulebook.rule("QT_EXAMPLE", "info", title="example", help="example")
+    example = rulebook.rule("QT-EXAMPLE", "info", title="example", help="example")
+    with pytest.raises(ValueError, match="listed twice"):
+        rulebook.catalogue(example, example)
+    with pytest.raises(ValueError, match="names no rules"):
+        rulebook.family("example")
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from urllib.parse import quote
 from qtool import __version__
 from qtool.check.config import OFF, load_settings
 from qtool.check.findings import Finding, ModelResult
-from qtool.check.rules import RULES, RuleInfo
+from qtool.check.rulebook import RuleInfo
+from qtool.check.rules import RULES
 from qtool.check.suppress import fingerprint
 
 SARIF_SCHEMA = (
@@ -61,7 +62,7 @@ def _rule(rule: RuleInfo, severity: str) -> dict[str, Any]:
     )
     return {
         "id": rule.id,
-        "name": rule.id.removeprefix("QT-").title().replace("-", ""),
+        "name": rule.id.partition("-")[2].title().replace("-", ""),
         "shortDescription": {"text": rule.title},
         "fullDescription": {"text": rule.help + device},
         "help": {"text": rule.help + device, "markdown": markdown},
