@@ -3,11 +3,16 @@ and the int16x8 table (`int16x8_spec.json`: 16-bit activations, 8-bit weights).
 
 Both the quantizer (to plan parameters) and the checker (to audit them) read their rules from
 here, so a rule exists in exactly one place: the data file.
+
+A spec file states its plain operands once, in `operand_defaults` (one entry per role:
+activation, weight, bias). An operand of an op is written as its index alone (an activation with
+every default) or as an object with its index and only the fields that differ from its role's
+defaults (null drops a default). `expanded_ops` writes every operand out in full before any
+rule is built from it, and a profile patches those full operands the same way.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 from dataclasses import dataclass, field
@@ -106,15 +111,43 @@ def _operand(raw: dict[str, Any]) -> OperandRule:
     )
 
 
+def _overlay(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base`'s fields replaced by `changes`; a change to null drops the field."""
+    return {name: value for name, value in {**base, **changes}.items() if value is not None}
+
+
+def expand_operand(entry: int | str | dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """An operand as a spec file writes it (an index alone, or its index and the fields that
+    differ from its role's defaults) with every field: its role's defaults, then its own."""
+    written = entry if isinstance(entry, dict) else {"index": entry}
+    return _overlay(defaults[written.get("role", "activation")], written)
+
+
+def expanded_ops(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every op of a spec file (`ops` then `extended_ops`) with its operands in full (new
+    dicts: the raw data is not changed)."""
+    defaults = raw["operand_defaults"]
+    return {
+        name: {
+            **op,
+            "inputs": [expand_operand(entry, defaults) for entry in op["inputs"]],
+            "outputs": [expand_operand(entry, defaults) for entry in op["outputs"]],
+        }
+        for name, op in {**raw["ops"], **raw["extended_ops"]}.items()
+    }
+
+
 def _apply_profile(ops: dict[str, Any], overrides: dict[str, Any]) -> None:
     for op_name, changes in overrides.items():
         for position, patch in changes.get("inputs", {}).items():
-            for operand in ops[op_name]["inputs"]:
-                if str(operand["index"]) == position:
-                    operand.update(patch)
+            ops[op_name]["inputs"] = [
+                _overlay(operand, patch) if str(operand["index"]) == position else operand
+                for operand in ops[op_name]["inputs"]
+            ]
 
 
 def raw_spec(scheme: str = "int8") -> dict[str, Any]:
+    """A scheme's spec file as written (operands compact: read them through `expanded_ops`)."""
     text = resources.files("qtool").joinpath("_schemas", SPEC_FILES[scheme]).read_text()
     return json.loads(text)
 
@@ -124,7 +157,7 @@ def load_spec(profiles: tuple[str, ...] = (), scheme: str = "int8") -> QuantSpec
     """A scheme's spec ("int8" or "int16"), with the named target profiles (e.g.
     "per-tensor-fc") applied where the scheme defines them."""
     raw = raw_spec(scheme)
-    ops = copy.deepcopy({**raw["ops"], **raw["extended_ops"]})
+    ops = expanded_ops(raw)
     for name in profiles:
         if name not in raw.get("profiles", {}) and scheme != "int8":
             continue  # a profile of the int8 table that the other scheme has no use for
