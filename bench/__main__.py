@@ -24,9 +24,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.accuracy import bench_accuracy
-from bench.speed import bench_speed, best_of
+from bench.speed import bench_speed
 from bench.startup import bench_startup
 from bench.targets import bench_targets
+from bench.timing import best_of
 from qtool.calibrate import (
     Dataset,
     MinMaxObserver,

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.real_models import MODELS, make_data, model_path
+from bench.timing import REPEATS, best_of
 from qtool.calibrate import MinMaxObserver, activation_tensors, calibrate, load_dataset
 from qtool.calibrate import model_inputs as input_specs
 from qtool.errors import UnsupportedOpError
@@ -34,7 +34,6 @@ from qtool.quantize import prepare_float_model
 from qtool.runtime import Engine
 
 SAMPLES = 64
-REPEATS = 3
 DEVELOPMENT = [name for name, model in MODELS.items() if model.development]
 console = Console(width=150)
 
@@ -49,15 +48,6 @@ class Speed:
     quantize_s: float | None = None
     agreement_db: float | None = None  # numpy engine outputs vs LiteRT's, SQNR
     profile: dict[str, float] = field(default_factory=dict)  # op type -> seconds per SAMPLES
-
-
-def best_of(fn: Callable[[], object], repeats: int = REPEATS) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def xnnpack_rate(model_bytes: bytes, samples: np.ndarray, threads: int) -> float:

@@ -7,26 +7,17 @@ is timed in the same run as the baseline.
 from __future__ import annotations
 
 import tempfile
-import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
+from bench.timing import best_of
 from qtool.check.audit import audit_model
 from qtool.check.targets import place_model, target_names
 from qtool.model import load_model
 
 console = Console()
-
-
-def best_of(fn, repeats: int = 3) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return min(times)
 
 
 def bench_targets(largest_model) -> None:

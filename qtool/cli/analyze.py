@@ -7,8 +7,15 @@ from pathlib import Path
 
 import click
 
-from qtool.calibrate import ENGINES
-from qtool.cli.planning import options_from, planning_options
+from qtool.cli.planning import (
+    DATA_AS_FOR_QUANTIZE,
+    custom_ops_option,
+    data_option,
+    engine_option,
+    options_from,
+    planning_options,
+    samples_option,
+)
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
 from qtool.errors import UsageError
 from qtool.jobs import QuantizeJob, analyze_file
@@ -21,23 +28,11 @@ SHOWN = 15
 
 @click.command("analyze")
 @click.argument("model_path", metavar="MODEL")
-@click.option(
-    "--data",
-    multiple=True,
-    required=True,
-    metavar="[KEY=]PATH",
-    help="Calibration data, as for qtool quantize. Repeatable.",
-)
+@data_option(DATA_AS_FOR_QUANTIZE, required=True)
 @planning_options(target=False)
-@click.option("--samples", type=int, help="Use at most N calibration samples.")
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="auto",
-    show_default=True,
-    help="What runs the float model during calibration.",
-)
-@click.option("--custom-ops", metavar="MODULE", help="Python module registering custom-op kernels.")
+@samples_option()
+@engine_option()
+@custom_ops_option()
 @click.option(
     "--top", type=int, default=SHOWN, show_default=True, help="Places shown (all in JSON)."
 )

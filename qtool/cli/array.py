@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +245,29 @@ def _quantize_affine(
     }
 
 
+def _output_option(kind: str) -> Callable[[Callable], Callable]:
+    """-o/--output of an array command writing a `kind` array."""
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Path(path_type=Path),
+        help=f"Where to write the {kind} .npy (required; never the input file).",
+    )
+
+
+_REPORT_OPTIONS = (
+    click.option("--json", "as_json", is_flag=True, help="Print the parameters as JSON."),
+    click.option("-q", "--quiet", is_flag=True, help="Print only the file written."),
+)
+
+
+def _report_options(command: Callable) -> Callable:
+    """--json and -q/--quiet, in that order: how an array command reports what it wrote."""
+    for option in reversed(_REPORT_OPTIONS):
+        command = option(command)
+    return command
+
+
 @click.group("array")
 def array_group() -> None:
     """Quantize and dequantize .npy arrays with the TFLite, TensorFlow and nGraph definitions."""
@@ -251,12 +275,7 @@ def array_group() -> None:
 
 @array_group.command("quantize")
 @click.argument("input_path", metavar="IN.npy", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    help="Where to write the quantized .npy (required; never the input file).",
-)
+@_output_option("quantized")
 @click.option(
     "--mode",
     type=_Choice(QUANTIZE_MODES),
@@ -302,8 +321,7 @@ def array_group() -> None:
     type=float,
     help="TensorFlow modes: minimum width of the range (default 0.01, as TensorFlow).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the parameters as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the file written.")
+@_report_options
 def quantize_command(
     input_path: Path,
     output: Path | None,
@@ -355,12 +373,7 @@ def quantize_command(
 
 @array_group.command("dequantize")
 @click.argument("input_path", metavar="IN.npy", type=click.Path(path_type=Path))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path),
-    help="Where to write the float .npy (required; never the input file).",
-)
+@_output_option("float")
 @click.option("--scale", type=_NumberList(float), help="Scale (per axis: a list).")
 @click.option(
     "--zero-point", type=_NumberList(int), help="Zero point (default 0; per axis: a list)."
@@ -373,8 +386,7 @@ def quantize_command(
     show_default=True,
     help="Float type of the result.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the parameters as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="Print only the file written.")
+@_report_options
 def dequantize_command(
     input_path: Path,
     output: Path | None,

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import click
 
-from qtool.calibrate import ENGINES
+from qtool.cli.planning import (
+    DATA_AS_FOR_QUANTIZE,
+    custom_ops_option,
+    data_option,
+    engine_option,
+    samples_option,
+)
 from qtool.cli.render import print_fields, print_json, progress, stderr, stdout
 from qtool.jobs import QuantizeJob, calibrate_file
 from qtool.quantize import QuantizeOptions
@@ -17,23 +23,11 @@ from qtool.quantize import QuantizeOptions
 
 @click.command("calibrate")
 @click.argument("model_path", metavar="MODEL")
-@click.option(
-    "--data",
-    multiple=True,
-    required=True,
-    metavar="[KEY=]PATH",
-    help="Calibration data, as for qtool quantize. Repeatable.",
-)
+@data_option(DATA_AS_FOR_QUANTIZE, required=True)
 @click.option("-o", "--output", required=True, help="Statistics file to write (JSON).")
-@click.option("--samples", type=int, help="Use at most N samples.")
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="auto",
-    show_default=True,
-    help="What runs the float model.",
-)
-@click.option("--custom-ops", metavar="MODULE", help="Python module registering custom-op kernels.")
+@samples_option("Use at most N samples.")
+@engine_option("What runs the float model.")
+@custom_ops_option()
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no summary.")
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")

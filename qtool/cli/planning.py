@@ -1,4 +1,6 @@
-"""Options shared by `qtool quantize` and `qtool analyze`: how a model is calibrated and planned."""
+"""Options shared by the commands that calibrate a model (quantize, analyze, calibrate) and plan
+its quantization (quantize, analyze). Each is declared once; a command may word its help for its
+own use of the option."""
 
 from __future__ import annotations
 
@@ -6,7 +8,32 @@ from collections.abc import Callable
 
 import click
 
+from qtool.calibrate import ENGINES
 from qtool.quantize.quantizer import ACTIVATION_TYPES, DEFAULT_CALIBRATION
+
+Decorator = Callable[[Callable], Callable]
+
+DATA_AS_FOR_QUANTIZE = "Calibration data, as for qtool quantize. Repeatable."
+
+
+def data_option(help: str, required: bool = False) -> Decorator:
+    """--data: calibration samples, repeatable (KEY=PATH per signature)."""
+    return click.option("--data", multiple=True, required=required, metavar="[KEY=]PATH", help=help)
+
+
+def samples_option(help: str = "Use at most N calibration samples.") -> Decorator:
+    return click.option("--samples", type=int, help=help)
+
+
+def engine_option(help: str = "What runs the float model during calibration.") -> Decorator:
+    return click.option(
+        "--engine", type=click.Choice(ENGINES), default="auto", show_default=True, help=help
+    )
+
+
+def custom_ops_option(help: str = "Python module registering custom-op kernels.") -> Decorator:
+    return click.option("--custom-ops", metavar="MODULE", help=help)
+
 
 _OPTIONS = [
     click.option(
@@ -71,7 +98,7 @@ _TARGET_OPTIONS = [
 ]
 
 
-def planning_options(target: bool) -> Callable[[Callable], Callable]:
+def planning_options(target: bool) -> Decorator:
     """--holdout, --calibration, --bias-correction, --optimize-rounding, --activations, --int16
     and, with `target`, --target-sqnr and --allow-float, in that order on --help."""
     options = _OPTIONS + (_TARGET_OPTIONS if target else [])

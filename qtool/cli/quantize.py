@@ -7,8 +7,14 @@ import sys
 import click
 from rich.text import Text
 
-from qtool.calibrate import ENGINES
-from qtool.cli.planning import options_from, planning_options
+from qtool.cli.planning import (
+    custom_ops_option,
+    data_option,
+    engine_option,
+    options_from,
+    planning_options,
+    samples_option,
+)
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
 from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, quantize_file
@@ -20,13 +26,10 @@ from qtool.targets import target_names
 @click.command("quantize")
 @click.argument("model_path", metavar="MODEL")
 @click.option("-o", "--output", help="Output model (default: <stem>_int8.tflite beside MODEL).")
-@click.option(
-    "--data",
-    multiple=True,
-    metavar="[KEY=]PATH",
-    help="Calibration data: .npy, .npz, a directory of them, or module:function "
+@data_option(
+    "Calibration data: .npy, .npz, a directory of them, or module:function "
     "(a generator of samples). Repeatable. A model with several signatures takes "
-    "KEY=PATH per signature.",
+    "KEY=PATH per signature."
 )
 @click.option(
     "--statistics",
@@ -40,7 +43,7 @@ from qtool.targets import target_names
     is_flag=True,
     help="Calibrate on random data (ranges are NOT meaningful; for smoke tests).",
 )
-@click.option("--samples", type=int, help="Use at most N calibration samples.")
+@samples_option()
 @click.option(
     "--io",
     "io_mode",
@@ -75,18 +78,8 @@ from qtool.targets import target_names
     help="Also write a self-contained HTML page: output and per-layer SQNR, each activation's "
     "histogram against its range, the ops left in float.",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="auto",
-    show_default=True,
-    help="What runs the float model during calibration.",
-)
-@click.option(
-    "--custom-ops",
-    metavar="MODULE",
-    help="Python module that registers numpy kernels for custom ops.",
-)
+@engine_option()
+@custom_ops_option("Python module that registers numpy kernels for custom ops.")
 @click.option(
     "--layer-errors",
     is_flag=True,

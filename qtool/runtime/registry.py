@@ -27,7 +27,11 @@ KERNEL_MODULES = (
     "qtool.runtime.kernels.elementwise",
     "qtool.runtime.kernels.activations",
     "qtool.runtime.kernels.reduce",
-    "qtool.runtime.kernels.shape",
+    "qtool.runtime.kernels.layout",
+    "qtool.runtime.kernels.joins",
+    "qtool.runtime.kernels.slicing",
+    "qtool.runtime.kernels.padding",
+    "qtool.runtime.kernels.generators",
     "qtool.runtime.kernels.quant",
     "qtool.runtime.kernels.mediapipe",
 )

@@ -19,7 +19,8 @@ from tests.fuzz.judge import (
     run_cli,
     snapshot,
 )
-from tests.fuzz.mutate import _weight_spans, byte_mutant, structured_mutant
+from tests.fuzz.mutate.byte_level import byte_mutant, weight_spans
+from tests.fuzz.mutate.structured import structured_mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE_MODELS = ROOT / "fixtures" / "models"
@@ -63,7 +64,7 @@ def _base_bytes(path: Path) -> bytes:
 
 @functools.cache
 def _spans(path: Path) -> list[tuple[int, int]]:
-    return _weight_spans(_base_bytes(path))
+    return weight_spans(_base_bytes(path))
 
 
 @functools.cache

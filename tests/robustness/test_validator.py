@@ -66,7 +66,7 @@ def _change_value(tensor: int, value: int) -> Callable[[Model], None]:
 
 
 CASES: dict[str, Case] = {
-    # kernels reached with operands that do not fit (conv.py, shape.py, reduce.py...)
+    # kernels reached with operands that do not fit (conv.py, slicing.py, reduce.py...)
     "conv filter of another rank (conv IndexError)": Case(
         "cnn",
         lambda m: setattr(_tensor(m, 12), "shape", [16, 3, 9]),

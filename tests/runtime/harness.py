@@ -74,6 +74,7 @@ def build_single_op(
 def check_op(
     op_type: str,
     inputs: list[Act | Const | None],
+    mode: str | None = None,
     *,
     options_type: str | None = None,
     options: dict[str, Any] | None = None,
@@ -81,7 +82,6 @@ def check_op(
     output_dtypes=None,
     rtol: float = 1e-5,
     version: int = 1,
-    mode: str | None = None,
 ) -> list[np.ndarray]:
     """Assert the engine matches LiteRT (max |diff| <= rtol * max |reference|); return outputs.
 

@@ -30,10 +30,6 @@ def _data(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def _check(op_type: str, inputs: list, mode: str, **kw) -> None:
-    check_op(op_type, inputs, mode=mode, **kw)
-
-
 def _engine_output(op_type: str, inputs: list, like: np.ndarray, **kw) -> np.ndarray:
     """Run a single-op model in the engine alone (for forms LiteRT cannot run)."""
     model = build_single_op(op_type, inputs, output_shapes=[[1, *like.shape[1:]]], **kw)
@@ -86,7 +82,7 @@ def test_conv_2d(in_shape, filter_shape, stride, dilation, padding, activation, 
     x = _data(rng, N, *in_shape)
     w = _data(rng, out_c, kh, kw, in_shape[2] // groups)
     b = _data(rng, out_c)
-    _check(
+    check_op(
         "CONV_2D",
         [Act(x), Const(w), Const(b)],
         "batch",
@@ -158,7 +154,7 @@ def test_conv_2d_live_filter():
     # Weights that are model inputs differ per sample: the rule says no and the op is looped.
     rng = np.random.default_rng(3)
     x, w = _data(rng, N, 6, 6, 3), _data(rng, N, 3, 3, 3)
-    _check(
+    check_op(
         "CONV_2D",
         [Act(x), Act(w), Const(_data(rng, 1))],
         "loop",
@@ -198,7 +194,7 @@ def test_depthwise_conv_2d(in_shape, multiplier, kernel, stride, dilation, paddi
     x = _data(rng, N, *in_shape)
     out_c = in_shape[2] * multiplier
     w, b = _data(rng, 1, *kernel, out_c), _data(rng, out_c)
-    _check(
+    check_op(
         "DEPTHWISE_CONV_2D",
         [Act(x), Const(w), Const(b)],
         "batch",
@@ -212,7 +208,7 @@ def test_depthwise_conv_2d_multiplier_from_shapes(option):
     # LiteRT never reads depth_multiplier (0 or a wrong value are common in converted models).
     rng = np.random.default_rng(5)
     x, w = _data(rng, N, 6, 6, 3), _data(rng, 1, 3, 3, 6)
-    _check(
+    check_op(
         "DEPTHWISE_CONV_2D",
         [Act(x), Const(w)],
         "batch",
@@ -224,7 +220,7 @@ def test_depthwise_conv_2d_multiplier_from_shapes(option):
 def test_depthwise_conv_2d_live_filter():
     rng = np.random.default_rng(6)
     x, w = _data(rng, N, 6, 6, 4), _data(rng, N, 3, 3, 4)
-    _check(
+    check_op(
         "DEPTHWISE_CONV_2D",
         [Act(x), Act(w), Const(_data(rng, 4))],
         "loop",
@@ -259,7 +255,7 @@ def test_transpose_conv(in_shape, filter_shape, stride, padding, out_hw, activat
     x, w = _data(rng, N, *in_shape), _data(rng, out_c, kh, kw, in_shape[2])
     bias_input = {"const": [Const(_data(rng, out_c))], "omitted": [], "minus_one": [None]}[bias]
     output_shape = Const(np.array([1, *out_hw, out_c], np.int32))
-    _check(
+    check_op(
         "TRANSPOSE_CONV",
         [output_shape, Const(w), Act(x), *bias_input],
         "batch",
@@ -276,7 +272,7 @@ def test_transpose_conv(in_shape, filter_shape, stride, padding, out_hw, activat
 def test_transpose_conv_live_filter():
     rng = np.random.default_rng(8)
     x, w = _data(rng, N, 4, 4, 3), _data(rng, N, 3, 3, 3)
-    _check(
+    check_op(
         "TRANSPOSE_CONV",
         [Const(np.array([1, 8, 8, 1], np.int32)), Act(w), Act(x)],
         "loop",
@@ -310,7 +306,7 @@ def test_fully_connected(sample_shape, weights_shape, keep_num_dims, bias, activ
     x, w = _data(rng, N, *sample_shape), _data(rng, *weights_shape)
     units = weights_shape[0]
     bias_input = {"const": [Const(_data(rng, units))], "omitted": [], "minus_one": [None]}[bias]
-    _check(
+    check_op(
         "FULLY_CONNECTED",
         [Act(x), Const(w), *bias_input],
         mode,
@@ -322,7 +318,7 @@ def test_fully_connected(sample_shape, weights_shape, keep_num_dims, bias, activ
 def test_fully_connected_live_weights():
     rng = np.random.default_rng(10)
     x, w = _data(rng, N, 6), _data(rng, N, 6)
-    _check(
+    check_op(
         "FULLY_CONNECTED",
         [Act(x), Act(w)],
         "loop",
@@ -390,7 +386,7 @@ def test_batch_matmul(lhs, rhs, adj_x, adj_y, mode):
         Act(_data(rng, N, *shape)) if kind == "act" else Const(_data(rng, *shape))
         for kind, shape in (lhs, rhs)
     ]
-    _check(
+    check_op(
         "BATCH_MATMUL",
         operands,
         mode,
