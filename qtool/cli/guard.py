@@ -53,15 +53,29 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 @contextlib.contextmanager
-def _signal_handlers() -> Iterator[None]:
+def _signal_handlers() -> Iterator[list[BaseException]]:
+    """Signals become exceptions. One raised where Python ignores exceptions (a weakref
+    callback, an at-fork hook: "Exception ignored in ...", a traceback on stderr) would be
+    lost; it is kept instead, for the caller to raise when the command returns."""
     numbers = [getattr(signal, name) for name in _HANDLED if hasattr(signal, name)]
     try:
         previous = {number: signal.signal(number, _interrupt) for number in numbers}
     except ValueError:  # not the main thread: leave signals alone
         previous = {}
+    swallowed: list[BaseException] = []
+    default_hook = sys.unraisablehook
+
+    def keep_interrupts(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            swallowed.append(unraisable.exc_value)
+        else:
+            default_hook(unraisable)
+
+    sys.unraisablehook = keep_interrupts
     try:
-        yield
+        yield swallowed
     finally:
+        sys.unraisablehook = default_hook
         for number, handler in previous.items():
             signal.signal(number, handler)
 
@@ -149,8 +163,11 @@ def run_guarded(
     keep_native = debug() or _import_times_requested()
     quiet_native = contextlib.nullcontext() if keep_native else _native_stderr_discarded()
     try:
-        with _signal_handlers(), _quiet_warnings(), quiet_native:
-            return invoke()
+        with _signal_handlers() as swallowed, _quiet_warnings(), quiet_native:
+            result = invoke()
+            if swallowed:
+                raise swallowed[0]
+            return result
     except QtoolError as exc:
         if debug():
             traceback.print_exception(exc)

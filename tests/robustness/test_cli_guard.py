@@ -46,6 +46,22 @@ def test_a_library_error_keeps_its_exit_code(capsys) -> None:
     assert _outcome(capsys, refuse) == (2, ["qtool: error: x.npy: no such file"])
 
 
+def test_an_interrupt_python_would_ignore_still_interrupts(capsys) -> None:
+    """A signal whose exception lands where Python ignores exceptions (here a finaliser; in
+    the fuzz campaign an at-fork hook of logging) printed "Exception ignored in ..." with a
+    traceback, and the command went on to exit 0."""
+
+    class Finalised:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt
+
+    def command() -> str:
+        Finalised()  # finalised at once; Python reports its exception as unraisable
+        return "finished"
+
+    assert _outcome(capsys, command) == (130, ["qtool: interrupted"])
+
+
 def test_python_warnings_are_one_line_and_numpy_stays_quiet(capsys) -> None:
     import warnings
 
