@@ -44,8 +44,13 @@ class Method:
         if histogram.empty:
             raise ValueError("no values observed")
         if self.name == "percentile":
-            return percentile_range(histogram, self.percentile)
-        return _METHODS[self.name](histogram)
+            low, high = percentile_range(histogram, self.percentile)
+        else:
+            low, high = _METHODS[self.name](histogram)
+        # A method reads bins, not values: with one value (a bin wider than the data) its
+        # choice can fall outside what was observed (kl on [115.0] gave 114.1).
+        low = min(max(low, histogram.min), histogram.max)
+        return low, min(max(high, low), histogram.max)
 
 
 METHOD_NAMES = ("minmax", "percentile", "mse", "kl")
