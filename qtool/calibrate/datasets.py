@@ -328,13 +328,18 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _as_parameter(source: str) -> str:
+    """A generator source as errors name it: the `data` parameter (the CLI shows --data)."""
+    return f"`data={source!r}`"
+
+
 def _user_error(
     source: str, label: str, exc: BaseException, sample: int | None = None
 ) -> DataError:
     """One line for an exception raised by the user's code (raised `from` it, so that `--debug`
     prints its traceback)."""
     where = "" if sample is None else f" at sample {sample}"
-    return DataError(f"`data={source!r}`: {label} raised {_reason(exc)}{where}")
+    return DataError(f"{_as_parameter(source)}: {label} raised {_reason(exc)}{where}")
 
 
 def _import(source: str, module_name: str):
@@ -343,7 +348,7 @@ def _import(source: str, module_name: str):
     if module_name.endswith(".py"):
         path = Path(module_name)
         if lookup(module_name) is None:
-            raise UsageError(f"`data={source!r}`: no such file {module_name}")
+            raise UsageError(f"{_as_parameter(source)}: no such file {module_name}")
         spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -358,7 +363,7 @@ def _import(source: str, module_name: str):
         missing = exc.name or ""
         if module_name != missing and not module_name.startswith(f"{missing}."):
             raise
-        raise UsageError(f"`data={source!r}`: no module named {module_name!r}") from None
+        raise UsageError(f"{_as_parameter(source)}: no module named {module_name!r}") from None
     finally:
         if added:
             sys.path.remove(cwd)
@@ -375,7 +380,7 @@ def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
     function = getattr(module, function_name, None)
     if not callable(function):
         raise UsageError(
-            f"`data={source!r}`: module {module_name!r} has no function {function_name!r}"
+            f"{_as_parameter(source)}: module {module_name!r} has no function {function_name!r}"
         )
     return (
         function,
@@ -386,7 +391,7 @@ def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
     """`module:function`, yielding per sample a list (input order) or a dict (name -> array)."""
     function, label = _load_generator(source)
-    yield from _generated_batches(function, inputs, f"`data={source!r}`", label, source)
+    yield from _generated_batches(function, inputs, _as_parameter(source), label, source)
 
 
 def _generated_batches(

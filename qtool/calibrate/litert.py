@@ -180,7 +180,8 @@ class XnnpackRunner:
 
         def work(k: int, order: OrderedObservation) -> None:
             part = parts[k]
-            with self._interpreter(part[0].shape[0] if self.leading_one else 1) as interpreter:
+            batch = part[0].shape[0] if self.leading_one else 1
+            with self._interpreter(batch) as interpreter:
                 for index, value in zip(self.inputs, part, strict=True):
                     interpreter.set_tensor(index, value)
                 try:
@@ -190,7 +191,7 @@ class XnnpackRunner:
                     raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
                 for index, value in zip(self.inputs, part, strict=True):
                     order.emit(k, index, value)
-                views = self.read_shapes.get(part[0].shape[0] if self.leading_one else 1, {})
+                views = self.read_shapes.get(batch, {})
                 for t in self.tensors:
                     value = interpreter.tensor(t)()
                     order.emit(k, t, value.reshape(views[t]) if t in views else value)
@@ -247,8 +248,7 @@ def _keeps_samples_apart(model: Model) -> bool | None:
     input declared with a leading 1 and the numpy engine's batch rules running every operator
     on the whole batch. None when the numpy engine cannot plan the model (unknown ops): the
     shapes of the resized interpreter decide."""
-    subgraph = model.subgraphs[0]
-    if not all(subgraph.tensors[t].shape[:1] == [1] for t in subgraph.inputs):
+    if not model.subgraphs[0].inputs_lead_with_one():
         return False
     try:
         engine = Engine(model, threads=1)

@@ -126,6 +126,7 @@ class AuditContext:
             )
 
         inputs, outputs = operands("input", op.inputs), operands("output", op.outputs)
+        scheme = Mode.INT16 if spec is self.spec16 else Mode.INT8
         return OpView(
             s,
             i,
@@ -134,10 +135,8 @@ class AuditContext:
             inputs,
             outputs,
             boundary=op_type in self.settings.boundary_ops,
-            mode=_compute_mode(
-                inputs, outputs, rule, Mode.INT16 if spec is self.spec16 else Mode.INT8
-            ),
-            scheme="int16" if spec is self.spec16 else "int8",
+            mode=_compute_mode(inputs, outputs, rule, scheme),
+            scheme=scheme.value,
         )
 
     def scheme(self, op, tensors: list[Tensor]):

@@ -37,11 +37,11 @@ from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
 from qtool.quantize.sensitivity import MAX_SAMPLES
-from qtool.spec import boundary_ops, load_spec, spec_profiles
+from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
 from qtool.targets import load_target
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
-ACTIVATION_TYPES = (INT8.value, INT16.value)  # the activation types a user may ask for
+ACTIVATION_TYPES = tuple(mode.value for mode in QUANTIZED)  # what `activations` may be
 DEFAULT_CALIBRATION = AUTO
 
 

@@ -131,9 +131,8 @@ class Engine:
             if batched_inputs:
                 # Batch rules assume the sample axis replaced a declared 1; a tensor declared
                 # [k, ...] is held sample-major as [N * k, ...] and only loops split it again.
-                if all(self.subgraph.leading_one(t) for t in batched_inputs) and entry.batch_rule(
-                    ctx
-                ):
+                replaced_ones = all(self.subgraph.leading_one(t) for t in batched_inputs)
+                if replaced_ones and entry.batch_rule(ctx):
                     mode = "batch"
                 elif all(self._has_leading_axis(t) for t in op.outputs + batched_inputs):
                     mode = "loop"
