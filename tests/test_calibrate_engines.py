@@ -77,6 +77,32 @@ def test_litert_observers_see_every_sample_in_order() -> None:
     np.testing.assert_array_equal(np.concatenate(seen), samples)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_litert_runs_on_while_a_view_of_the_last_run_is_still_referenced(threads: int) -> None:
+    # As Dask's worker profiler does when it holds a frame: LiteRT refuses to invoke an
+    # interpreter whose memory is still referenced, so the runner leaves it and takes a new one.
+    model = _conv_model(None)
+    samples = np.random.default_rng(3).standard_normal((40, 8, 8, 3)).astype(np.float32)
+    runner = XnnpackRunner(model, activation_tensors(model), threads=threads)
+    runner.batch = 4
+    kept: list[np.ndarray] = []
+    copies: list[np.ndarray] = []
+    output = model.subgraphs[0].outputs[0]
+
+    def keep(t: int, value: np.ndarray) -> None:
+        if t == output:
+            kept.append(value)
+            copies.append(value.copy())
+
+    runner.run([samples], [keep])
+    plain: list[np.ndarray] = []
+    XnnpackRunner(model, activation_tensors(model)).run(
+        [samples], [lambda t, v: plain.append(v.copy()) if t == output else None]
+    )
+    np.testing.assert_array_equal(np.concatenate(copies), np.concatenate(plain))
+    assert len(kept) == 10
+
+
 def test_auto_prefers_litert_and_falls_back_to_numpy() -> None:
     assert choose_engine(_conv_model(None), "auto") == "litert"
     register_custom_op("TimesThree", lambda ctx: ctx.inputs[0] * 3)

@@ -133,6 +133,23 @@ def run_preserved(
             observer(t, np.asarray(interpreter.get_tensor(t, s)))
 
 
+class _StillReferenced(Exception):
+    """LiteRT refused to invoke: a view of the interpreter's memory is still alive."""
+
+
+def _invoke(interpreter, inputs: Sequence[int], values: Sequence[np.ndarray]) -> None:
+    for index, value in zip(inputs, values, strict=True):
+        interpreter.set_tensor(index, value)
+    try:
+        interpreter.invoke()
+    except RuntimeError as exc:
+        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
+        if "reference to internal data" in detail:
+            raise _StillReferenced from None
+        # a kernel refusing this data (an index out of range)
+        raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
+
+
 class _NotBatchable(Exception):
     """A resized interpreter gave some tensor a shape other than the batch's."""
 
@@ -181,14 +198,8 @@ class XnnpackRunner:
         def work(k: int, order: OrderedObservation) -> None:
             part = parts[k]
             batch = part[0].shape[0] if self.leading_one else 1
-            with self._interpreter(batch) as interpreter:
-                for index, value in zip(self.inputs, part, strict=True):
-                    interpreter.set_tensor(index, value)
-                try:
-                    interpreter.invoke()
-                except RuntimeError as exc:  # a kernel refusing this data (an index out of range)
-                    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
-                    raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
+            with self._interpreter(batch) as held:
+                interpreter = self._invoked(held, batch, part)
                 for index, value in zip(self.inputs, part, strict=True):
                     order.emit(k, index, value)
                 views = self.read_shapes.get(batch, {})
@@ -201,13 +212,30 @@ class XnnpackRunner:
         run_chunks(len(parts), work, observers, self.threads)
 
     @contextmanager
-    def _interpreter(self, batch: int) -> Iterator:
+    def _interpreter(self, batch: int) -> Iterator[list]:
+        """An idle interpreter for `batch`, in a one-item list whose item the user may replace;
+        the item goes back to the idle ones."""
         free = self._free.setdefault(batch, [])
-        interpreter = free.pop() if free else self._check(batch)
+        held = [free.pop() if free else self._check(batch)]
         try:
-            yield interpreter
+            yield held
         finally:
-            free.append(interpreter)
+            free.append(held[0])
+
+    def _invoked(self, held: list, batch: int, part: list[np.ndarray]):
+        """The interpreter in `held` after running `part`, or a new one put in its place.
+
+        LiteRT refuses to invoke while anything still references the views of the last run.
+        Observers are done with them (wait_observed), but a stack sampler (Dask's worker
+        profiler) holding a frame can keep one alive a little longer: that interpreter is left
+        to it and a new one runs the chunk.
+        """
+        try:
+            _invoke(held[0], self.inputs, part)
+        except _StillReferenced:
+            held[0] = self._check(batch)
+            _invoke(held[0], self.inputs, part)
+        return held[0]
 
     def _check(self, batch: int):
         """A new interpreter for `batch` samples per invoke whose observed tensors all hold
