@@ -13,7 +13,8 @@ the QUANTIZE/DEQUANTIZE converters between the slot a tensor is produced in and 
 read in. Same-scale constraints are solved with a union-find over slots: a group shares one set
 of parameters, fixed by a member (LOGISTIC's output...) or computed from the union of its
 activation members' calibrated ranges. Constants never widen a group: a constant operand of
-MINIMUM or CONCATENATION is quantized with the group's parameters (clamped), and each reader of
+MINIMUM or CONCATENATION (or a comparison's constant of zeros) is quantized with the group's
+parameters (clamped), and each reader of
 a constant has its own copy, so a constant shared by two operators never joins their groups
 (TensorFlow shares one `0.0` among many MAXIMUMs). An input of a
 multi-input same-scale op whose group is pinned elsewhere reads a requantized copy instead.
@@ -260,9 +261,17 @@ def make_plan(
                 slot = (*slot, i, p)  # this reader's own copy: joins only this op's group
             plan.reads[(i, p)] = slot
             groups.find(slot)
-        if not rule.same_scale:
-            continue
         live = [p for p in inputs if not model.is_constant(tensors[op.inputs[p]])]
+        if not rule.same_scale:
+            if not outputs and len(live) == 1:
+                # A comparison with a constant. LiteRT's int8 comparisons abort on an input
+                # scale >= 1, the scale a constant of only zeros gets on its own: such a
+                # constant goes on the activation's grid (which holds 0 exactly). Any other
+                # keeps its own, finer grid: the threshold stays where it was.
+                for p in inputs:
+                    if p not in live and _coarse(model, tensors[op.inputs[p]], mode):
+                        groups.union(plan.reads[(i, live[0])], plan.reads[(i, p)])
+            continue
         if len(live) > 1:
             multi_input.append((i, inputs, outputs))
             continue
@@ -287,6 +296,16 @@ def make_plan(
             groups.union(anchor, plan.writes[(i, q)])
     _assign_params(model, subgraph, plan, groups)
     return plan
+
+
+def _coarse(model: Model, tensor: Tensor, mode: str) -> bool:
+    """Whether a constant quantized on its own range gets a scale of 1 or more."""
+    data = np.asarray(model.tensor_data(tensor), np.float32)
+    if not data.size or not np.isfinite(data).all():
+        return False
+    dtype = np.int16 if mode == INT16 else np.int8
+    params = activation_params(float(data.min()), float(data.max()), dtype=dtype)
+    return bool(params.scale[0] >= 1)
 
 
 def _assign_params(model: Model, subgraph: Subgraph, plan: Plan, groups: _Groups) -> None:

@@ -116,6 +116,31 @@ def test_comparison_inputs_share_a_group_only_in_int16(activations: str) -> None
     assert sqnr_db(reference[1], got[1]) > GOOD[activations]
 
 
+@pytest.mark.parametrize("activations", ACTIVATIONS)
+@pytest.mark.parametrize("threshold", [0.0, 0.3])
+def test_a_comparison_constant_of_zeros_is_on_the_activation_grid(
+    activations: str, threshold: float
+) -> None:
+    # Zeros alone have a degenerate range (scale 1), and LiteRT's int8 comparisons abort on an
+    # input scale >= 1: they take the activation's parameters. A threshold keeps its own,
+    # finer grid.
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 8])
+    limit = builder.constant("limit", np.full([1, 8], threshold, np.float32))
+    mask = builder.op("GREATER", [x, limit], output_shape=[1, 8], output_dtype=np.bool_)
+    model = finished(builder, [builder.op("SELECT", [mask, x, limit], output_shape=[1, 8])])
+    samples = uniform((8,), seed=3)
+    result = quantized_with(model, samples, activations)
+    subgraph = result.model.subgraphs[0]
+    (greater,) = [op for op in subgraph.operators if result.model.op_type(op) == "GREATER"]
+    live, constant = (subgraph.tensors[t].quantization for t in greater.inputs)
+    same = (constant.scale[0], constant.zero_point[0]) == (live.scale[0], live.zero_point[0])
+    assert same == (threshold == 0.0 or activations == INT16)  # int16 compares raw codes
+    reference = run_litert_samples(model_to_bytes(model), [samples], reference=False)
+    got = run_litert_samples(model_to_bytes(result.model), [samples], reference=False)
+    assert sqnr_db(reference[0], got[0]) > GOOD[activations] - 3
+
+
 @pytest.mark.parametrize(
     ("activations", "fixed"), [(INT8, (1 / 256, -128)), (INT16, (1 / 32768, 0))]
 )
