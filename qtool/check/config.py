@@ -24,6 +24,7 @@ class CheckSettings:
     tiny_scale: float  # scales below this are a risk
     min_code_fraction: float  # a range using less of the int8 codes than this wastes precision
     rescale_left_shift: dict[str, int]  # op -> left shift of its int8 rescaling kernel
+    input_scale_below_one: frozenset[str]  # ops whose int8 kernels take input scales as multipliers
     severity: dict[str, str]  # rule id -> severity after profile overrides ("off": disabled)
 
 
@@ -58,5 +59,6 @@ def load_settings(profiles: tuple[str, ...] = ()) -> CheckSettings:
         tiny_scale=float(risk["tiny_scale"]),
         min_code_fraction=float(risk["min_code_fraction"]),
         rescale_left_shift={op: int(shift) for op, shift in section["rescale_left_shift"].items()},
+        input_scale_below_one=frozenset(section["input_scale_below_one"]),
         severity=_profile_severities(raw, profiles),
     )

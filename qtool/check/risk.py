@@ -234,11 +234,14 @@ def check_weight_codes(ctx: AuditContext) -> Iterator[Finding]:
 RESCALE_ABORT = rule(
     "QT-RESCALE-ABORT",
     "error",
-    title="ADD/SUB scales make the interpreter abort",
+    title="ADD/SUB or comparison scales make the interpreter abort",
     help=(
         "The int8 ADD/SUB kernel rescales both inputs to twice the larger input scale; if a "
         "multiplier reaches 1 (output scale far smaller than the input scales) or a scale is 0, "
-        "the interpreter aborts the process while preparing the model."
+        "the interpreter aborts the process while preparing the model. LiteRT's int8 "
+        "comparisons (EQUAL, GREATER, ...) take each input scale itself as a multiplier: an "
+        "input scale of 1 or more (a constant of zeros quantized alone gets 1) aborts the "
+        "process when the op runs."
     ),
 )
 
@@ -257,16 +260,21 @@ RESCALE_FLUSH = rule(
 )
 
 
-@family("ADD/SUB rescaling", RESCALE_ABORT, RESCALE_FLUSH)
+@family("int8 rescaling", RESCALE_ABORT, RESCALE_FLUSH)
 def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
-    """The int8 ADD/SUB kernel's multipliers, prepared as TFLite does.
+    """The multipliers of the int8 ADD/SUB kernels and of LiteRT's int8 comparisons, prepared
+    as TFLite does.
 
     Both inputs are rescaled to twice the larger input scale, with a left shift for headroom:
     input multipliers s_i / (2 max s), output multiplier 2 max s / (2^shift s_out). TFLite
     requires each to be in (0, 1) after rounding to Q31 (QuantizeMultiplierSmallerThanOneExp
-    aborts the process otherwise) and flushes those below 2^-32 to zero.
+    aborts the process otherwise) and flushes those below 2^-32 to zero. A comparison's input
+    multipliers are the input scales themselves.
     """
     for op in ctx.int8_ops():
+        if op.type in ctx.settings.input_scale_below_one:
+            yield from _comparison_scales(ctx, op)
+            continue
         shift = ctx.settings.rescale_left_shift.get(op.type)
         operands = (op.input_at(0), op.input_at(1), op.output_at(0))
         if shift is None or any(
@@ -305,3 +313,19 @@ def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
                     op,
                     operand,
                 )
+
+
+def _comparison_scales(ctx: AuditContext, op) -> Iterator[Finding]:
+    for position in range(2):
+        operand = op.input_at(position)
+        if operand is None or not ctx.sound(op, operand) or operand.tensor.quantization.per_axis:
+            continue
+        scale = float(operand.tensor.quantization.scale[0])
+        if quantize_multiplier(scale)[1] > 0:  # >= 1, or just below 1 and rounded up to 1
+            yield ctx.finding(
+                RESCALE_ABORT,
+                f"{op.type} {operand.label} scale {num(scale)} is not below 1: LiteRT's int8 "
+                "comparison takes it as a multiplier and aborts the process when the op runs",
+                op,
+                operand,
+            )

@@ -58,7 +58,8 @@ def new_findings(base: Model, mutated: Model) -> list[Finding]:
 
 
 def litert_verdict(data: bytes) -> str:
-    """LiteRT's verdict: "ok", "error" (refuses the model) or "abort" (kills the process).
+    """LiteRT's verdict: "ok", "error" (refuses the model) or "abort" (kills the process),
+    loading the model and running it once on zeros.
 
     Loading runs in a forked child: TFLite's TFLITE_CHECK aborts the whole process, which must
     not take the test run with it.
@@ -70,7 +71,11 @@ def litert_verdict(data: bytes) -> str:
             faulthandler.disable()  # an expected abort needs no traceback
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 2)
-            Interpreter(model_content=bytes(data)).allocate_tensors()
+            interpreter = Interpreter(model_content=bytes(data))
+            interpreter.allocate_tensors()
+            for detail in interpreter.get_input_details():  # some kernels abort only when run
+                interpreter.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+            interpreter.invoke()
         except BaseException:
             code = 3
         os._exit(code)

@@ -7,10 +7,6 @@ Where LiteRT refuses (or aborts on) the mutated model, the finding must be an er
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 import pytest
 
@@ -18,6 +14,8 @@ from qtool.check import RULES
 from qtool.check.gates import accuracy_findings, target_findings
 from qtool.model import Model, QuantParams, TensorType
 from qtool.model.build import GraphBuilder
+from tests.check import risk_cases  # noqa: F401  (registers the numerical-risk cases)
+from tests.check.cases import CASES, Case, case, cnn, conv_operands, logits, params, set_values
 from tests.check.helpers import (
     chain_model,
     int8_conv_model,
@@ -28,52 +26,6 @@ from tests.check.helpers import (
     op_tensor,
     tf_model,
 )
-
-
-@dataclass
-class Case:
-    base: Model
-    edit: Callable[[Model], None]
-    expected: list[tuple[str, str, int, str | None]]  # (rule, severity, op index, operand role)
-    litert: str | None = None  # the LiteRT verdict the spec text predicts, when it does
-
-
-CASES: dict[str, Callable[[], Case]] = {}
-
-
-def case(function: Callable[[], Case]) -> Callable[[], Case]:
-    CASES[function.__name__] = function
-    return function
-
-
-@functools.cache
-def cnn() -> Model:
-    return tf_model("cnn_int8")
-
-
-def params(model: Model, tensor: int) -> QuantParams:
-    return model.subgraphs[0].tensors[tensor].quantization
-
-
-def set_values(model: Model, tensor: int, change: Callable[[np.ndarray], None]) -> None:
-    values = model.tensor_data(model.subgraphs[0].tensors[tensor]).copy()
-    change(values)
-    model.set_tensor_data(model.subgraphs[0], tensor, values)
-
-
-def conv_operands(model: Model) -> tuple[int, int, int, int]:
-    """(op index, input, weight, bias tensors) of the first CONV_2D."""
-    op = op_index(model, "CONV_2D")
-    return op, *(op_tensor(model, op, "input", p) for p in range(3))
-
-
-def logits(model: Model) -> tuple[int, int, int]:
-    """(FC op, SOFTMAX op, tensor between them): an activation nothing else constrains."""
-    softmax = op_index(model, "SOFTMAX")
-    tensor = op_tensor(model, softmax, "input", 0)
-    fc = next(i for i, op in enumerate(model.subgraphs[0].operators) if tensor in op.outputs)
-    return fc, softmax, tensor
-
 
 # --------------------------------------------------------------------------- structure
 
@@ -395,85 +347,6 @@ def uncovered_op() -> Case:
         m.subgraphs[0].operators[1].opcode_index = m.opcode_for("EXP")
 
     return Case(base, edit, [("QT-OP-UNCOVERED", "warning", 1, None)], litert="ok")
-
-
-# --------------------------------------------------------------------------- numerical risks
-
-
-@case
-def bias_saturated() -> Case:
-    op, _, _, bias = conv_operands(cnn())
-
-    def edit(m: Model) -> None:
-        set_values(m, bias, lambda v: v.__setitem__(0, 2**31 - 1))
-
-    return Case(cnn(), edit, [("QT-BIAS-SATURATED", "warning", op, "bias")])
-
-
-@case
-def range_underused() -> Case:
-    fc, _, tensor = logits(cnn())
-
-    def edit(m: Model) -> None:
-        q = params(m, tensor)
-        q.min, q.max = np.array([-1.0], np.float32), np.array([1.0], np.float32)
-
-    return Case(cnn(), edit, [("QT-RANGE-UNDERUSED", "warning", fc, "output 0")])
-
-
-@case
-def weight_codes() -> Case:
-    op, _, w, _ = conv_operands(cnn())
-
-    def edit(m: Model) -> None:
-        set_values(m, w, lambda v: v.__setitem__(0, v[0] // 20))
-
-    return Case(cnn(), edit, [("QT-WEIGHT-CODES", "warning", op, "weight")])
-
-
-def _last_add() -> tuple[Model, int, int, int]:
-    """mixed_ops' last ADD: (model, op, input 0, output) - its output only feeds DEQUANTIZE."""
-    base = tf_model("mixed_ops_int8")
-    add = [i for i, op in enumerate(base.subgraphs[0].operators) if base.op_type(op) == "ADD"][-1]
-    return base, add, op_tensor(base, add, "input", 0), op_tensor(base, add, "output", 0)
-
-
-@case
-def rescale_abort() -> Case:
-    base, add, first, out = _last_add()
-
-    def edit(m: Model) -> None:  # output scale 2^20 times below the input scale
-        params(m, out).scale = params(m, first).scale / np.float32(2**20)
-
-    return Case(base, edit, [("QT-RESCALE-ABORT", "error", add, "output 0")], litert="abort")
-
-
-@case
-def rescale_flush() -> Case:
-    base, add, first, out = _last_add()
-
-    def edit(m: Model) -> None:  # input 0 so coarse that input 1's multiplier is below 2^-31
-        params(m, first).scale = np.array([1e7], np.float32)
-        params(m, out).scale = np.array([1e7], np.float32)
-
-    return Case(base, edit, [("QT-RESCALE-FLUSH", "warning", add, "input 1")], litert="ok")
-
-
-@case
-def tiny_scale() -> Case:
-    base = chain_model(["MAX_POOL_2D"])
-
-    def edit(m: Model) -> None:  # pooling keeps the scale: both int8 tensors change together
-        for tensor in m.subgraphs[0].tensors:
-            if tensor.quantized:
-                tensor.quantization.scale = np.array([1e-12], np.float32)
-
-    return Case(
-        base,
-        edit,
-        [("QT-TINY-SCALE", "warning", 0, "output 0"), ("QT-TINY-SCALE", "warning", 1, "output 0")],
-        litert="ok",
-    )
 
 
 # --------------------------------------------------------------------------- the tests
