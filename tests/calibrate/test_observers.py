@@ -53,6 +53,21 @@ def test_mean_shards_merge_bit_for_bit_in_any_order(values: np.ndarray, data) ->
     np.testing.assert_allclose(mean, exact, rtol=1e-6, atol=MeanObserver.RESOLUTION)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_mean_sums_are_the_exact_fixed_point_integers(dtype) -> None:
+    rng = np.random.default_rng(4)
+    magnitudes = rng.choice([1e-9, 6e-8, 1.0, 3e4, 5e6], size=(50, 6))
+    largest = float(np.finfo(dtype).max) / 8
+    values = np.clip(rng.standard_normal((50, 6)) * magnitudes, -largest, largest).astype(dtype)
+    values[0, :3] = [np.inf, -np.inf, 2.0**-25]  # clipped; a tie rounded to even
+    observer = MeanObserver([0], {0: (6,)})
+    observer(0, values)
+    units = np.rint(values.astype(np.float64) / MeanObserver.RESOLUTION)
+    limit = 2.0**22 / MeanObserver.RESOLUTION
+    exact = [sum(int(u) for u in column) for column in np.clip(units, -limit, limit).T]
+    assert observer.sums[0].tolist() == exact
+
+
 @settings(deadline=None, max_examples=40)
 @given(samples(), st.data())
 def test_histogram_shards_merge_exactly_in_any_order(values: np.ndarray, data) -> None:
