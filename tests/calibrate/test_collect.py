@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from qtool.calibrate import Dataset
-from qtool.calibrate.collect import HOLDOUT_EVERY, HOLDOUT_MAX, MIN_SAMPLES_FOR_HOLDOUT, collect
+from qtool.calibrate.collect import FOLD_WINDOW, MIN_SAMPLES_FOR_HOLDOUT, collect
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.runtime import Engine
@@ -37,12 +37,18 @@ def indices(batches) -> list[int]:
 
 @pytest.mark.parametrize("size_known", [True, False])
 @pytest.mark.parametrize("count", [8, 40, 200])
-def test_every_fourth_sample_up_to_32_is_held_out(count: int, size_known: bool) -> None:
+def test_a_quarter_of_the_first_samples_is_held_out(count: int, size_known: bool) -> None:
     model = identity_model()
     found = collect(model, dataset(numbered(count), size_known), engine="numpy")
-    fold = [i for i in range(count) if i % HOLDOUT_EVERY == HOLDOUT_EVERY - 1][:HOLDOUT_MAX]
+    fold = indices([found.evaluation.inputs])
     assert found.evaluation.source == "calibration fold"
-    assert indices([found.evaluation.inputs]) == fold
+    assert fold == sorted(set(fold)) and max(fold) < FOLD_WINDOW
+    window = min(count, FOLD_WINDOW)
+    assert abs(len(fold) - window / 4) <= 3
+    # No period of the data lines up with the fold: no residue class holds half of it.
+    for period in (2, 3, 4, 8) if len(fold) >= 8 else ():
+        shares = [sum(1 for i in fold if i % period == r) for r in range(period)]
+        assert max(shares) <= len(fold) / 2 + 1, (period, shares)
     (reference,) = found.evaluation.reference
     np.testing.assert_array_equal(reference, Engine(model).run(found.evaluation.inputs)[0])
     # The fit fold is exactly the other samples, every time it is read.
