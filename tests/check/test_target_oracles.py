@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qtool.check.targets import CANNOT_RUN, ON_TARGET, place_model
 from qtool.model import parse_model
+from qtool.targets.placement import CANNOT_RUN, ON_TARGET, place_model
 from tests.check.helpers import TF_INT8
 from tests.check.oracles import litert_reference_outputs, tflm_result, vela_cpu_ops, xnnpack_ops
 from tests.check.target_models import BUILDERS, FLOAT_FIXTURES, int8_model, qtool_int8, with_version
