@@ -14,8 +14,9 @@ from rich.table import Table
 
 from bench.timing import best_of
 from qtool.check.audit import audit_model
-from qtool.check.targets import place_model, target_names
 from qtool.model import load_model
+from qtool.targets import target_names
+from qtool.targets.placement import place_model
 
 console = Console()
 

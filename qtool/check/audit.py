@@ -55,7 +55,7 @@ def check_model(
     profiles = tuple(profiles)
     if target is not None:
         # Imported here, like the accuracy gate below: a plain audit does not load them.
-        from qtool.check.targets import checked_target, place_model
+        from qtool.targets.placement import checked_target, place_model
 
         profiles += tuple(p for p in checked_target(target).spec_profiles if p not in profiles)
     severity = load_settings(profiles).severity

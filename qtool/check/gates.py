@@ -10,8 +10,8 @@ from qtool.check.findings import Finding
 from qtool.check.rulebook import family, rule
 
 if TYPE_CHECKING:  # placement and the accuracy gate's runtime load only when they run
-    from qtool.check.targets import TargetReport
     from qtool.evaluate import Comparison
+    from qtool.targets.placement import TargetReport
 
 DEFAULT_MIN_SQNR = 20.0
 
@@ -44,8 +44,7 @@ TARGET_UNSUPPORTED = rule(
 @family("target placement", TARGET_FALLBACK, TARGET_UNSUPPORTED)
 def target_findings(report: TargetReport, severity: dict[str, str]) -> list[Finding]:
     """One finding per op that leaves the target's accelerator, naming the broken constraints."""
-    from qtool.check.targets import CANNOT_RUN, FALLBACK
-    from qtool.check.targets.placement import fallback_name
+    from qtool.targets.placement import CANNOT_RUN, FALLBACK, fallback_name
 
     target = report.target
     findings = []

@@ -60,7 +60,8 @@ from qtool.targets import target_names
 @click.option(
     "--target",
     type=click.Choice(target_names()),
-    help="Plan for this device (schemas/targets/) and audit where each op runs on it.",
+    help="Plan for this device (schemas/targets/): ops it runs only in float stay float; the "
+    "audit says where each op runs on it.",
 )
 @click.option(
     "--keep-float",

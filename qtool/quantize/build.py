@@ -43,6 +43,8 @@ class Recipe:
     int16_tensors: frozenset[int] = frozenset()  # activations whose producer and readers run 16x8
     float_ops: frozenset[int] = frozenset()  # operators kept in float on purpose
     rounding_ops: frozenset[int] = frozenset()  # operators whose weight rounding is optimised
+    # (operator, why): float because the target device cannot run its integer form (targeting.py)
+    device_float: frozenset[tuple[int, str]] = frozenset()
 
     def with_changes(self, **changes) -> Recipe:
         return replace(self, **changes)
@@ -85,6 +87,9 @@ class Planner:
         for i in recipe.float_ops:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, FOR_TARGET)
+        for i, why in recipe.device_float:
+            if decisions[i].mode in QUANTIZED:
+                decisions[i] = OpDecision(FLOAT, why)
         return decisions
 
     def plan(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:

@@ -34,9 +34,10 @@ from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import OutputAccuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
-from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite
+from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite_plans
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
 from qtool.quantize.sensitivity import MAX_SAMPLES
+from qtool.quantize.targeting import plan_for_target
 from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
 from qtool.targets import load_target
 
@@ -58,7 +59,9 @@ class QuantizeOptions:
     optimize_rounding: bool = False  # rounding optimisation for the weight-limited layers
     target_sqnr: float | None = None  # dB every output must reach on held-out samples
     allow_float: bool = False  # the target search may keep operators in float
-    target: str | None = None  # a device profile (schemas/targets/): plan with its spec profiles
+    # A device profile (schemas/targets/): plan with its spec profiles, and keep in float the
+    # ops the device runs only in float (qtool/quantize/targeting.py).
+    target: str | None = None
 
     def __post_init__(self) -> None:
         if self.io not in IO_MODES:
@@ -328,6 +331,17 @@ def quantize_model(
                 options.allow_float,
             )
             recipes[s] = searches[s].recipe
+    if options.target is not None:
+        statistics_of = {s: found.statistics for s, found in collected.items()}
+        recipes = plan_for_target(
+            prepared.model,
+            planners,
+            statistics_of,
+            recipes,
+            precision.specs,
+            options.io,
+            options.target,
+        )
     plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
     work, notes = _rewritten(prepared.model, plans, precision, options.io)
     float_ops = [
@@ -350,7 +364,10 @@ def quantize_model(
     baseline_size = None
     if searches:  # what the remedies cost: the size of the model without them
         plain = {
-            s: planners[s].plan(found.statistics, start.with_changes(method=method))
+            s: planners[s].plan(
+                found.statistics,
+                start.with_changes(method=method, device_float=recipes[s].device_float),
+            )
             for s, found in collected.items()
         }
         baseline_size = len(
@@ -385,11 +402,7 @@ def _rewritten(
 ) -> tuple[Model, RewriteNotes]:
     """A copy of `model` with every planned subgraph rewritten, unused parts dropped."""
     work = clone_model(model)
-    notes = RewriteNotes()
-    for plan in plans.values():
-        rewrite(work, plan, precision.specs, io=io, notes=notes)
-    remove_unused(work)
-    return work, notes
+    return work, rewrite_plans(work, plans, precision.specs, io)
 
 
 def _estimated(found: Collected) -> SubgraphStatistics:

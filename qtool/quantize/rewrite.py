@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
-from qtool.model.edit import NameAllocator
+from qtool.model.edit import NameAllocator, remove_unused
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
@@ -346,3 +346,16 @@ def rewrite(
     be rewritten one after the other; `remove_unused` drops the leftovers at the end.
     """
     return _Rewriter(model, plan, specs, io, notes or RewriteNotes()).run()
+
+
+def rewrite_plans(
+    work: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str
+) -> RewriteNotes:
+    """Rewrite every planned subgraph of `work` in place, then drop the unused float originals.
+    Operator objects survive the rewrite: a caller may map the result's ops to the plans' by
+    identity."""
+    notes = RewriteNotes()
+    for plan in plans.values():
+        rewrite(work, plan, specs, io=io, notes=notes)
+    remove_unused(work)
+    return notes

@@ -188,6 +188,14 @@ def select_op() -> Model:
     return b.finish([y])
 
 
+def negate_after_conv() -> Model:
+    """NEG between int8 ops: TFLite Micro's NEG kernel computes float32 only."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 6, 6, 4])
+    y = b.op("NEG", [_conv(b, x, [1, 6, 6, 4], (3, 3), 1, padding=0)], output_shape=[1, 6, 6, 4])
+    return b.finish([b.op("ADD", [y, x], output_shape=[1, 6, 6, 4], options_type="AddOptions")])
+
+
 BUILDERS: dict[str, Callable[[], Model]] = {
     f.__name__: f
     for f in (
@@ -205,6 +213,7 @@ BUILDERS: dict[str, Callable[[], Model]] = {
         mean_over_depth,
         softmax_large,
         select_op,
+        negate_after_conv,
     )
 }
 

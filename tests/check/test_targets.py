@@ -13,16 +13,11 @@ from qtool.check import check_paths
 from qtool.check.formats.json_report import to_json
 from qtool.check.formats.junit import to_junit
 from qtool.check.formats.sarif import to_sarif
-from qtool.check.targets import (
-    CONSTRAINTS,
-    FALLBACK,
-    ON_TARGET,
-    load_target,
-    place_model,
-    target_names,
-)
 from qtool.cli import main
 from qtool.model import parse_model
+from qtool.targets import load_target, target_names
+from qtool.targets.constraints import CONSTRAINTS
+from qtool.targets.placement import FALLBACK, ON_TARGET, place_model
 from tests.check.helpers import TF_INT8, tf_model
 from tests.check.target_models import int8_model
 from tests.check.validators import validate_junit, validate_sarif

@@ -36,7 +36,7 @@ def test_check_imports_only_what_an_audit_needs() -> None:
         "qtool.evaluate",
         "qtool.jobs",
         "qtool.report",
-        "qtool.check.targets",
+        "qtool.targets.placement",
         "qtool.check.formats.junit",
         "qtool.check.formats.sarif",
         "qtool.cli.quantize",

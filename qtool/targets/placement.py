@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from qtool.check.targets.constraints import CONSTRAINTS
-from qtool.check.targets.opview import TargetOp, target_ops
 from qtool.model import Model
 from qtool.targets import TFLITE_CPU, ConstraintUse, Target, constraint_uses, load_target
+from qtool.targets.constraints import CONSTRAINTS
+from qtool.targets.opview import TargetOp, target_ops
 
 ON_TARGET, FALLBACK, CANNOT_RUN = "target", "cpu", "none"
 AFTER_PARTITION = "after-partition"  # the id of the first-unsupported partitioning rule

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from qtool.check.targets.opview import TargetOp
 from qtool.model import TensorType
+from qtool.targets.opview import TargetOp
 
 Check = Callable[..., str | None]
 

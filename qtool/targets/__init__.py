@@ -2,7 +2,7 @@
 by `qtool check --target` to place ops and by `qtool quantize --target` to plan).
 
 A profile lists the ops its accelerator (or runtime) takes and the constraints each must meet,
-every one naming a constraint function of :mod:`qtool.check.targets.constraints` and the limits it
+every one naming a constraint function of :mod:`qtool.targets.constraints` and the limits it
 applies; the function's text, filled in with those limits, is what users read. Every fact carries
 the source it was transcribed from (a document, or a file of a released tool, with its version).
 """
@@ -112,7 +112,7 @@ def constraint_uses(target: Target) -> list[ConstraintUse]:
 @functools.cache
 def load_target(name: str) -> Target:
     """The target profile `name` (e.g. "ethos-u"), with every cited source and fallback known.
-    (`qtool.check.targets.checked_target` also checks its constraints exist.)"""
+    (`qtool.targets.placement.checked_target` also checks its constraints exist.)"""
     target = _parse(raw_target(name))
     for use in constraint_uses(target):
         if use.source not in target.sources:
