@@ -169,18 +169,18 @@ def weights_constant(op: TargetOp) -> str | None:
 
 @constraint("weight-types", "Weights must be one of: {allowed}")
 def weight_types(op: TargetOp, allowed: list[str]) -> str | None:
-    weights = op.weights
-    if weights is None or op.type_name(weights) in allowed:
-        return None
-    return f"weights '{weights.name}' are {op.type_name(weights)}"
+    return _constant_type(op, op.weights, "weights", "are", allowed)
 
 
 @constraint("bias-types", "Bias must be one of: {allowed}")
 def bias_types(op: TargetOp, allowed: list[str]) -> str | None:
-    bias = op.bias
-    if bias is None or op.type_name(bias) in allowed:
+    return _constant_type(op, op.bias, "bias", "is", allowed)
+
+
+def _constant_type(op: TargetOp, tensor, label: str, verb: str, allowed: list[str]) -> str | None:
+    if tensor is None or op.type_name(tensor) in allowed:
         return None
-    return f"bias '{bias.name}' is {op.type_name(bias)}"
+    return f"{label} '{tensor.name}' {verb} {op.type_name(tensor)}"
 
 
 @constraint("bias-required", "A bias is required")
