@@ -33,6 +33,13 @@ def mean_output_error(
     """The mean over data and positions of the layer's output computed with `weight_error` as
     its weights (no bias, no fused activation), per output channel (last axis)."""
     op = subgraph.operators[op_index]
+    if _reads_each_position_once(model, op, weight_error, np.shape(mean_input)):
+        # A matrix product per position (FULLY_CONNECTED, a 1x1 unstrided CONV_2D): its mean
+        # over positions is the product with the input's mean over positions, 20-100x cheaper
+        # than the layer itself on an image-sized mean input.
+        channels = weight_error.shape[-1]
+        mean_row = np.asarray(mean_input, np.float64).reshape(-1, channels).mean(axis=0)
+        return weight_error.reshape(-1, channels).astype(np.float64) @ mean_row
     linear = _without_activation(op)
     inputs: list[np.ndarray | None] = [
         model.tensor_data(subgraph.tensors[t]) if t >= 0 else None for t in op.inputs
@@ -45,6 +52,21 @@ def mean_output_error(
     kernel = lookup(model.op_type(op), False)
     out = np.asarray(kernel.fn(OpContext(model, subgraph, op_index, linear, inputs)))
     return out.reshape(-1, out.shape[-1]).astype(np.float64).mean(axis=0)
+
+
+def _reads_each_position_once(
+    model: Model, op: Operator, weight_error: np.ndarray, input_shape: tuple[int, ...]
+) -> bool:
+    op_type = model.op_type(op)
+    size = int(np.prod(input_shape))
+    if op_type == "FULLY_CONNECTED":
+        return weight_error.ndim == 2 and size % weight_error.shape[1] == 0
+    if op_type != "CONV_2D" or weight_error.ndim != 4 or weight_error.shape[1:3] != (1, 1):
+        return False
+    if not input_shape or input_shape[-1] != weight_error.shape[3]:  # grouped
+        return False
+    strides = (op.options.get("stride_h", 1), op.options.get("stride_w", 1))
+    return strides == (1, 1)
 
 
 def _without_activation(op: Operator) -> Operator:

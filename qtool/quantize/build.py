@@ -27,7 +27,7 @@ from qtool.quantize.plan import (
     make_plan,
 )
 from qtool.quantize.rounding import gather_moments, layer_layout, optimise_rounding
-from qtool.quantize.weights import Rounder, nearest, quantize_layer
+from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
 
 FOR_TARGET = "kept in float to reach the target SQNR"
 MOMENT_CHUNK = 32
@@ -63,6 +63,7 @@ class Planner:
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
+    _weights: RoundingCache = field(default_factory=RoundingCache, repr=False)
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _accuracy: dict[tuple, list] = field(default_factory=dict, repr=False)
 
@@ -134,6 +135,7 @@ class Planner:
             recipe,
             self._rounders(recipe),
             self._shifts,
+            self._weights,
         )
         return plan
 
@@ -181,11 +183,13 @@ def quantize_weights(
     recipe: Recipe,
     rounders: dict[int, Rounder] | None = None,
     shifts: dict[tuple, np.ndarray] | None = None,
+    weights: RoundingCache | None = None,
 ) -> None:
     """Fill `plan.weights` for every integer operator with a constant weight operand.
 
     `shifts` caches bias corrections across plans (they depend on the layer, the statistics and
-    the rounded weights, not on the activation ranges).
+    the rounded weights, not on the activation ranges), `weights` the round-to-nearest weights
+    (optimised rounding caches its own).
     """
     subgraph = model.subgraphs[plan.subgraph_index]
     rounders = rounders or {}
@@ -226,6 +230,7 @@ def quantize_weights(
             input_params,
             rounder=rounders.get(i, nearest),
             corrector=corrector,
+            cache=weights if i not in rounders else None,
         )
 
 

@@ -65,6 +65,33 @@ class LayerWeights:
         )
 
 
+@dataclass
+class RoundingCache:
+    """Weight scales and (integer, dequantized) rounded weights, by (weight tensor, axis,
+    rounder) and scale."""
+
+    _scales: dict[tuple, np.ndarray] = field(default_factory=dict)
+    _rounded: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def scale(self, identity: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        if identity not in self._scales:
+            self._scales[identity] = compute()
+        return self._scales[identity]
+
+    def rounded(
+        self, identity: tuple, scale: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        key = (*identity, scale.tobytes())
+        if key not in self._rounded:
+            values = compute(scale)
+            zero = np.zeros(scale.shape, np.int64)
+            real = dequantize(values, scale, zero, axis=identity[1])
+            for shared in (values, real):  # every plan holds the same arrays
+                shared.setflags(write=False)
+            self._rounded[key] = (values, real)
+        return self._rounded[key]
+
+
 def nearest(weights: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndarray:
     """Round to nearest (half away from zero), saturating to [-127, 127]."""
     zero = np.zeros(scale.shape, np.int64)
@@ -83,13 +110,20 @@ def quantize_layer(
     input_params: AffineParams,
     rounder: Rounder = nearest,
     corrector: Corrector | None = None,
+    cache: RoundingCache | None = None,
 ) -> LayerWeights:
-    """Quantize an operator's constant weights (and bias, present or created by a correction)."""
+    """Quantize an operator's constant weights (and bias, present or created by a correction).
+
+    `cache` keeps the weight scales and rounded weights across calls: they depend on the
+    weights, the rounder and the scale, not on the activation ranges that differ between
+    the plans of a search."""
     weight_rule = rule.weight_rule()
     position = weight_rule.index
     weights = np.asarray(model.tensor_data(subgraph.tensors[op.inputs[position]]), np.float32)
     axis = weight_rule.axis if weight_rule.granularity == "per-axis" else None
-    scale = symmetric_params(weights, axis=axis).scale
+    cache = RoundingCache() if cache is None else cache
+    identity = (op.inputs[position], axis, rounder)
+    scale = cache.scale(identity, lambda: symmetric_params(weights, axis=axis).scale)
     bias_rule = rule.bias_rule()
     bias_position = bias_rule.index if bias_rule is not None else None
     bias = None
@@ -105,9 +139,9 @@ def quantize_layer(
     enlarged: list[int] = []
     shift = None
     for _ in range(2):  # a corrected bias may overflow where the original did not: once more
-        values = rounder(weights, scale, axis)
+        values, real = cache.rounded(identity, scale, lambda s: rounder(weights, s, axis))
         layer = LayerWeights(position, values, scale, axis, bias_position)
-        shift = corrector(weights, layer.real_weights()) if corrector is not None else None
+        shift = corrector(weights, real) if corrector is not None else None
         total = bias if shift is None else (0 if bias is None else bias) + shift
         if total is None or wide_bias:
             break

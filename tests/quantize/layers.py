@@ -71,6 +71,15 @@ LAYERS = {
         "Conv2DOptions",
         _conv_options(2, Padding.SAME),
     ),
+    # A matrix product per pixel: bias correction takes the product with the mean pixel.
+    "CONV_2D 1x1": Layer(
+        "CONV_2D",
+        (5, 6, 3),
+        (4, 1, 1, 3),
+        (5, 6, 4),
+        "Conv2DOptions",
+        _conv_options(1, Padding.SAME),
+    ),
     "DEPTHWISE_CONV_2D": Layer(
         "DEPTHWISE_CONV_2D",
         (6, 5, 2),

@@ -105,7 +105,7 @@ def test_a_layer_without_bias_gets_one_when_corrected(op_type: str) -> None:
     )
     quantized = result.model
     subgraph = quantized.subgraphs[0]
-    (op,) = [op for op in subgraph.operators if quantized.op_type(op) == op_type]
+    (op,) = [op for op in subgraph.operators if quantized.op_type(op) == layer.op_type]
     bias = subgraph.tensors[op.inputs[layer.positions[2]]]
     assert bias.dtype == TensorType.INT32
     np.testing.assert_array_equal(quantized.tensor_data(bias), layer_weights.bias)
