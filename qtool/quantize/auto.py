@@ -2,10 +2,10 @@
 forced on or off, whether to correct biases) whose plan scores best on samples it was not
 fitted on.
 
-Each candidate's plan is built from the statistics of the fitting fold only, simulated on the
-evaluation fold, and scored by the mean SQNR of its outputs (`evaluation.score`; the worst
-over subgraphs). All
-candidates read the same histograms: choosing costs simulations, not calibration passes.
+Each candidate's plan is built from the statistics of the fitting fold only, run on the
+evaluation fold (its int8 model in LiteRT, or simulated: `Planner.accuracy`), and scored by the
+mean SQNR of its outputs (`evaluation.score`; the worst over subgraphs). All candidates read
+the same histograms: choosing costs runs of candidate models, not calibration passes.
 Without an evaluation fold (too few samples, or a model the numpy engine cannot run) the
 fallback is used: `mse` ranges with bias correction.
 """

@@ -31,7 +31,7 @@ from qtool.quantize.auto import AUTO, choose_recipe
 from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
-from qtool.quantize.evaluation import OutputAccuracy
+from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite_plans
@@ -119,7 +119,7 @@ class QuantizeResult:
     searches: dict[int, SearchResult] = field(default_factory=dict)  # with a target SQNR
     baseline_size: int | None = None  # with a target: bytes of the model without remedies
     diagnosis: Diagnosis | None = None  # where the error comes from, when asked for
-    accuracy: list[OutputAccuracy] = field(default_factory=list)  # held-out, simulated
+    accuracy: list[OutputAccuracy] = field(default_factory=list)  # held-out (accuracy_source)
     accuracy_source: str = ""
     warnings: list[str] = field(default_factory=list)
     # When asked for: per subgraph, each quantized activation's SQNR (dB) against the float
@@ -391,7 +391,7 @@ def quantize_model(
         baseline_size=baseline_size,
         diagnosis=diagnosis,
         accuracy=accuracy,
-        accuracy_source=_accuracy_source(collected),
+        accuracy_source=_accuracy_source(collected, planners),
         warnings=_warnings(work, collected, calibrated.datasets, notes),
         layer_sqnr=layers,
     )
@@ -420,14 +420,19 @@ def _layer_sqnr(planner: Planner, found: Collected, recipe: Recipe) -> dict[int,
     return layer_sqnr(planner.model, plan, inputs)
 
 
-def _accuracy_source(collected: Mapping[int, Collected]) -> str:
-    evaluations = [c.evaluation for c in collected.values() if c.evaluation is not None]
-    if not evaluations:
+def _accuracy_source(collected: Mapping[int, Collected], planners: Mapping[int, Planner]) -> str:
+    evaluated = [s for s, c in collected.items() if c.evaluation is not None]
+    if not evaluated:
         return ""
-    samples = sum(e.samples for e in evaluations)
-    if evaluations[0].source == "held-out data":
-        return f"simulated on {samples} held-out samples"
-    return f"estimated on {samples} calibration samples held out, calibrating on the others"
+    samples = sum(collected[s].evaluation.samples for s in evaluated)
+    how = (
+        "measured in LiteRT"
+        if all(planners[s].measured_by == LITERT for s in evaluated)
+        else "simulated"
+    )
+    if collected[evaluated[0]].evaluation.source == "held-out data":
+        return f"{how} on {samples} held-out samples"
+    return f"{how} on {samples} calibration samples held out, calibrating on the others"
 
 
 def _warnings(

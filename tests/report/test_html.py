@@ -95,7 +95,10 @@ def test_the_output_layer_sqnr_is_the_output_sqnr() -> None:
     result = qtool.quantize(MODELS / "cnn.tflite", data, holdout=holdout, layer_sqnr=True)
     layers = {row["tensor"]: row["sqnr_db"] for row in quantize_pictures(result.result)["layers"]}
     ((name, output_db),) = result.accuracy.items()
-    assert layers[name] == pytest.approx(output_db, abs=0.01)
+    # Layers are simulated; the reported accuracy is the int8 model's in LiteRT (kernel
+    # rounding apart, the same: test_simulate's bar).
+    assert "measured in LiteRT" in result.report["accuracy"]["source"]
+    assert layers[name] == pytest.approx(output_db, abs=0.5)
     assert len(layers) == 10 and all(v is not None and v > 10 for v in layers.values())
 
 

@@ -1,0 +1,43 @@
+"""Candidate models run in a LiteRT child process: outputs as LiteRT gives them, and a model
+LiteRT aborts on costs the child, never the caller."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from qtool.calibrate import Dataset
+from qtool.model import model_to_bytes, parse_model
+from qtool.model.build import GraphBuilder
+from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize.litert_worker import litert_outputs
+from tests.litert import run_litert_samples
+
+
+def _greater_than_zero() -> tuple[bytes, np.ndarray]:
+    """An int8 model comparing x with a constant 0, and samples for it."""
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 8])
+    zero = builder.constant("zero", np.zeros([1, 8], np.float32))
+    mask = builder.op("GREATER", [x, zero], output_shape=[1, 8], output_dtype=np.bool_)
+    model = builder.finish([builder.op("SELECT", [mask, x, zero], output_shape=[1, 8])])
+    samples = np.random.default_rng(0).uniform(-1, 1, (16, 8)).astype(np.float32)
+    result = quantize_model(model, Dataset.from_arrays([samples]), QuantizeOptions())
+    return model_to_bytes(result.model), samples
+
+
+def test_outputs_are_litert_outputs() -> None:
+    blob, samples = _greater_than_zero()
+    (got,) = litert_outputs(blob, [samples[:, None, :]], leading_one=False)
+    (expected,) = run_litert_samples(blob, [samples], reference=False)
+    np.testing.assert_array_equal(got.reshape(expected.shape), expected)
+
+
+def test_a_model_litert_aborts_on_gives_none_and_the_next_one_runs() -> None:
+    blob, samples = _greater_than_zero()
+    broken = parse_model(blob)
+    subgraph = broken.subgraphs[0]
+    (greater,) = [op for op in subgraph.operators if broken.op_type(op) == "GREATER"]
+    # LiteRT's int8 comparison takes the input scale as a multiplier below 1: it aborts.
+    subgraph.tensors[greater.inputs[1]].quantization.scale = np.array([1.0], np.float32)
+    assert litert_outputs(model_to_bytes(broken), [samples[:, None, :]], False) is None
+    assert litert_outputs(blob, [samples[:, None, :]], False) is not None
