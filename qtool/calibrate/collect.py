@@ -17,6 +17,7 @@ import numpy as np
 
 from qtool.calibrate.calibrate import CalibrationResult, activation_tensors, calibrate
 from qtool.calibrate.datasets import Batch, Dataset
+from qtool.calibrate.litert import XnnpackRunner
 from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
 from qtool.errors import DataError, UnsupportedOpError
 from qtool.model import Model
@@ -75,9 +76,26 @@ def _materialise(dataset: Dataset) -> list[np.ndarray]:
 
 
 def _reference(
-    model: Model, subgraph_index: int, inputs: list[np.ndarray], observer
+    model: Model, subgraph_index: int, inputs: list[np.ndarray], observer, engine: str
 ) -> list[np.ndarray]:
-    return Engine(model, subgraph_index).run(inputs, observers=[observer])
+    """The float outputs on `inputs` (samples stacked), `observer` seeing every tensor, run by
+    the engine that calibrated: LiteRT's outputs are the numpy engine's to 104-128 dB and come
+    10x sooner (0.75 s of a 4 s quantization of pose_detection on the numpy engine)."""
+    subgraph = model.subgraphs[subgraph_index]
+    outputs = list(subgraph.outputs)
+    leading_one = subgraph.inputs_lead_with_one()
+    stacked = not leading_one or all(subgraph.tensors[t].shape[:1] == [1] for t in outputs)
+    if engine != "litert" or subgraph_index != 0 or not stacked:
+        return Engine(model, subgraph_index).run(inputs, observers=[observer])
+    parts: dict[int, list[np.ndarray]] = {t: [] for t in outputs}
+
+    def keep(t: int, value: np.ndarray) -> None:
+        if t in parts:
+            parts[t].append(np.array(value))  # a view of the interpreter's memory
+
+    XnnpackRunner(model, sorted(set(observer.tensors) | set(outputs))).run(inputs, [observer, keep])
+    join = np.concatenate if leading_one else np.stack
+    return [join(parts[t]) for t in outputs]
 
 
 def collect(
@@ -134,7 +152,7 @@ def collect(
             raise DataError(f"{holdout.source}: no held-out samples found")
         if inputs and inputs[0].shape[0]:
             fold = fresh()
-            reference = _reference(model, subgraph_index, inputs, fold)
+            reference = _reference(model, subgraph_index, inputs, fold, calibration.engine)
             fold.samples = int(inputs[0].shape[0])
             if holdout is None:
                 statistics.merge(fold)

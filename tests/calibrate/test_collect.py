@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qtool.calibrate import Dataset
+from qtool.calibrate import Dataset, load_dataset, model_inputs
 from qtool.calibrate.collect import FOLD_WINDOW, MIN_SAMPLES_FOR_HOLDOUT, collect
-from qtool.model import Model, model_to_bytes, parse_model
+from qtool.model import Model, load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
+from qtool.numerics import sqnr_db
 from qtool.runtime import Engine
+from tests.quantize.common import DATA, fixture_path
 
 
 def identity_model() -> Model:
@@ -91,3 +93,18 @@ def test_without_evaluation_every_sample_calibrates() -> None:
     found = collect(identity_model(), dataset(numbered(40)), engine="numpy", evaluate=False)
     assert found.evaluation is None
     assert found.fit.samples == found.statistics.samples == 40
+
+
+@pytest.mark.parametrize("name", ["cnn", "multi_io", "mixed_ops"])
+def test_the_fold_reference_is_the_same_on_either_engine(name: str) -> None:
+    # LiteRT computes the fold's float outputs (and its statistics) when it calibrated.
+    model = load_model(fixture_path(name))
+    dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
+    by_numpy = collect(model, dataset, engine="numpy")
+    by_litert = collect(model, dataset, engine="litert")
+    assert by_litert.calibration.engine == "litert"
+    pairs = zip(by_numpy.evaluation.reference, by_litert.evaluation.reference, strict=True)
+    for expected, got in pairs:
+        assert got.shape == expected.shape
+        assert sqnr_db(expected, got) > 90
+    assert by_litert.statistics.samples == by_numpy.statistics.samples
