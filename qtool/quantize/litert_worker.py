@@ -11,6 +11,7 @@ a model the child refuses or dies on gets None, and the caller simulates it inst
 from __future__ import annotations
 
 import atexit
+import pickle
 import subprocess
 import sys
 import threading
@@ -62,8 +63,11 @@ def litert_outputs(
             if _worker is None:
                 _worker = _Worker()
             reply = _worker.call((model, [np.asarray(x) for x in inputs], leading_one))
-        except (OSError, ValueError, EOFError):  # the child is gone (or never started)
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):  # the child is gone
             reply = None
+        except BaseException:  # interrupted mid-reply: the pipe is out of step, start afresh
+            _stop()
+            raise
         if reply is None:
             _stop()
             return None

@@ -4,11 +4,12 @@ LiteRT aborts on costs the child, never the caller."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from qtool.calibrate import Dataset
 from qtool.model import model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, litert_worker, quantize_model
 from qtool.quantize.litert_worker import litert_outputs
 from tests.litert import run_litert_samples
 
@@ -41,3 +42,22 @@ def test_a_model_litert_aborts_on_gives_none_and_the_next_one_runs() -> None:
     subgraph.tensors[greater.inputs[1]].quantization.scale = np.array([1.0], np.float32)
     assert litert_outputs(model_to_bytes(broken), [samples[:, None, :]], False) is None
     assert litert_outputs(blob, [samples[:, None, :]], False) is not None
+
+
+def test_an_interrupted_call_starts_a_fresh_child(monkeypatch) -> None:
+    blob, samples = _greater_than_zero()
+    assert litert_outputs(blob, [samples[:, None, :]], False) is not None
+    call = litert_worker._Worker.call
+
+    def interrupt(self, request):  # a Ctrl-C after the request went out, before the reply
+        monkeypatch.setattr(litert_worker._Worker, "call", call)
+        litert_worker._write(self.process.stdin, request)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(litert_worker._Worker, "call", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        litert_outputs(blob, [samples[:, None, :]], False)
+    other = -samples  # the reply to the interrupted request must not answer this one
+    (got,) = litert_outputs(blob, [other[:, None, :]], False)
+    (expected,) = run_litert_samples(blob, [other], reference=False)
+    np.testing.assert_array_equal(got.reshape(expected.shape), expected)
