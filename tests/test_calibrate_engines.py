@@ -8,6 +8,7 @@ import pytest
 
 from qtool.calibrate import Dataset, MinMaxObserver, activation_tensors, calibrate
 from qtool.calibrate.calibrate import choose_engine
+from qtool.calibrate.collect import collect
 from qtool.calibrate.litert import XnnpackRunner
 from qtool.model.build import GraphBuilder
 from qtool.model.types import ActivationFunctionType, Padding
@@ -110,3 +111,45 @@ def test_auto_prefers_litert_and_falls_back_to_numpy() -> None:
     x = builder.input("x", [1, 4])
     model = builder.finish([builder.custom("TimesThree", [x], [1, 4])])
     assert choose_engine(model, "auto") == "numpy"  # LiteRT cannot load the custom op
+
+
+def test_samples_folded_into_one_axis_and_concatenated_keep_their_places() -> None:
+    # Two heads RESHAPEd to [1, -1, 2] and concatenated along axis 1 (MediaPipe's detectors):
+    # batched, LiteRT lays out every sample of the first head before those of the second, so
+    # the outputs (the fold's reference) and per-element means are read sample by sample.
+    rng = np.random.default_rng(5)
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 4, 4, 3])
+    heads = []
+    for name in ("a", "b"):
+        w = builder.constant(f"w{name}", rng.standard_normal((2, 1, 1, 3)).astype(np.float32))
+        conv = builder.op(
+            "CONV_2D",
+            [x, w, builder.constant(f"b{name}", np.zeros(2, np.float32))],
+            output_shape=[1, 4, 4, 2],
+            options_type="Conv2DOptions",
+            options={"padding": Padding.SAME, "stride_h": 1, "stride_w": 1},
+        )
+        shape = builder.constant(f"s{name}", np.array([1, -1, 2], np.int32))
+        heads.append(
+            builder.op(
+                "RESHAPE",
+                [conv, shape],
+                output_shape=[1, 16, 2],
+                options_type="ReshapeOptions",
+                options={"new_shape": [1, -1, 2]},
+            )
+        )
+    joined = builder.op(
+        "CONCATENATION",
+        heads,
+        output_shape=[1, 32, 2],
+        options_type="ConcatenationOptions",
+        options={"axis": 1},
+    )
+    model = builder.finish([joined])
+    samples = rng.standard_normal((40, 4, 4, 3)).astype(np.float32)
+    by_numpy = collect(model, Dataset.from_arrays([samples], "test"), engine="numpy")
+    by_litert = collect(model, Dataset.from_arrays([samples], "test"), engine="litert")
+    (expected,), (got,) = by_numpy.evaluation.reference, by_litert.evaluation.reference
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

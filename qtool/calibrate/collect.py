@@ -93,7 +93,12 @@ def _reference(
         if t in parts:
             parts[t].append(np.array(value))  # a view of the interpreter's memory
 
-    XnnpackRunner(model, sorted(set(observer.tensors) | set(outputs))).run(inputs, [observer, keep])
+    runner = XnnpackRunner(
+        model,
+        sorted(set(observer.tensors) | set(outputs)),
+        ordered=set(observer.ordered_tensors) | set(outputs),
+    )
+    runner.run(inputs, [observer, keep])
     join = np.concatenate if leading_one else np.stack
     return [join(parts[t]) for t in outputs]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -157,7 +157,13 @@ class _NotBatchable(Exception):
 class XnnpackRunner:
     """Runs subgraph 0 of a float model in LiteRT with XNNPACK, `tensors` made readable."""
 
-    def __init__(self, model: Model, tensors: Sequence[int], threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Model,
+        tensors: Sequence[int],
+        threads: int | None = None,
+        ordered: Collection[int] = (),
+    ) -> None:
         subgraph = model.subgraphs[0]
         self.inputs = list(subgraph.inputs)
         self.tensors = [t for t in sorted(set(tensors)) if t not in self.inputs]
@@ -173,8 +179,12 @@ class XnnpackRunner:
         self.batch = samples_per_pass(subgraph) if apart is not False else 1
         # Where the numpy engine vetted every operator's batch rule, a tensor LiteRT resizes to
         # another shape of the same size (a RESHAPE to a constant [1, -1] folds the batch into
-        # its last axis) still holds the samples one after another: it is read as declared.
+        # its last axis) holds every sample's values, read as declared, but not necessarily
+        # each in its own place: a CONCATENATION along the folded axis puts all samples of its
+        # first input before those of the second. Fine for histograms; tensors in `ordered`
+        # (per-element means, reference outputs) need their own places, so batch 1 for them.
         self.vetted = apart is True
+        self.ordered = frozenset(ordered)
         self.read_shapes: dict[int, dict[int, list[int]]] = {}  # batch -> tensor -> view shape
         # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
         # LiteRT cannot run the model.
@@ -264,7 +274,11 @@ class XnnpackRunner:
                 batched = [declared[0] * batch, *declared[1:]]
                 if shapes.get(t) == batched:
                     continue
-                if not self.vetted or math.prod(shapes.get(t, [0])) != math.prod(batched):
+                if (
+                    not self.vetted
+                    or t in self.ordered
+                    or math.prod(shapes.get(t, [0])) != math.prod(batched)
+                ):
                     raise _NotBatchable
                 views[t] = batched
             self.read_shapes[batch] = views

@@ -83,6 +83,12 @@ class SubgraphStatistics:
     def tensors(self) -> frozenset[int]:
         return self.histograms.tensors | self.means.tensors
 
+    @property
+    def ordered_tensors(self) -> frozenset[int]:
+        """The tensors whose values must arrive element by element as the model laid them out
+        (per-element means); histograms take any order."""
+        return self.means.tensors
+
     def __call__(self, tensor_index: int, value: np.ndarray) -> None:
         if tensor_index not in self.tensors:
             return
