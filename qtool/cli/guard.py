@@ -29,11 +29,11 @@ from typing import Any
 
 import click
 
+from qtool.entry import HANDLED_SIGNALS
 from qtool.errors import QtoolError
 from qtool.files import defer_interrupt, remove_temporaries
 
 EXIT_INTERNAL = 3
-_HANDLED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 class Terminated(KeyboardInterrupt):
@@ -57,7 +57,7 @@ def _signal_handlers() -> Iterator[list[BaseException]]:
     """Signals become exceptions. One raised where Python ignores exceptions (a weakref
     callback, an at-fork hook: "Exception ignored in ...", a traceback on stderr) would be
     lost; it is kept instead, for the caller to raise when the command returns."""
-    numbers = [getattr(signal, name) for name in _HANDLED if hasattr(signal, name)]
+    numbers = [getattr(signal, name) for name in HANDLED_SIGNALS if hasattr(signal, name)]
     try:
         previous = {number: signal.signal(number, _interrupt) for number in numbers}
     except ValueError:  # not the main thread: leave signals alone

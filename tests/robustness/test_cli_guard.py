@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -102,3 +103,35 @@ def test_litert_logs_nothing_on_the_terminal(tmp_path: Path) -> None:
     argv += ["--data", str(DATA / "mlp_calib.npz"), "--engine", "litert", "--quiet"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert (done.returncode, done.stderr) == (0, "")
+
+
+_SLOW_START = """
+import importlib.abc, sys, time
+
+class SlowCommandLine(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "qtool.cli":
+            print("importing", flush=True)
+            time.sleep(30)
+        return None
+
+sys.meta_path.insert(0, SlowCommandLine())
+sys.argv = ["qtool", "--version"]
+from qtool.entry import main
+main()
+"""
+
+
+def test_a_signal_before_the_command_line_is_loaded_is_one_line() -> None:
+    # The fuzz campaign's SIGINT 0.03 s after start: a KeyboardInterrupt traceback from the
+    # imports, before the guard. The entry point handles signals from its first line.
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_START],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout.readline() == "importing\n"
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stderr) == (130, "qtool: interrupted\n")
