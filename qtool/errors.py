@@ -29,3 +29,15 @@ class UsageError(QtoolError):
 
 class UnsupportedOpError(QtoolError):
     """An operator has no kernel in the engine (and none was registered)."""
+
+
+def first_line(message: object, default: str = "") -> str:
+    """The first line of a message or an exception's (`default` when it has none)."""
+    text = str(message).strip()
+    return text.splitlines()[0] if text else default
+
+
+def exception_summary(exc: BaseException) -> str:
+    """`Type: first line of the message`, or the type alone: a foreign exception in one line."""
+    text = first_line(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -17,7 +17,7 @@ import signal
 import time
 from pathlib import Path
 
-from qtool.errors import ModelError
+from qtool.errors import ModelError, first_line
 from qtool.model import BuiltinOperator, parse_model
 
 LITERT_TIMEOUT = 120.0  # seconds for LiteRT to load a model in the child
@@ -103,6 +103,5 @@ def _load_in_litert(data: bytes) -> str | None:
     try:
         Interpreter(model_content=bytes(data)).allocate_tensors()
     except (RuntimeError, ValueError) as exc:
-        text = str(exc).strip()
-        return f"LiteRT refuses it: {text.splitlines()[0] if text else type(exc).__name__}"
+        return f"LiteRT refuses it: {first_line(exc, type(exc).__name__)}"
     return None

@@ -198,6 +198,13 @@ def spec_profiles(per_tensor_fc: bool = False) -> tuple[str, ...]:
 
 
 @functools.cache
+def input_scale_below_one() -> frozenset[str]:
+    """The ops whose int8 kernels take each input scale itself as a multiplier, which must stay
+    below 1 (LiteRT's comparisons abort otherwise)."""
+    return frozenset(raw_spec()["check"]["input_scale_below_one"])
+
+
+@functools.cache
 def boundary_ops() -> frozenset[str]:
     """The ops whose float (or uint8) side is the model boundary: QUANTIZE, DEQUANTIZE."""
     return frozenset(raw_spec()["check"]["boundary_ops"])

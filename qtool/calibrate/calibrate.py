@@ -153,8 +153,7 @@ def calibrate(
             for batch in counted(runner.chunk * runner.threads * _CHUNKS_PER_THREAD):
                 runner.run(batch, observers=[observer])
     elif subgraph_index == 0:
-        ordered = getattr(observer, "ordered_tensors", ())
-        xnnpack = XnnpackRunner(model, sorted(observer.tensors), ordered=ordered)
+        xnnpack = XnnpackRunner(model, sorted(observer.tensors), ordered=observer.ordered_tensors)
         for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
             xnnpack.run(batch, [observer])
     else:

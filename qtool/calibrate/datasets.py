@@ -34,7 +34,7 @@ from qtool.calibrate.npyfile import (
     load_npy,
     load_npz,
 )
-from qtool.errors import DataError, UsageError
+from qtool.errors import DataError, UsageError, exception_summary
 from qtool.files import exists, lookup, open_regular, os_reason
 
 # `package.module:function`, or `path/to/file.py:function`.
@@ -283,7 +283,9 @@ def _leading_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
     try:
         array = np.asarray(array)
     except Exception as exc:  # the user's object refuses to become an array
-        raise DataError(f"{where}: input {spec.name!r}: not an array ({_reason(exc)})") from None
+        raise DataError(
+            f"{where}: input {spec.name!r}: not an array ({exception_summary(exc)})"
+        ) from None
     sample = tuple(spec.sample_shape)
     if array.shape == sample:
         return array[None]
@@ -323,11 +325,6 @@ def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
     return converted
 
 
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _as_parameter(source: str) -> str:
     """A generator source as errors name it: the `data` parameter (the CLI shows --data)."""
     return f"`data={source!r}`"
@@ -339,7 +336,7 @@ def _user_error(
     """One line for an exception raised by the user's code (raised `from` it, so that `--debug`
     prints its traceback)."""
     where = "" if sample is None else f" at sample {sample}"
-    return DataError(f"{_as_parameter(source)}: {label} raised {_reason(exc)}{where}")
+    return DataError(f"{_as_parameter(source)}: {label} raised {exception_summary(exc)}{where}")
 
 
 def _import(source: str, module_name: str):
@@ -402,7 +399,7 @@ def _generated_batches(
 
     def failed(exc: BaseException, sample: int | None = None) -> DataError:
         at = "" if sample is None else f" at sample {sample}"
-        return DataError(f"{source}: {label} raised {_reason(exc)}{at}")
+        return DataError(f"{source}: {label} raised {exception_summary(exc)}{at}")
 
     try:
         result = make()

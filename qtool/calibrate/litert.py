@@ -19,7 +19,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from qtool.errors import DataError, ModelError, UnsupportedOpError
+from qtool.errors import DataError, ModelError, UnsupportedOpError, first_line
 from qtool.model import Model, model_to_bytes
 from qtool.model.edit import clone_model
 from qtool.runtime import Engine
@@ -89,7 +89,7 @@ def _allocated(make: Callable, resize: Callable | None = None):
                 resize(interpreter)
             interpreter.allocate_tensors()
     except (RuntimeError, ValueError) as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        detail = first_line(exc, type(exc).__name__)
         raise UnsupportedOpError(f"LiteRT cannot run the model: {detail}") from None
     return interpreter
 
@@ -143,7 +143,7 @@ def _invoke(interpreter, inputs: Sequence[int], values: Sequence[np.ndarray]) ->
     try:
         interpreter.invoke()
     except RuntimeError as exc:
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else "failed"
+        detail = first_line(exc, "failed")
         if "reference to internal data" in detail:
             raise _StillReferenced from None
         # a kernel refusing this data (an index out of range)

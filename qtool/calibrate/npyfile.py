@@ -22,6 +22,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from qtool.errors import exception_summary
+
 MAGIC = b"\x93NUMPY"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 MAX_HEADER_BYTES = 10_000  # numpy's own bound on a header's length
@@ -153,7 +155,7 @@ def load_npz(handle: BinaryIO) -> dict[str, np.ndarray]:
     try:
         archive = zipfile.ZipFile(handle)
     except _ZIP_ERRORS as exc:
-        raise ArrayFileError(f"not a readable .npz archive ({_reason(exc)})") from None
+        raise ArrayFileError(f"not a readable .npz archive ({exception_summary(exc)})") from None
     with archive:
         for info in _members(archive):
             try:
@@ -161,7 +163,7 @@ def load_npz(handle: BinaryIO) -> dict[str, np.ndarray]:
             except ArrayFileError as exc:
                 raise ArrayFileError(f"member {info.filename}: {exc}") from None
             except _ZIP_ERRORS as exc:
-                raise ArrayFileError(f"member {info.filename}: {_reason(exc)}") from None
+                raise ArrayFileError(f"member {info.filename}: {exception_summary(exc)}") from None
     return arrays
 
 
@@ -180,8 +182,3 @@ def first_shape(handle: BinaryIO) -> tuple[int, ...] | None:
                 return read_header(member).shape
     except (ArrayFileError, *_ZIP_ERRORS):
         return None  # reading the data says what is wrong
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

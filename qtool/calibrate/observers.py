@@ -26,6 +26,9 @@ class RangeObserver(abc.ABC):
     """Base: sees (tensor index, value) pairs (a chunk of samples along axis 0)."""
 
     kind = "base"
+    # Tensors whose values must arrive element by element as the model laid them out: none,
+    # a range takes its values in any order (XnnpackRunner batches freely).
+    ordered_tensors: frozenset[int] = frozenset()
 
     def __init__(self, tensors: Iterable[int]) -> None:
         self.tensors = frozenset(tensors)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qtool.check.findings import SEVERITIES
-from qtool.spec import boundary_ops, raw_spec
+from qtool.spec import boundary_ops, input_scale_below_one, raw_spec
 
 OFF = "off"  # a profile severity that disables a rule
 
@@ -59,6 +59,6 @@ def load_settings(profiles: tuple[str, ...] = ()) -> CheckSettings:
         tiny_scale=float(risk["tiny_scale"]),
         min_code_fraction=float(risk["min_code_fraction"]),
         rescale_left_shift={op: int(shift) for op, shift in section["rescale_left_shift"].items()},
-        input_scale_below_one=frozenset(section["input_scale_below_one"]),
+        input_scale_below_one=input_scale_below_one(),
         severity=_profile_severities(raw, profiles),
     )

@@ -12,7 +12,7 @@ from qtool.check.findings import Finding
 from qtool.check.qparams import num
 from qtool.check.rulebook import family, rule
 from qtool.model import TensorType, dtype_name
-from qtool.numerics import quantize_multiplier
+from qtool.numerics import multiplier_reaches_one, quantize_multiplier
 
 # int32/int64 tensors in a quantized graph are biases, whose scale is a product of scales and
 # tiny by construction: values are large integers, no precision is lost.
@@ -321,7 +321,7 @@ def _comparison_scales(ctx: AuditContext, op) -> Iterator[Finding]:
         if operand is None or not ctx.sound(op, operand) or operand.tensor.quantization.per_axis:
             continue
         scale = float(operand.tensor.quantization.scale[0])
-        if quantize_multiplier(scale)[1] > 0:  # >= 1, or just below 1 and rounded up to 1
+        if multiplier_reaches_one(scale):
             yield ctx.finding(
                 RESCALE_ABORT,
                 f"{op.type} {operand.label} scale {num(scale)} is not below 1: LiteRT's int8 "

@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from qtool.entry import HANDLED_SIGNALS
-from qtool.errors import QtoolError
+from qtool.errors import QtoolError, first_line
 from qtool.files import defer_interrupt, remove_temporaries
 
 EXIT_INTERNAL = 3
@@ -81,8 +81,7 @@ def _signal_handlers() -> Iterator[list[BaseException]]:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    text = str(message).strip().splitlines()[0] if str(message).strip() else ""
-    click.echo(f"qtool: warning: {category.__name__}: {text}", err=True)
+    click.echo(f"qtool: warning: {category.__name__}: {first_line(message)}", err=True)
 
 
 @contextlib.contextmanager
@@ -140,11 +139,6 @@ def debug_requested() -> bool:
     return os.environ.get("QTOOL_DEBUG", "") not in ("", "0")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def _escape_unencodable() -> None:
     """Print what the terminal cannot encode (undecodable file names) as escapes, not crash."""
     for stream in (sys.stdout, sys.stderr):
@@ -196,7 +190,7 @@ def run_guarded(
             traceback.print_exception(exc)
         hint = "" if debug() else " (rerun with --debug for the traceback)"
         click.echo(
-            f"qtool: internal error: {type(exc).__name__}: {_first_line(exc)}{hint}", err=True
+            f"qtool: internal error: {type(exc).__name__}: {first_line(exc)}{hint}", err=True
         )
         sys.exit(EXIT_INTERNAL)
     finally:

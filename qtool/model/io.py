@@ -18,7 +18,7 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
-from qtool.errors import ModelError, UsageError
+from qtool.errors import ModelError, UsageError, exception_summary
 from qtool.files import NotRegularFile, exists, open_regular, os_reason, write_atomic
 from qtool.model.graph import (
     Buffer,
@@ -105,8 +105,7 @@ def parse_model(
 def _describe(exc: Exception) -> str:
     if isinstance(exc, struct.error | IndexError):
         return "an offset or length points past the end of the data: truncated or not TFLite"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return exception_summary(exc)
 
 
 def _split(raw: dict[str, Any], known: tuple[str, ...]) -> tuple[dict, dict]:

@@ -317,6 +317,12 @@ def quantize_multiplier(real_multiplier: ArrayLike) -> tuple[np.ndarray, np.ndar
     return fixed[()], shift[()]
 
 
+def multiplier_reaches_one(real_multiplier: float) -> bool:
+    """Whether a multiplier is 1 or more once in Q31 (just below 1 rounds up to 1): TFLite's
+    QuantizeMultiplierSmallerThanOneExp aborts the process on it."""
+    return bool(quantize_multiplier(real_multiplier)[1] > 0)
+
+
 def fake_quantize(x: np.ndarray, scale: float, zero_point: int, qmin: int, qmax: int) -> np.ndarray:
     """Values snapped to the grid ``(q - zero_point) * scale`` for q in [qmin, qmax], in float32.
 

@@ -15,13 +15,7 @@ from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
 from qtool.quantize.bias_correction import mean_output_error
-from qtool.quantize.evaluation import (
-    LITERT,
-    SIMULATION,
-    OutputAccuracy,
-    measured_accuracy,
-    simulated_accuracy,
-)
+from qtool.quantize.evaluation import OutputAccuracy, measured_accuracy, simulated_accuracy
 from qtool.quantize.plan import (
     FLOAT,
     INT16,
@@ -71,8 +65,7 @@ class Planner:
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _weights: RoundingCache = field(default_factory=RoundingCache, repr=False)
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
-    _accuracy: dict[tuple, tuple[str, list]] = field(default_factory=dict, repr=False)
-    measured_by: str = ""  # how the last accuracy was found: LITERT or SIMULATION
+    _accuracy: dict[tuple, list] = field(default_factory=dict, repr=False)
 
     @property
     def subgraph(self) -> Subgraph:
@@ -117,19 +110,13 @@ class Planner:
         self, statistics: SubgraphStatistics, recipe: Recipe, evaluation: EvaluationSet
     ) -> list[OutputAccuracy]:
         """Each output's SQNR on the evaluation samples, once per recipe: measured with the
-        integer model in LiteRT where it runs, simulated otherwise (`measured_by` says which,
-        for the last one)."""
+        integer model in LiteRT where it runs, simulated otherwise (each row says which)."""
         key = (id(statistics), recipe, id(evaluation))
         if key not in self._accuracy:
             plan = self.plan(statistics, recipe)
             measured = measured_accuracy(self.model, plan, self.precision.specs, evaluation)
-            self._accuracy[key] = (
-                (LITERT, measured)
-                if measured is not None
-                else (SIMULATION, simulated_accuracy(self.model, plan, evaluation))
-            )
-        self.measured_by, found = self._accuracy[key]
-        return found
+            self._accuracy[key] = measured or simulated_accuracy(self.model, plan, evaluation)
+        return self._accuracy[key]
 
     def _build(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
         ranges = statistics.ranges(recipe.method)

@@ -10,11 +10,10 @@ import numpy as np
 from qtool.calibrate.collect import EvaluationSet
 from qtool.calibrate.litert import litert_available
 from qtool.model import Model, model_to_bytes
-from qtool.model.edit import clone_model, remove_unused
 from qtool.numerics import sqnr_db
 from qtool.quantize.litert_worker import litert_outputs
 from qtool.quantize.plan import Plan
-from qtool.quantize.rewrite import rewrite
+from qtool.quantize.rewrite import rewritten
 from qtool.quantize.simulate import Simulator
 from qtool.spec import QuantSpec
 
@@ -27,11 +26,13 @@ class OutputAccuracy:
     subgraph: int
     name: str
     sqnr_db: float
+    measured_in: str  # LITERT or SIMULATION
 
 
 def simulated_accuracy(model: Model, plan: Plan, evaluation: EvaluationSet) -> list[OutputAccuracy]:
     """Each output's SQNR (dB) against the float model on the evaluation samples."""
-    return _accuracy(model, plan, evaluation, Simulator(model, plan).run(evaluation.inputs))
+    outputs = Simulator(model, plan).run(evaluation.inputs)
+    return _accuracy(model, plan, evaluation, outputs, SIMULATION)
 
 
 def measured_accuracy(
@@ -43,18 +44,20 @@ def measured_accuracy(
     None where LiteRT is not installed or cannot run it (the caller simulates then)."""
     if plan.subgraph_index != 0 or not litert_available():
         return None
-    work = clone_model(model)
-    rewrite(work, plan, specs)
-    remove_unused(work)
+    work, _ = rewritten(model, {0: plan}, specs)
     leading_one = work.subgraphs[0].inputs_lead_with_one()
     outputs = litert_outputs(model_to_bytes(work), evaluation.inputs, leading_one)
     if outputs is None:
         return None
-    return _accuracy(model, plan, evaluation, outputs)
+    return _accuracy(model, plan, evaluation, outputs, LITERT)
 
 
 def _accuracy(
-    model: Model, plan: Plan, evaluation: EvaluationSet, outputs: Sequence[np.ndarray]
+    model: Model,
+    plan: Plan,
+    evaluation: EvaluationSet,
+    outputs: Sequence[np.ndarray],
+    measured_in: str,
 ) -> list[OutputAccuracy]:
     subgraph = model.subgraphs[plan.subgraph_index]
     return [
@@ -62,6 +65,7 @@ def _accuracy(
             plan.subgraph_index,
             subgraph.tensors[t].name,
             sqnr_db(reference, np.reshape(got, reference.shape)),
+            measured_in,
         )
         for t, reference, got in zip(subgraph.outputs, evaluation.reference, outputs, strict=True)
     ]

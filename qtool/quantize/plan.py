@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
-from qtool.numerics import AffineParams, activation_params
-from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec
+from qtool.numerics import AffineParams, activation_params, multiplier_reaches_one
+from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec, input_scale_below_one
 
 FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
 
@@ -263,7 +263,7 @@ def make_plan(
             groups.find(slot)
         live = [p for p in inputs if not model.is_constant(tensors[op.inputs[p]])]
         if not rule.same_scale:
-            if not outputs and len(live) == 1:
+            if model.op_type(op) in input_scale_below_one() and len(live) == 1:
                 # A comparison with a constant. LiteRT's int8 comparisons abort on an input
                 # scale >= 1, the scale a constant of only zeros gets on its own: such a
                 # constant goes on the activation's grid (which holds 0 exactly). Any other
@@ -305,7 +305,7 @@ def _coarse(model: Model, tensor: Tensor, mode: str) -> bool:
         return False
     dtype = np.int16 if mode == INT16 else np.int8
     params = activation_params(float(data.min()), float(data.max()), dtype=dtype)
-    return bool(params.scale[0] >= 1)
+    return multiplier_reaches_one(params.scale[0])
 
 
 def _assign_params(model: Model, subgraph: Subgraph, plan: Plan, groups: _Groups) -> None:

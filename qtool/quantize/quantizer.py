@@ -34,7 +34,7 @@ from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
-from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewrite_plans
+from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
@@ -343,7 +343,7 @@ def quantize_model(
             options.target,
         )
     plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
-    work, notes = _rewritten(prepared.model, plans, precision, options.io)
+    work, notes = rewritten(prepared.model, plans, precision.specs, options.io)
     float_ops = [
         FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
         for s, plan in plans.items()
@@ -371,7 +371,7 @@ def quantize_model(
             for s, found in collected.items()
         }
         baseline_size = len(
-            model_to_bytes(_rewritten(prepared.model, plain, precision, options.io)[0])
+            model_to_bytes(rewritten(prepared.model, plain, precision.specs, options.io)[0])
         )
     return QuantizeResult(
         model=work,
@@ -391,18 +391,10 @@ def quantize_model(
         baseline_size=baseline_size,
         diagnosis=diagnosis,
         accuracy=accuracy,
-        accuracy_source=_accuracy_source(collected, planners),
+        accuracy_source=_accuracy_source(collected, accuracy),
         warnings=_warnings(work, collected, calibrated.datasets, notes),
         layer_sqnr=layers,
     )
-
-
-def _rewritten(
-    model: Model, plans: Mapping[int, Plan], precision: Precision, io: str
-) -> tuple[Model, RewriteNotes]:
-    """A copy of `model` with every planned subgraph rewritten, unused parts dropped."""
-    work = clone_model(model)
-    return work, rewrite_plans(work, plans, precision.specs, io)
 
 
 def _estimated(found: Collected) -> SubgraphStatistics:
@@ -420,17 +412,13 @@ def _layer_sqnr(planner: Planner, found: Collected, recipe: Recipe) -> dict[int,
     return layer_sqnr(planner.model, plan, inputs)
 
 
-def _accuracy_source(collected: Mapping[int, Collected], planners: Mapping[int, Planner]) -> str:
-    evaluated = [s for s, c in collected.items() if c.evaluation is not None]
-    if not evaluated:
+def _accuracy_source(collected: Mapping[int, Collected], accuracy: list[OutputAccuracy]) -> str:
+    evaluations = [c.evaluation for c in collected.values() if c.evaluation is not None]
+    if not evaluations:
         return ""
-    samples = sum(collected[s].evaluation.samples for s in evaluated)
-    how = (
-        "measured in LiteRT"
-        if all(planners[s].measured_by == LITERT for s in evaluated)
-        else "simulated"
-    )
-    if collected[evaluated[0]].evaluation.source == "held-out data":
+    samples = sum(e.samples for e in evaluations)
+    how = "measured in LiteRT" if all(a.measured_in == LITERT for a in accuracy) else "simulated"
+    if evaluations[0].source == "held-out data":
         return f"{how} on {samples} held-out samples"
     return f"{how} on {samples} calibration samples held out, calibrating on the others"
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
-from qtool.model.edit import NameAllocator, remove_unused
+from qtool.model.edit import NameAllocator, clone_model, remove_unused
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
@@ -349,7 +349,7 @@ def rewrite(
 
 
 def rewrite_plans(
-    work: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str
+    work: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
 ) -> RewriteNotes:
     """Rewrite every planned subgraph of `work` in place, then drop the unused float originals.
     Operator objects survive the rewrite: a caller may map the result's ops to the plans' by
@@ -359,3 +359,11 @@ def rewrite_plans(
         rewrite(work, plan, specs, io=io, notes=notes)
     remove_unused(work)
     return notes
+
+
+def rewritten(
+    model: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
+) -> tuple[Model, RewriteNotes]:
+    """A copy of `model` with every planned subgraph rewritten, unused parts dropped."""
+    work = clone_model(model)
+    return work, rewrite_plans(work, plans, specs, io)
