@@ -67,8 +67,8 @@ class LayerWeights:
 
 @dataclass
 class RoundingCache:
-    """Weight scales and (integer, dequantized) rounded weights, by (weight tensor, axis,
-    rounder) and scale."""
+    """Weight scales by (weight tensor, axis, rounder), and the (integer, dequantized) rounded
+    weights by that and the scale."""
 
     _scales: dict[tuple, np.ndarray] = field(default_factory=dict)
     _rounded: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -84,8 +84,7 @@ class RoundingCache:
         key = (*identity, scale.tobytes())
         if key not in self._rounded:
             values = compute(scale)
-            zero = np.zeros(scale.shape, np.int64)
-            real = dequantize(values, scale, zero, axis=identity[1])
+            real = LayerWeights(0, values, scale, identity[1]).real_weights()
             for shared in (values, real):  # every plan holds the same arrays
                 shared.setflags(write=False)
             self._rounded[key] = (values, real)
