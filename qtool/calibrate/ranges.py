@@ -103,29 +103,64 @@ def percentile_range(histogram: Histogram, percentile: float) -> tuple[float, fl
 
 
 def _occupied(histogram: Histogram) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Representative value, width and count of every non-empty bin."""
+    """Representative value, width and count of every non-empty bin, in value order."""
     nonzero = np.flatnonzero(histogram.counts)
     lower, upper = bin_edges()
     values = np.clip(bin_centers()[nonzero], histogram.min, histogram.max)
     return values, (upper - lower)[nonzero], histogram.counts[nonzero].astype(np.float64)
 
 
-def _expected_error(
-    values: np.ndarray, widths: np.ndarray, counts: np.ndarray, lows: np.ndarray, highs: np.ndarray
-) -> np.ndarray:
-    """Total squared int8 quantization error of the binned values for each candidate range.
+class _ExpectedError:
+    """Total squared int8 quantization error of a histogram's binned values, for any range.
 
-    Inside a range, values more than half a step from zero spread over many steps and carry
-    the uniform rounding noise step^2 / 12; values nearer zero round to the exact zero point and
-    lose themselves. Outside, a value is clipped to the nearer end.
+    Inside a range, values more than half a step from zero spread over many steps and carry the
+    uniform rounding noise step^2 / 12; values nearer zero round to the exact zero point and lose
+    themselves (x^2, plus the bin's own spread width^2 / 12). Outside, a value is clipped to the
+    nearer end. The bins are in value order, so each of these regions is a run of bins, and
+    prefix sums of count, count * x, count * x^2 and count * width^2 / 12 give the error of every
+    candidate range from a few look-ups (no candidates x bins matrix).
     """
-    lows, highs = np.minimum(lows, 0.0)[:, None], np.maximum(highs, 0.0)[:, None]
-    step = (highs - lows) / (LEVELS - 1)
-    x = values[None, :]
-    near_zero = np.abs(x) < step / 2
-    inside = np.where(near_zero, x**2 + widths**2 / 12, step**2 / 12)
-    error = np.where(x > highs, (x - highs) ** 2, np.where(x < lows, (x - lows) ** 2, inside))
-    return error @ counts
+
+    def __init__(self, histogram: Histogram) -> None:
+        values, widths, counts = _occupied(histogram)
+        self.values = values
+        self.count, self.first, self.second, self.spread = (
+            np.concatenate(([0.0], np.cumsum(weighted)))
+            for weighted in (counts, counts * values, counts * values**2, counts * widths**2 / 12)
+        )
+
+    def __call__(self, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
+        lows, highs = np.minimum(lows, 0.0), np.maximum(highs, 0.0)
+        step = (highs - lows) / (LEVELS - 1)
+        find = self.values.searchsorted
+        start = find(lows, "left")  # first value >= low
+        stop = find(highs, "right")  # first value > high
+        zero_start = np.maximum(find(-step / 2, "right"), start)  # first value > -step / 2
+        zero_stop = np.maximum(np.minimum(find(step / 2, "left"), stop), zero_start)
+        return (
+            self._squared_distance(0, start, lows)
+            + self._squared_distance(stop, self.values.size, highs)
+            + self._squared_distance(zero_start, zero_stop, 0.0)
+            + self._between(self.spread, zero_start, zero_stop)
+            + (
+                self._between(self.count, start, stop)
+                - self._between(self.count, zero_start, zero_stop)
+            )
+            * step**2
+            / 12
+        )
+
+    @staticmethod
+    def _between(prefix: np.ndarray, start: np.ndarray | int, stop: np.ndarray | int) -> np.ndarray:
+        return prefix[stop] - prefix[start]
+
+    def _squared_distance(self, start, stop, point) -> np.ndarray:
+        """Sum of count * (x - point)^2 over the bins [start, stop)."""
+        return (
+            self._between(self.second, start, stop)
+            - 2 * point * self._between(self.first, start, stop)
+            + point**2 * self._between(self.count, start, stop)
+        )
 
 
 def _candidates(extreme: float) -> np.ndarray:
@@ -136,17 +171,13 @@ def _candidates(extreme: float) -> np.ndarray:
 
 def mse_range(histogram: Histogram) -> tuple[float, float]:
     """Alternate the best high end for the current low end and vice versa (three rounds)."""
-    values, widths, counts = _occupied(histogram)
+    expected_error = _ExpectedError(histogram)
     low, high = min(histogram.min, 0.0), max(histogram.max, 0.0)
     low_candidates, high_candidates = _candidates(low), _candidates(high)
     for _ in range(3):
-        errors = _expected_error(
-            values, widths, counts, np.full(high_candidates.size, low), high_candidates
-        )
+        errors = expected_error(np.full(high_candidates.size, low), high_candidates)
         high = float(high_candidates[np.argmin(errors)])
-        errors = _expected_error(
-            values, widths, counts, low_candidates, np.full(low_candidates.size, high)
-        )
+        errors = expected_error(low_candidates, np.full(low_candidates.size, high))
         low = float(low_candidates[np.argmin(errors)])
     return max(low, histogram.min), min(high, histogram.max)
 

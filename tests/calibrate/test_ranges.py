@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from qtool.calibrate.histogram import Histogram
-from qtool.calibrate.ranges import METHOD_NAMES, Method, parse_method
+from qtool.calibrate.ranges import METHOD_NAMES, Method, _ExpectedError, _occupied, parse_method
 from qtool.errors import UsageError
 from qtool.numerics import activation_params, fake_quantize
 
@@ -84,6 +84,55 @@ def test_mse_finds_the_range_of_least_quantization_error() -> None:
         assert int8_mse(values, low, high) < int8_mse(
             values, *parse_method(other).range(histogram_of(values))
         )
+
+
+def expected_error_bin_by_bin(histogram: Histogram, low: float, high: float) -> float:
+    """The error model of `mse`, written out value by value: clipped outside the range, the
+    rounding noise step^2 / 12 inside it, except near zero, where a value rounds to the zero
+    point (its square plus its bin's spread)."""
+    values, widths, counts = _occupied(histogram)
+    low, high = min(low, 0.0), max(high, 0.0)
+    step = (high - low) / 255
+    total = 0.0
+    for x, width, count in zip(values, widths, counts, strict=True):
+        if x > high:
+            error = (x - high) ** 2
+        elif x < low:
+            error = (x - low) ** 2
+        elif abs(x) < step / 2:
+            error = x**2 + width**2 / 12
+        else:
+            error = step**2 / 12
+        total += count * error
+    return total
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    hnp.arrays(
+        np.float32,
+        st.tuples(st.integers(1, 4), st.integers(1, 64)),
+        elements=st.floats(-1e4, 1e4, allow_nan=False, width=32),
+    ),
+    st.lists(st.tuples(st.floats(-2e4, 0.0), st.floats(0.0, 2e4)), min_size=1, max_size=8),
+)
+def test_the_prefix_sum_error_is_the_bin_by_bin_error(
+    values: np.ndarray, ranges: list[tuple[float, float]]
+) -> None:
+    histogram = histogram_of(values)
+    lows, highs = (np.array(side) for side in zip(*ranges, strict=True))
+    errors = _ExpectedError(histogram)(lows, highs)
+    for (low, high), error in zip(ranges, errors, strict=True):
+        expected = expected_error_bin_by_bin(histogram, low, high)
+        scale = float(np.sum(_occupied(histogram)[2] * (np.abs(values).max() + high - low) ** 2))
+        assert error == pytest.approx(expected, rel=1e-9, abs=1e-12 * scale)
+
+
+@pytest.mark.parametrize("low, high", [(-60.0, 60.0), (-5.0, 5.0), (0.0, 3.0), (-1.0, 0.0)])
+def test_the_prefix_sum_error_counts_values_rounded_to_zero(low: float, high: float) -> None:
+    histogram = histogram_of(heavy_tailed())
+    (error,) = _ExpectedError(histogram)(np.array([low]), np.array([high]))
+    assert error == pytest.approx(expected_error_bin_by_bin(histogram, low, high), rel=1e-9)
 
 
 def test_kl_clips_outliers_but_keeps_a_uniform_tensor_whole() -> None:
