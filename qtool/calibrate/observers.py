@@ -166,31 +166,42 @@ class MeanObserver:
         self.sums: dict[int, np.ndarray] = {}
         self.counts: dict[int, int] = {}
 
-    def __call__(self, tensor_index: int, value: np.ndarray) -> None:
+    def __call__(
+        self, tensor_index: int, value: np.ndarray, magnitude: float | None = None
+    ) -> None:
+        """Fold in a chunk of samples; `magnitude`, when known, bounds |value| (within the
+        clipping limit, clipping is skipped: one pass less)."""
         if tensor_index not in self.tensors or not value.size:
             return
         rows = value.reshape(-1, *self.sample_shapes[tensor_index])
+        clip = magnitude is None or not magnitude <= self._LIMIT
         for start in range(0, len(rows), self.BLOCK):
-            total = self._block_sum(rows[start : start + self.BLOCK])
+            total = self._block_sum(rows[start : start + self.BLOCK], clip)
             if tensor_index in self.sums:
                 self.sums[tensor_index] += total
             else:
                 self.sums[tensor_index] = total
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
 
-    def _block_sum(self, rows: np.ndarray) -> np.ndarray:
+    def _block_sum(self, rows: np.ndarray, clip: bool) -> np.ndarray:
         # Clipping to a power of two, scaling by one and rounding to an integer are exact in
         # float32 (|units| <= 2^46): the same integers as in float64, with half the memory
         # traffic. Only the sum needs float64.
         if rows.dtype not in (np.float32, np.float64):
             rows = rows.astype(np.float32)  # float16 * 2^24 would overflow
-        limit = rows.dtype.type(self._LIMIT)
-        units = np.clip(rows, -limit, limit)
-        units *= rows.dtype.type(1 / self.RESOLUTION)
+        scale = rows.dtype.type(1 / self.RESOLUTION)
+        if clip:
+            limit = rows.dtype.type(self._LIMIT)
+            units = np.clip(rows, -limit, limit)
+            units *= scale
+        else:
+            units = rows * scale
         np.rint(units, out=units)
-        total = units.sum(axis=0, dtype=np.float64)
-        if not np.isfinite(total).all():  # NaN in the data: counted as 0
-            total = np.nan_to_num(units, nan=0.0).sum(axis=0, dtype=np.float64)
+        total = np.add.reduce(units, axis=0, dtype=np.float64)
+        if not np.isfinite(total).all():
+            if not clip:  # an infinity the bound did not know of
+                return self._block_sum(rows, clip=True)
+            total = np.nan_to_num(units, nan=0.0).sum(axis=0, dtype=np.float64)  # NaN counts 0
         return total.astype(np.int64)
 
     def mean(self, tensor_index: int) -> np.ndarray | None:

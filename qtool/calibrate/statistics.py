@@ -103,7 +103,10 @@ class SubgraphStatistics:
 
     def _fold(self, tensor_index: int, value: np.ndarray) -> None:
         self.histograms(tensor_index, value)
-        self.means(tensor_index, value)
+        histogram = self.histograms.histograms.get(tensor_index)
+        # The histogram's exact extremes bound the values, so the means may skip clipping.
+        magnitude = None if histogram is None else max(-histogram.min, histogram.max)
+        self.means(tensor_index, value, magnitude)
 
     def _flush_tensor(self, tensor_index: int) -> None:
         parts = self._pending.pop(tensor_index, [])

@@ -53,15 +53,18 @@ def test_mean_shards_merge_bit_for_bit_in_any_order(values: np.ndarray, data) ->
     np.testing.assert_allclose(mean, exact, rtol=1e-6, atol=MeanObserver.RESOLUTION)
 
 
+@pytest.mark.parametrize("known_magnitude", [False, True])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_mean_sums_are_the_exact_fixed_point_integers(dtype) -> None:
+def test_mean_sums_are_the_exact_fixed_point_integers(dtype, known_magnitude: bool) -> None:
     rng = np.random.default_rng(4)
     magnitudes = rng.choice([1e-9, 6e-8, 1.0, 3e4, 5e6], size=(50, 6))
     largest = float(np.finfo(dtype).max) / 8
     values = np.clip(rng.standard_normal((50, 6)) * magnitudes, -largest, largest).astype(dtype)
     values[0, :3] = [np.inf, -np.inf, 2.0**-25]  # clipped; a tie rounded to even
     observer = MeanObserver([0], {0: (6,)})
-    observer(0, values)
+    # The finite extremes, as a histogram reports them: the infinities are not within them.
+    finite = values[np.isfinite(values)].astype(np.float64)
+    observer(0, values, float(np.abs(finite).max()) if known_magnitude else None)
     units = np.rint(values.astype(np.float64) / MeanObserver.RESOLUTION)
     limit = 2.0**22 / MeanObserver.RESOLUTION
     exact = [sum(int(u) for u in column) for column in np.clip(units, -limit, limit).T]
@@ -91,6 +94,8 @@ def test_mean_observer_ignores_other_tensors_and_non_finite_values() -> None:
     assert observer.mean(1).tolist() == [2.0, 1.0]  # NaN counts as 0, not as a skipped sample
     observer(1, np.array([[np.inf, 0.0]], np.float32))
     assert np.isfinite(observer.mean(1)).all()
+    observer(1, np.array([[np.nan, 4.0]], np.float32), 4.0)  # NaN outside a known magnitude
+    assert observer.mean(1).tolist() == [(1.0 + 3.0 + 2.0**22) / 4, 1.5]
 
 
 def test_histogram_observer_splits_engine_rows_into_samples() -> None:
