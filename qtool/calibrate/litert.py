@@ -4,9 +4,10 @@ LiteRT only lets intermediate tensors be read when nothing fuses them away: eith
 tensor preserved on the builtin kernels (no XNNPACK, several times slower than plain inference),
 or, what `XnnpackRunner` does, with every observed tensor made an output of the model, which
 XNNPACK then writes out as it runs. The runner feeds batches (the input resized to a chunk of
-samples) when the model keeps its samples apart under that resize, runs one single-threaded
-interpreter per core on successive chunks, and hands observers read-only views of the
-interpreter's memory, in chunk order (qtool.runtime.parallel), without copying them.
+samples) when the model keeps its samples apart under that resize, gives XNNPACK one or two
+threads, whichever runs the model's first chunks faster (`ThreadChoice`: their values are the
+same either way), and hands observers read-only views of the interpreter's memory, in chunk
+order (qtool.runtime.parallel), without copying them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -150,6 +152,48 @@ def _invoke(interpreter, inputs: Sequence[int], values: Sequence[np.ndarray]) ->
         raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
 
 
+class ThreadChoice:
+    """How many threads each XNNPACK interpreter of a run gets: every candidate is timed on
+    chunks the run computes anyway (each interpreter's first invoke packs weights, so it is not
+    timed), then the fastest per sample is kept. XNNPACK's values do not depend on its thread
+    count (tested), so the choice changes only the speed. On the 2-core development machine two
+    threads run pose_detection 1.9x faster and iris_landmark's 170 exposed tensors 1.1x slower
+    (README: "Choosing the calibration engine")."""
+
+    def __init__(self, candidates: Sequence[int]) -> None:
+        self.candidates = tuple(candidates)
+        self.seconds: dict[int, float] = {}  # candidate -> seconds per sample, once timed
+        self.chosen = self.candidates[0] if len(self.candidates) == 1 else None
+
+    def next(self) -> int:
+        """The thread count for the next chunk."""
+        if self.chosen is not None:
+            return self.chosen
+        return next(c for c in self.candidates if c not in self.seconds)
+
+    def timed(self, threads: int, seconds: float, samples: int) -> None:
+        if self.chosen is not None:
+            return
+        self.seconds[threads] = seconds / samples
+        if len(self.seconds) == len(self.candidates):
+            self.chosen = min(self.candidates, key=self.seconds.__getitem__)
+
+
+def xnnpack_thread_candidates(parallel_runs: int) -> tuple[int, ...]:
+    """One or two XNNPACK threads where the runner runs one chunk at a time on a machine with
+    more than one core; one when chunks already run side by side."""
+    return (1, 2) if parallel_runs == 1 and (os.cpu_count() or 1) > 1 else (1,)
+
+
+class _Held:
+    """An interpreter of the runner with its thread count, and whether it has run yet."""
+
+    def __init__(self, interpreter, threads: int) -> None:
+        self.interpreter = interpreter
+        self.threads = threads
+        self.warm = False
+
+
 class _NotBatchable(Exception):
     """A resized interpreter gave some tensor a shape other than the batch's."""
 
@@ -186,9 +230,10 @@ class XnnpackRunner:
         self.vetted = apart is True
         self.ordered = frozenset(ordered)
         self.read_shapes: dict[int, dict[int, list[int]]] = {}  # batch -> tensor -> view shape
-        # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
-        # LiteRT cannot run the model.
-        self._free: dict[int, list] = {1: [self._check(1)]}
+        self.thread_choice = ThreadChoice(xnnpack_thread_candidates(self.threads))
+        # Idle interpreters by batch size and thread count; the first one fails now
+        # (UnsupportedOpError) if LiteRT cannot run the model.
+        self._free: dict[tuple[int, int], list[_Held]] = {(1, 1): [_Held(self._check(1), 1)]}
 
     def run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
         """Every sample of `feeds` (N, *sample_shape) through the model, tensors observed."""
@@ -208,7 +253,7 @@ class XnnpackRunner:
         def work(k: int, order: OrderedObservation) -> None:
             part = parts[k]
             batch = part[0].shape[0] if self.leading_one else 1
-            with self._interpreter(batch) as held:
+            with self._interpreter(batch, self.thread_choice.next()) as held:
                 interpreter = self._invoked(held, batch, part)
                 for index, value in zip(self.inputs, part, strict=True):
                     order.emit(k, index, value)
@@ -222,34 +267,39 @@ class XnnpackRunner:
         run_chunks(len(parts), work, observers, self.threads)
 
     @contextmanager
-    def _interpreter(self, batch: int) -> Iterator[list]:
-        """An idle interpreter for `batch`, in a one-item list whose item the user may replace;
-        the item goes back to the idle ones."""
-        free = self._free.setdefault(batch, [])
-        held = [free.pop() if free else self._check(batch)]
+    def _interpreter(self, batch: int, threads: int) -> Iterator[list[_Held]]:
+        """An idle interpreter for `batch` on `threads` threads, in a one-item list whose item
+        the user may replace; the item goes back to the idle ones."""
+        free = self._free.setdefault((batch, threads), [])
+        held = [free.pop() if free else _Held(self._check(batch, threads), threads)]
         try:
             yield held
         finally:
             free.append(held[0])
 
-    def _invoked(self, held: list, batch: int, part: list[np.ndarray]):
-        """The interpreter in `held` after running `part`, or a new one put in its place.
+    def _invoked(self, held: list[_Held], batch: int, part: list[np.ndarray]):
+        """The interpreter in `held` after running `part` (timed for the thread choice once it
+        has run before), or a new one put in its place.
 
         LiteRT refuses to invoke while anything still references the views of the last run.
         Observers are done with them (wait_observed), but a stack sampler (Dask's worker
         profiler) holding a frame can keep one alive a little longer: that interpreter is left
         to it and a new one runs the chunk.
         """
+        started = time.perf_counter()
         try:
-            _invoke(held[0], self.inputs, part)
+            _invoke(held[0].interpreter, self.inputs, part)
         except _StillReferenced:
-            held[0] = self._check(batch)
-            _invoke(held[0], self.inputs, part)
-        return held[0]
+            held[0] = _Held(self._check(batch, held[0].threads), held[0].threads)
+            _invoke(held[0].interpreter, self.inputs, part)
+        if held[0].warm:
+            self.thread_choice.timed(held[0].threads, time.perf_counter() - started, batch)
+        held[0].warm = True
+        return held[0].interpreter
 
-    def _check(self, batch: int):
-        """A new interpreter for `batch` samples per invoke whose observed tensors all hold
-        them along their leading axis."""
+    def _check(self, batch: int, threads: int = 1):
+        """A new interpreter for `batch` samples per invoke on `threads` threads whose observed
+        tensors all hold them along their leading axis."""
         from ai_edge_litert.interpreter import Interpreter
 
         def resize(interpreter) -> None:
@@ -259,7 +309,7 @@ class XnnpackRunner:
 
         try:
             interpreter = _allocated(
-                lambda: Interpreter(model_content=self.blob, num_threads=1), resize
+                lambda: Interpreter(model_content=self.blob, num_threads=threads), resize
             )
         except UnsupportedOpError:
             if batch == 1:

@@ -77,7 +77,7 @@ class SubgraphStatistics:
     _pending: dict[int, list[np.ndarray]] = field(default_factory=dict, repr=False)
     _pending_bytes: dict[int, int] = field(default_factory=dict, repr=False)
 
-    GROUP_BYTES = 1 << 22
+    GROUP_BYTES = 1 << 20
 
     @property
     def tensors(self) -> frozenset[int]:
