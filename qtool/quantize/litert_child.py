@@ -1,8 +1,8 @@
 """The child process of `litert_worker`: runs int8 models in LiteRT and sends their outputs back.
 
 Run as a script (`python -I litert_child.py`), so that it imports only numpy and LiteRT, not
-qtool. Each request on stdin is a length-prefixed pickle `(model bytes, inputs, leading_one)`;
-each reply on stdout is `("outputs", [array per output, samples stacked])` or `("error", text)`.
+qtool. Each request on stdin is a length-prefixed pickle `(model bytes, inputs, leading_one)`,
+inputs None for the same ones as the request before; each reply on stdout is `("outputs", [array per output, samples stacked])` or `("error", text)`.
 A model LiteRT aborts on kills this process only.
 """
 
@@ -49,9 +49,12 @@ def _outputs(model: bytes, inputs: list[np.ndarray], leading_one: bool) -> list[
 
 def main() -> None:
     source, sink = sys.stdin.buffer, sys.stdout.buffer
+    inputs = None
     while (request := _read(source)) is not None:
+        model, sent, leading_one = request
+        inputs = inputs if sent is None else sent
         try:
-            reply = ("outputs", _outputs(*request))
+            reply = ("outputs", _outputs(model, inputs, leading_one))
         except Exception as exc:  # LiteRT's refusals: the parent simulates instead
             reply = ("error", f"{type(exc).__name__}: {exc}")
         _write(sink, reply)

@@ -35,9 +35,18 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        self.inputs: Sequence[np.ndarray] | None = None  # the inputs the child holds
 
-    def call(self, request: tuple) -> object | None:
-        _write(self.process.stdin, request)
+    def call(self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> object:
+        """The child's reply for `model` on `inputs`, which travel only when they are not the
+        ones it already holds (every candidate of a quantization runs on the same samples)."""
+        fresh = inputs is not self.inputs
+        self.inputs = None  # unknown until the child has read the request
+        _write(
+            self.process.stdin,
+            (model, [np.asarray(x) for x in inputs] if fresh else None, leading_one),
+        )
+        self.inputs = inputs
         return _read(self.process.stdout)
 
     def stop(self) -> None:
@@ -62,7 +71,7 @@ def litert_outputs(
         try:
             if _worker is None:
                 _worker = _Worker()
-            reply = _worker.call((model, [np.asarray(x) for x in inputs], leading_one))
+            reply = _worker.call(model, inputs, leading_one)
         except (OSError, ValueError, EOFError, pickle.UnpicklingError):  # the child is gone
             reply = None
         except BaseException:  # interrupted mid-reply: the pipe is out of step, start afresh

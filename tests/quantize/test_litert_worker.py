@@ -49,9 +49,9 @@ def test_an_interrupted_call_starts_a_fresh_child(monkeypatch) -> None:
     assert litert_outputs(blob, [samples[:, None, :]], False) is not None
     call = litert_worker._Worker.call
 
-    def interrupt(self, request):  # a Ctrl-C after the request went out, before the reply
+    def interrupt(self, model, inputs, leading_one):  # a Ctrl-C after the request, before the reply
         monkeypatch.setattr(litert_worker._Worker, "call", call)
-        litert_worker._write(self.process.stdin, request)
+        litert_worker._write(self.process.stdin, (model, list(inputs), leading_one))
         raise KeyboardInterrupt
 
     monkeypatch.setattr(litert_worker._Worker, "call", interrupt)
@@ -61,3 +61,21 @@ def test_an_interrupted_call_starts_a_fresh_child(monkeypatch) -> None:
     (got,) = litert_outputs(blob, [other[:, None, :]], False)
     (expected,) = run_litert_samples(blob, [other], reference=False)
     np.testing.assert_array_equal(got.reshape(expected.shape), expected)
+
+
+def test_inputs_travel_once_per_set_of_samples(monkeypatch) -> None:
+    blob, samples = _greater_than_zero()
+    sent: list[bool] = []
+    write = litert_worker._write
+
+    def counted(stream, request) -> None:
+        sent.append(request[1] is not None)
+        write(stream, request)
+
+    monkeypatch.setattr(litert_worker, "_write", counted)
+    first, second = [samples[:, None, :]], [-samples[:, None, :]]
+    runs = [litert_outputs(blob, inputs, False) for inputs in (first, first, second, first)]
+    assert sent == [True, False, True, True]
+    for inputs, (got,) in zip((first, first, second, first), runs, strict=True):
+        (expected,) = run_litert_samples(blob, [inputs[0][:, 0, :]], reference=False)
+        np.testing.assert_array_equal(got.reshape(expected.shape), expected)
