@@ -13,6 +13,7 @@ leading batch-1 dimension (or the whole declared shape when that dimension is no
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import math
@@ -339,31 +340,53 @@ def _user_error(
     return DataError(f"{_as_parameter(source)}: {label} raised {exception_summary(exc)}{where}")
 
 
+@contextlib.contextmanager
+def _importable(folder: str) -> Iterator[None]:
+    """`folder` first on sys.path while the user's module imports (unless it is there)."""
+    added = folder not in sys.path and not (folder == os.getcwd() and "" in sys.path)
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(folder)
+
+
+def _import_file(source: str, file_name: str):
+    """A .py file run as `python path/to/file.py` would run it: its folder importable (sibling
+    modules), and the module in sys.modules while it runs (dataclasses look it up there)."""
+    path = Path(file_name)
+    if lookup(file_name) is None:
+        raise UsageError(f"{_as_parameter(source)}: no such file {file_name}")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    replaced = sys.modules.get(path.stem)
+    sys.modules[path.stem] = module
+    try:
+        with _importable(str(path.resolve().parent)):
+            spec.loader.exec_module(module)
+    finally:
+        if replaced is None:
+            sys.modules.pop(path.stem, None)
+        else:
+            sys.modules[path.stem] = replaced
+    return module
+
+
 def _import(source: str, module_name: str):
     """The module a generator source names: a file path ending in .py, or a (dotted) module
     name found from the current directory first, as `python -m` would."""
     if module_name.endswith(".py"):
-        path = Path(module_name)
-        if lookup(module_name) is None:
-            raise UsageError(f"{_as_parameter(source)}: no such file {module_name}")
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    cwd = os.getcwd()
-    added = cwd not in sys.path and "" not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
+        return _import_file(source, module_name)
     try:
-        return importlib.import_module(module_name)
+        with _importable(os.getcwd()):
+            return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if module_name != missing and not module_name.startswith(f"{missing}."):
             raise
         raise UsageError(f"{_as_parameter(source)}: no module named {module_name!r}") from None
-    finally:
-        if added:
-            sys.path.remove(cwd)
 
 
 def _load_generator(source: str) -> tuple[Callable[[], Any], str]:

@@ -167,6 +167,33 @@ def generate() -> dict[str, Any]:
     }
 
 
+def conflicts(shipped: dict[str, Any], installed: dict[str, Any]) -> list[str]:
+    """What `shipped` states that `installed` (another `tflite` release's schema) lacks or
+    contradicts: a table, field or enum value gone, or a field or value numbered, typed or
+    defaulted otherwise. Empty when `installed` only adds to `shipped`: then the shipped table
+    reads and writes that release's models alike (it may lack the newest ops)."""
+    found = []
+    for name, layout in shipped["tables"].items():
+        other = installed["tables"].get(name)
+        if other is None:
+            found.append(f"table {name} is gone")
+            continue
+        theirs = {field[0]: field for field in other["fields"]}
+        found += [
+            f"{name}.{field[0]}: {field} is now {theirs.get(field[0])}"
+            for field in layout["fields"]
+            if theirs.get(field[0]) != field
+        ]
+    for name, values in shipped["enums"].items():
+        other = installed["enums"].get(name, {})
+        found += [
+            f"{name}.{key}: {value} is now {other.get(key)}"
+            for key, value in values.items()
+            if other.get(key) != value
+        ]
+    return found
+
+
 def dumps(schema: dict[str, Any]) -> str:
     """One table or enum a line, so that a schema update reads as a small diff."""
     lines = ["{", f'"generated_from": {json.dumps(schema["generated_from"])},']

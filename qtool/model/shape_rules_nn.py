@@ -81,12 +81,27 @@ def _convolved(view: OpView, x: Shape, kernel: tuple[int, int], out_c: int) -> I
     return [(x[0], oh, ow, out_c)]
 
 
+def _static_filter(view: OpView, position: int) -> tuple[int, int, int, int]:
+    """A convolution filter [out_c, KH, KW, in_c] whose every size is known and positive."""
+    dims = need_rank(view, position, (4,), "filter")
+    if None in dims or min(dims) < 1:
+        raise ShapeError(f"filter shape {list(dims)} must be static and positive")
+    return dims  # type: ignore[return-value]
+
+
+def _transposed_filter(view: OpView, position: int, x: Shape) -> tuple[int, int, int, int]:
+    """The static filter of a transposed convolution, whose last dimension reads the input's
+    channels."""
+    filter_shape = _static_filter(view, position)
+    if not same_dim(x[3], filter_shape[3]):
+        raise ShapeError(f"filter of {filter_shape[3]} input channels for an input of {x[3]}")
+    return filter_shape
+
+
 @rule("conv_2d")
 def _conv_2d(view: OpView) -> Inferred:
     x = need_rank(view, 0, (4,), "input")
-    out_c, kh, kw, in_c = need_rank(view, 1, (4,), "filter")
-    if None in (out_c, kh, kw, in_c) or min(out_c, kh, kw, in_c) < 1:
-        raise ShapeError(f"filter shape {[out_c, kh, kw, in_c]} must be static and positive")
+    out_c, kh, kw, in_c = _static_filter(view, 1)
     if x[3] is not None and (x[3] < in_c or x[3] % in_c or out_c % (x[3] // in_c)):
         raise ShapeError(f"filter of {in_c} channels ({out_c} outputs) for {x[3]} input channels")
     return _convolved(view, x, (kh, kw), out_c)
@@ -105,12 +120,8 @@ def _depthwise_conv_2d(view: OpView) -> Inferred:
 
 @rule("transpose_conv")
 def _transpose_conv(view: OpView) -> Inferred:
-    out_c, kh, kw, in_c = need_rank(view, 1, (4,), "filter")
     x = need_rank(view, 2, (4,), "input")
-    if None in (out_c, kh, kw, in_c) or min(out_c, kh, kw, in_c) < 1:
-        raise ShapeError(f"filter shape {[out_c, kh, kw, in_c]} must be static and positive")
-    if not same_dim(x[3], in_c):
-        raise ShapeError(f"filter of {in_c} input channels for an input of {x[3]}")
+    out_c = _transposed_filter(view, 1, x)[0]
     _bias(view, 3, out_c)
     _positive(view, "stride_h", "stride_w")
     target = view.ints(0, "output_shape")
@@ -154,11 +165,7 @@ def _unpool_2d(view: OpView) -> Inferred:
 def _transpose_conv_bias(view: OpView) -> Inferred:
     """MediaPipe's Convolution2DTransposeBias: TensorFlow's sizes (SAME: input x stride)."""
     x = need_rank(view, 0, (4,), "input")
-    out_c, kh, kw, in_c = need_rank(view, 1, (4,), "filter")
-    if None in (out_c, kh, kw, in_c) or min(out_c, kh, kw, in_c) < 1:
-        raise ShapeError(f"filter shape {[out_c, kh, kw, in_c]} must be static and positive")
-    if not same_dim(x[3], in_c):
-        raise ShapeError(f"filter of {in_c} input channels for an input of {x[3]}")
+    out_c, kh, kw, _ = _transposed_filter(view, 1, x)
     _bias(view, 2, out_c)
     strides = _positive(view, "stride_h", "stride_w")
     same = view.option("padding") == Padding.SAME

@@ -34,6 +34,23 @@ MOMENT_CHUNK = 32
 KEPT_PLANS = 8
 
 
+class _Same:
+    """A cache key matching only the very object it holds. Holding it keeps the object alive, so
+    no other object can take its id() while the entry lasts (a bare id() key could, and hand
+    the new object a plan made from the old one)."""
+
+    __slots__ = ("held",)
+
+    def __init__(self, held: object) -> None:
+        self.held = held
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.held is self.held
+
+    def __hash__(self) -> int:
+        return id(self.held)
+
+
 @dataclass(frozen=True)
 class Recipe:
     """Every choice that turns statistics into a plan for one subgraph."""
@@ -96,7 +113,7 @@ class Planner:
     def plan(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
         """The plan of `recipe` on `statistics` (the last few are kept: auto calibration, the
         estimate and the target search ask for the same ones again)."""
-        key = (id(statistics), recipe)
+        key = (_Same(statistics), recipe)
         if key in self._plans:
             self._plans.move_to_end(key)
             return self._plans[key]
@@ -111,7 +128,7 @@ class Planner:
     ) -> list[OutputAccuracy]:
         """Each output's SQNR on the evaluation samples, once per recipe: measured with the
         integer model in LiteRT where it runs, simulated otherwise (each row says which)."""
-        key = (id(statistics), recipe, id(evaluation))
+        key = (_Same(statistics), recipe, _Same(evaluation))
         if key not in self._accuracy:
             plan = self.plan(statistics, recipe)
             measured = measured_accuracy(self.model, plan, self.precision.specs, evaluation)
@@ -222,7 +239,7 @@ def quantize_weights(
                 _weight_error_shift, model, subgraph, i, activation, mean, position, bias_position
             )
             corrector = (
-                shift if shifts is None else partial(_cached, shifts, (i, id(statistics)), shift)
+                shift if shifts is None else partial(_cached, shifts, (i, _Same(statistics)), shift)
             )
         plan.weights[i] = quantize_layer(
             model,

@@ -45,6 +45,9 @@ _BIAS_TYPES = {np.dtype(np.int32): TensorType.INT32, np.dtype(np.int64): TensorT
 class RewriteNotes:
     warnings: list[str] = field(default_factory=list)
     enlarged_weight_scales: list[dict] = field(default_factory=list)
+    # Per rewritten subgraph, for each operator of the result in order: the index of the planned
+    # operator it is, or None for a converter the rewrite added.
+    origins: dict[int, list[int | None]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class _Rewriter:
         self.home: dict[int, tuple] = {}  # activation -> key of the version it is produced in
         self.stored_as: dict[int, str] = {}  # tensor -> the type it ends up with
         self.emitted: list[Operator] = []
+        self.origins: list[int | None] = []  # the planned operator of each emitted one
         self.constant_copies: dict[tuple, int] = {}
         self.notes = notes
 
@@ -178,13 +182,14 @@ class _Rewriter:
         version = self.specs[INT8].rule(op_type).int8_version
         if INT16 in (dtype, self.stored_as.get(source, FLOAT)):
             version = max(version, self.specs[INT16].rule(op_type).int8_version)
-        self.emitted.append(
-            Operator(
-                opcode_index=self.model.opcode_for(op_type, version),
-                inputs=[source],
-                outputs=[target],
-            )
+        converter = Operator(
+            opcode_index=self.model.opcode_for(op_type, version), inputs=[source], outputs=[target]
         )
+        self._emit(converter, None)
+
+    def _emit(self, op: Operator, origin: int | None) -> None:
+        self.emitted.append(op)
+        self.origins.append(origin)
 
     # ------------------------------------------------------------------ constants
 
@@ -316,12 +321,13 @@ class _Rewriter:
                 op.outputs[position] = produced
                 if produced != t:
                     boundary_outputs.append(t)
-            self.emitted.append(op)
+            self._emit(op, i)
             for t in boundary_outputs:
                 self._emit_converter(self.tensor_of[self.home[t]], t, self.kind[("io", t)].dtype)
         for key, t in self.tensor_of.items():
             self._set_type(t, self.kind[key])
         self.subgraph.operators = self.emitted
+        self.notes.origins[self.plan.subgraph_index] = self.origins
         return self.notes
 
     def _set_type(self, t: int, version: _Version) -> None:
@@ -351,9 +357,8 @@ def rewrite(
 def rewrite_plans(
     work: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
 ) -> RewriteNotes:
-    """Rewrite every planned subgraph of `work` in place, then drop the unused float originals.
-    Operator objects survive the rewrite: a caller may map the result's ops to the plans' by
-    identity."""
+    """Rewrite every planned subgraph of `work` in place, then drop the unused float originals
+    (operators stay: `RewriteNotes.origins` maps the result's operators to the plans')."""
     notes = RewriteNotes()
     for plan in plans.values():
         rewrite(work, plan, specs, io=io, notes=notes)

@@ -80,22 +80,16 @@ class _Device:
         """Per subgraph, (op, reason) of the integer ops of `plans` that cannot run on the target
         but whose float form can."""
         work = clone_model(self.model)
-        planned = {
-            id(op): (s, i)
-            for s, sg in enumerate(work.subgraphs)
-            for i, op in enumerate(sg.operators)
-        }
-        rewrite_plans(work, plans, self.specs, self.io)
+        origins = rewrite_plans(work, plans, self.specs, self.io).origins
         moved: dict[int, set[tuple[int, str]]] = {}
         for placed in place_model(work, self.target).ops:
-            if placed.status != CANNOT_RUN:
+            s = placed.subgraph
+            if placed.status != CANNOT_RUN or s not in plans:
                 continue
-            # The rewrite keeps every planned op object; converters it added map to nothing.
-            key = planned.get(id(work.subgraphs[placed.subgraph].operators[placed.index]))
-            if key is None or key[0] not in plans:
+            i = origins[s][placed.index]
+            if i is None:  # a converter the rewrite added
                 continue
-            s, i = key
-            mode, floating = plans[s].decisions[i].mode, self.float_form[key]
+            mode, floating = plans[s].decisions[i].mode, self.float_form[(s, i)]
             if mode in QUANTIZED and floating.status != CANNOT_RUN:
                 why = _reason(self.target, mode.value, placed, floating)
                 moved.setdefault(s, set()).add((i, why))

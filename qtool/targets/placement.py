@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qtool.model import Model
+from qtool.spec import boundary_ops
 from qtool.targets import TFLITE_CPU, ConstraintUse, Target, constraint_uses, load_target
 from qtool.targets.constraints import CONSTRAINTS
 from qtool.targets.opview import TargetOp, target_ops
@@ -141,14 +142,16 @@ def _partition_reason(target: Target, first: TargetOp) -> Reason:
     return Reason(AFTER_PARTITION, text, f"after op {first.index} {first.type}", "partition")
 
 
-def _model_boundary(model: Model, op: TargetOp) -> bool:
-    """A QUANTIZE of a model input or a DEQUANTIZE to a model output (float I/O conversion)."""
+def _model_boundary(model: Model, op: TargetOp, conversions: frozenset[str]) -> bool:
+    """A boundary conversion of the spec (`conversions`: QUANTIZE, DEQUANTIZE) reading model
+    inputs or writing model outputs: the float (or uint8) I/O conversion, not a cut in the
+    integer graph."""
+    if op.type not in conversions:
+        return False
     subgraph = model.subgraphs[op.subgraph]
-    if op.type == "QUANTIZE":
-        return all(t in subgraph.inputs for t in op.operator.inputs)
-    if op.type == "DEQUANTIZE":
-        return all(t in subgraph.outputs for t in op.operator.outputs)
-    return False
+    return all(t in subgraph.inputs for t in op.operator.inputs) or all(
+        t in subgraph.outputs for t in op.operator.outputs
+    )
 
 
 def place_model(model: Model, target: Target | str) -> TargetReport:
@@ -157,6 +160,7 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
         target = checked_target(target)
     fallback = load_target(target.fallback) if target.fallback not in (None, TFLITE_CPU) else None
     report = TargetReport(target)
+    conversions = boundary_ops()
     first_unsupported: dict[int, TargetOp] = {}
     for op in target_ops(model):
         reasons = violations(target, op)
@@ -169,7 +173,7 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
         if not reasons:
             report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, op.macs))
             continue
-        if not _model_boundary(model, op):
+        if not _model_boundary(model, op, conversions):
             first_unsupported.setdefault(op.subgraph, op)
         if target.fallback is None:
             status, fallback_reasons = CANNOT_RUN, ()

@@ -15,9 +15,9 @@ from qtool.check.formats.junit import to_junit
 from qtool.check.formats.sarif import to_sarif
 from qtool.cli import main
 from qtool.model import parse_model
-from qtool.targets import load_target, target_names
+from qtool.targets import load_target, placement, target_names
 from qtool.targets.constraints import CONSTRAINTS
-from qtool.targets.placement import FALLBACK, ON_TARGET, place_model
+from qtool.targets.placement import AFTER_PARTITION, FALLBACK, ON_TARGET, place_model
 from tests.check.helpers import TF_INT8, tf_model
 from tests.check.target_models import int8_model
 from tests.check.validators import validate_junit, validate_sarif
@@ -63,6 +63,21 @@ def test_edgetpu_moves_every_op_after_the_first_unsupported_one_to_the_cpu() -> 
     assert partitioned and partitioned[0].op == "CONV_2D"  # supported, yet on the CPU
 
 
+def test_the_io_conversions_that_do_not_cut_the_graph_are_the_specs(monkeypatch) -> None:
+    """The QUANTIZEs of the float inputs and the DEQUANTIZE of an output between other ops run
+    on the CPU without moving the rest off the Edge TPU, because the spec lists them as boundary
+    ops (schemas/int8_spec.json, check.boundary_ops); a spec without them cuts the graph."""
+    model = tf_model("multi_io_int8")
+    placed = place_model(model, "edgetpu").ops
+    off_target = [p.op for p in placed if p.status != ON_TARGET]
+    assert off_target == ["QUANTIZE", "QUANTIZE", "DEQUANTIZE", "DEQUANTIZE"]
+    assert placed[7].op == "DEQUANTIZE" and placed[8].status == ON_TARGET
+    monkeypatch.setattr(placement, "boundary_ops", frozenset)  # a spec listing none
+    cut = place_model(model, "edgetpu").ops
+    assert all(p.status == FALLBACK for p in cut[2:])
+    assert cut[2].reasons[-1].check == AFTER_PARTITION
+
+
 def test_cnn_runs_entirely_on_the_edgetpu_with_int8_io() -> None:
     report = place_model(tf_model("cnn_int8_io"), "edgetpu")
     assert report.count(ON_TARGET) == len(report.ops) and report.mac_share == 1.0
@@ -88,9 +103,9 @@ def test_unsupported_op_is_an_error_in_every_format(tmp_path) -> None:
     validate_junit(junit)
     assert 'name="target.cannot_run" value="1"' in junit and "QT-TARGET-UNSUPPORTED" in junit
     sarif = to_sarif([result])
-    validate_sarif(sarif)
     assert sarif["runs"][0]["properties"]["models"][0]["target"]["cannot_run"] == 1
     assert any(r["ruleId"] == "QT-TARGET-UNSUPPORTED" for r in sarif["runs"][0]["results"])
+    validate_sarif(sarif)
 
 
 def test_cli_target_summary_and_exit_code() -> None:

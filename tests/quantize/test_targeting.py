@@ -57,6 +57,23 @@ def test_tflm_keeps_the_op_it_has_no_int8_kernel_for_in_float() -> None:
         np.testing.assert_allclose(np.asarray(got).reshape(litert.shape), litert, atol=1e-6)
 
 
+def test_the_rewrite_says_which_planned_op_each_integer_op_is() -> None:
+    """`--target` places the integer model and maps its ops back to the plan by position
+    (`RewriteNotes.origins`): every planned op once, in order, and None for the converters."""
+    _, result = quantized("negate_after_conv", "tflm")
+    origins = result.notes.origins[0]
+    ops, planned = result.model.subgraphs[0].operators, result.float_model.subgraphs[0].operators
+    assert len(origins) == len(ops)
+    assert [i for i in origins if i is not None] == list(range(len(planned)))
+    for op, origin in zip(ops, origins, strict=True):
+        if origin is None:
+            assert result.model.op_type(op) in ("QUANTIZE", "DEQUANTIZE")
+        else:
+            assert result.model.op_type(op) == result.float_model.op_type(planned[origin])
+    # NEG stays float between integer ops: converters were added around it.
+    assert origins.count(None) >= 2
+
+
 def test_an_op_falling_back_to_the_cpu_stays_int8() -> None:
     """Vela leaves a stride-4 depthwise convolution to TFLite Micro, which runs it in int8."""
     _, result = quantized("depthwise_stride4", "ethos-u")

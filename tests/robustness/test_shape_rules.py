@@ -159,3 +159,24 @@ def test_a_shrunk_axis_outside_the_input_or_backwards_is_refused() -> None:
         spec.append(np.array([1, stride], np.int32))
         (problem,) = _problems("STRIDED_SLICE", [x, *map(Const, spec)], [1], **kwargs)
         assert problem.message == fragment
+
+
+def test_convolution_filters_are_checked_alike() -> None:
+    """CONV_2D and TRANSPOSE_CONV share one filter check: every size known and positive, and a
+    transposed convolution's filter reads the input's channels."""
+    x = Act(np.zeros((1, 5, 5, 2), np.float32))
+    conv = {"options_type": "Conv2DOptions", "options": {"stride_h": 1, "stride_w": 1}}
+    transposed = {"options_type": "TransposeConvOptions", "options": {"stride_h": 1, "stride_w": 1}}
+    output_shape = Const(np.array([1, 5, 5, 4], np.int32))
+    empty = Const(np.zeros((4, 3, 0, 2), np.float32))
+    for op_type, inputs, options in (
+        ("CONV_2D", [x, empty], conv),
+        ("TRANSPOSE_CONV", [output_shape, empty, x], transposed),
+    ):
+        (problem,) = _problems(op_type, inputs, [1, 5, 5, 4], **options)
+        assert problem.message == "filter shape [4, 3, 0, 2] must be static and positive"
+    three_channels = Const(np.zeros((4, 3, 3, 3), np.float32))
+    (problem,) = _problems(
+        "TRANSPOSE_CONV", [output_shape, three_channels, x], [1, 5, 5, 4], **transposed
+    )
+    assert problem.message == "filter of 3 input channels for an input of 2"
