@@ -159,6 +159,7 @@ def run_guarded(
     try:
         with _signal_handlers() as swallowed, _quiet_warnings(), quiet_native:
             result = invoke()
+            sys.stdout.flush()  # a closed pipe shows now, inside the guard, not at exit
             if swallowed:
                 raise swallowed[0]
             return result
@@ -183,6 +184,11 @@ def run_guarded(
     except MemoryError:
         click.echo("qtool: error: out of memory", err=True)
         sys.exit(2)
+    except BrokenPipeError:
+        # The reader of standard output went away (`qtool ... | head`): end as a program that
+        # SIGPIPE stops does, quietly, with nothing left to flush into the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + signal.SIGPIPE)
     except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
         raise
     except Exception as exc:  # a bug: one line, the traceback only on request

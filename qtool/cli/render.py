@@ -18,8 +18,16 @@ from rich.text import Text
 
 from qtool.display import printable
 
-stdout = Console(highlight=False)
-stderr = Console(stderr=True, highlight=False)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich would exit 1 here, which `check` means as "findings": the guard ends the run
+        # as SIGPIPE would instead, like output written any other way.
+        raise BrokenPipeError
+
+
+stdout = _Console(highlight=False)
+stderr = _Console(stderr=True, highlight=False)
 
 Cell = str | Text  # a str is shown as it is (never read as markup)
 

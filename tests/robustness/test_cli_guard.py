@@ -135,3 +135,22 @@ def test_a_signal_before_the_command_line_is_loaded_is_one_line() -> None:
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert (process.returncode, stderr) == (130, "qtool: interrupted\n")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect", str(MODELS / "cnn.tflite"), "--json", "--ops"],
+        ["check", "--list-rules"],
+    ],
+)
+def test_a_reader_that_goes_away_ends_the_command_quietly(command: list[str]) -> None:
+    # `qtool ... | head`: the pipe closes before qtool writes; the end is SIGPIPE's (141), with
+    # nothing on stderr, neither a traceback nor an internal error.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "qtool", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    process.stdout.close()
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 128 + signal.SIGPIPE
+    assert stderr == ""
