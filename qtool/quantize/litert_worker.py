@@ -1,16 +1,20 @@
-"""Candidate int8 models run in LiteRT, in a child process that may die without taking qtool.
+"""Candidate int8 models run in LiteRT, in child processes that may die without taking qtool.
 
 The auto choice and the estimate score plans by their outputs on held-out samples. Running
 the planned int8 model in LiteRT measures them exactly (the simulation approximates kernel
 rounding) and several times faster than the simulation, but LiteRT aborts the whole process on
 some int8 models (a TFLITE_CHECK inside a kernel), and candidates are not audited yet. So they
-run in one child process (`litert_child.py`, started on first use and reused, stopped at exit);
-a model the child refuses or dies on gets None, and the caller simulates it instead.
+run in child processes (`litert_child.py`, started on first use and reused, stopped at exit):
+one per core, up to two, each running its share of the samples (LiteRT's int8 kernels gain
+nothing from a second thread on an int8 palm_detection_lite, two processes halve its time). A
+model a child refuses or dies on gets None, and the caller simulates it instead.
 """
 
 from __future__ import annotations
 
 import atexit
+import itertools
+import os
 import pickle
 import subprocess
 import sys
@@ -23,6 +27,7 @@ import numpy as np
 from qtool.quantize.litert_child import _read, _write
 
 _CHILD = Path(__file__).with_name("litert_child.py")
+MAX_CHILDREN = 2
 
 
 class _Worker:
@@ -35,18 +40,19 @@ class _Worker:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        self.inputs: Sequence[np.ndarray] | None = None  # the inputs the child holds
+        self.held: tuple[Sequence[np.ndarray], slice] | None = None  # the samples it holds
 
-    def call(self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> object:
-        """The child's reply for `model` on `inputs`, which travel only when they are not the
-        ones it already holds (every candidate of a quantization runs on the same samples)."""
-        fresh = inputs is not self.inputs
-        self.inputs = None  # unknown until the child has read the request
-        _write(
-            self.process.stdin,
-            (model, [np.asarray(x) for x in inputs] if fresh else None, leading_one),
-        )
-        self.inputs = inputs
+    def send(self, model: bytes, inputs: Sequence[np.ndarray], share: slice, leading_one: bool):
+        """Ask for `model`'s outputs on the `share` of `inputs`, which travel only when they
+        are not the ones the child already holds (every candidate of a quantization runs on
+        the same samples)."""
+        held, self.held = self.held, None  # unknown until the child has read the request
+        fresh = held is None or held[0] is not inputs or held[1] != share
+        samples = [np.asarray(x[share]) for x in inputs] if fresh else None
+        _write(self.process.stdin, (model, samples, leading_one))
+        self.held = (inputs, share)
+
+    def receive(self) -> object | None:
         return _read(self.process.stdout)
 
     def stop(self) -> None:
@@ -58,7 +64,22 @@ class _Worker:
 
 
 _lock = threading.Lock()
-_worker: _Worker | None = None
+_workers: list[_Worker] = []
+
+
+def _shares(samples: int) -> list[slice]:
+    """Consecutive shares of the samples, one per child (at most one per core)."""
+    children = max(1, min(MAX_CHILDREN, os.cpu_count() or 1, samples))
+    bounds = [samples * k // children for k in range(children + 1)]
+    return [slice(start, stop) for start, stop in itertools.pairwise(bounds)]
+
+
+def start_children() -> None:
+    """Start every child ahead of the first model, so that their start-up (importing LiteRT)
+    overlaps the caller's calibration."""
+    with _lock:
+        while len(_workers) < len(_shares(MAX_CHILDREN)):
+            _workers.append(_Worker())
 
 
 def litert_outputs(
@@ -66,29 +87,33 @@ def litert_outputs(
 ) -> list[np.ndarray] | None:
     """The model's outputs (samples stacked) on `inputs` (samples along axis 0, fed one at a
     time, with a leading 1 when `leading_one`), run by LiteRT; None when it cannot."""
-    global _worker
+    shares = _shares(int(inputs[0].shape[0]))
     with _lock:
         try:
-            if _worker is None:
-                _worker = _Worker()
-            reply = _worker.call(model, inputs, leading_one)
-        except (OSError, ValueError, EOFError, pickle.UnpicklingError):  # the child is gone
-            reply = None
-        except BaseException:  # interrupted mid-reply: the pipe is out of step, start afresh
+            while len(_workers) < len(shares):
+                _workers.append(_Worker())
+            # Every request goes out before any reply is read: the children run side by side.
+            busy = _workers[: len(shares)]
+            for worker, share in zip(busy, shares, strict=True):
+                worker.send(model, inputs, share, leading_one)
+            replies = [worker.receive() for worker in busy]
+        except (OSError, ValueError, EOFError, pickle.UnpicklingError):  # a child is gone
+            replies = [None]
+        except BaseException:  # interrupted mid-reply: the pipes are out of step, start afresh
             _stop()
             raise
-        if reply is None:
+        if any(reply is None for reply in replies):
             _stop()
             return None
-    kind, found = reply
-    return found if kind == "outputs" else None
+    if any(kind != "outputs" for kind, _ in replies):
+        return None
+    parts = [found for _, found in replies]
+    return [np.concatenate(outputs) for outputs in zip(*parts, strict=True)]
 
 
 def _stop() -> None:
-    global _worker
-    if _worker is not None:
-        _worker.stop()
-        _worker = None
+    while _workers:
+        _workers.pop().stop()
 
 
 atexit.register(_stop)

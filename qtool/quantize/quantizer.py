@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from qtool.calibrate import CalibrationResult, Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
+from qtool.calibrate.litert import litert_available
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
     CalibrationStatistics,
@@ -33,6 +34,7 @@ from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
+from qtool.quantize.litert_worker import start_children
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
@@ -214,6 +216,8 @@ def calibrate_model(
             for s in entries
         }
     else:
+        if litert_available() and 0 in datasets:
+            start_children()  # the candidates will run in LiteRT on the evaluation samples
         collected = {
             s: collect(
                 prepared.model,

@@ -47,17 +47,16 @@ def test_a_model_litert_aborts_on_gives_none_and_the_next_one_runs() -> None:
 def test_an_interrupted_call_starts_a_fresh_child(monkeypatch) -> None:
     blob, samples = _greater_than_zero()
     assert litert_outputs(blob, [samples[:, None, :]], False) is not None
-    call = litert_worker._Worker.call
+    receive = litert_worker._Worker.receive
 
-    def interrupt(self, model, inputs, leading_one):  # a Ctrl-C after the request, before the reply
-        monkeypatch.setattr(litert_worker._Worker, "call", call)
-        litert_worker._write(self.process.stdin, (model, list(inputs), leading_one))
+    def interrupt(self):  # a Ctrl-C after the requests went out, before the replies
+        monkeypatch.setattr(litert_worker._Worker, "receive", receive)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(litert_worker._Worker, "call", interrupt)
+    monkeypatch.setattr(litert_worker._Worker, "receive", interrupt)
     with pytest.raises(KeyboardInterrupt):
         litert_outputs(blob, [samples[:, None, :]], False)
-    other = -samples  # the reply to the interrupted request must not answer this one
+    other = -samples  # the replies to the interrupted requests must not answer this one
     (got,) = litert_outputs(blob, [other[:, None, :]], False)
     (expected,) = run_litert_samples(blob, [other], reference=False)
     np.testing.assert_array_equal(got.reshape(expected.shape), expected)
@@ -75,7 +74,16 @@ def test_inputs_travel_once_per_set_of_samples(monkeypatch) -> None:
     monkeypatch.setattr(litert_worker, "_write", counted)
     first, second = [samples[:, None, :]], [-samples[:, None, :]]
     runs = [litert_outputs(blob, inputs, False) for inputs in (first, first, second, first)]
-    assert sent == [True, False, True, True]
+    children = len(litert_worker._shares(len(samples)))
+    assert sent == [flag for flag in (True, False, True, True) for _ in range(children)]
     for inputs, (got,) in zip((first, first, second, first), runs, strict=True):
         (expected,) = run_litert_samples(blob, [inputs[0][:, 0, :]], reference=False)
         np.testing.assert_array_equal(got.reshape(expected.shape), expected)
+
+
+@pytest.mark.parametrize("samples", [1, 2, 5, 16])
+def test_samples_are_shared_out_in_order_and_whole(samples: int) -> None:
+    shares = litert_worker._shares(samples)
+    assert 1 <= len(shares) <= litert_worker.MAX_CHILDREN
+    assert [i for share in shares for i in range(samples)[share]] == list(range(samples))
+    assert all(share.stop > share.start for share in shares)
