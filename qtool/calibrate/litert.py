@@ -12,6 +12,7 @@ order (qtool.runtime.parallel), without copying them.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 import os
@@ -23,7 +24,6 @@ import numpy as np
 
 from qtool.errors import DataError, ModelError, UnsupportedOpError, first_line
 from qtool.model import Model, model_to_bytes
-from qtool.model.edit import clone_model
 from qtool.runtime import Engine
 from qtool.runtime.engine import samples_per_pass
 from qtool.runtime.parallel import Observer, OrderedObservation, engine_threads, run_chunks
@@ -212,9 +212,13 @@ class XnnpackRunner:
         self.inputs = list(subgraph.inputs)
         self.tensors = [t for t in sorted(set(tensors)) if t not in self.inputs]
         self.declared = {t: list(subgraph.tensors[t].shape) for t in self.tensors}
-        exposed = clone_model(model)
-        extra = [t for t in self.tensors if t not in exposed.subgraphs[0].outputs]
-        exposed.subgraphs[0].outputs = list(exposed.subgraphs[0].outputs) + extra
+        # Only subgraph 0's output list changes: shallow copies serialise the same graph.
+        main = copy.copy(subgraph)
+        main.outputs = list(subgraph.outputs) + [
+            t for t in self.tensors if t not in subgraph.outputs
+        ]
+        exposed = copy.copy(model)
+        exposed.subgraphs = [main, *model.subgraphs[1:]]
         self.blob = model_to_bytes(exposed)
         self.threads = max(1, threads or engine_threads())
         # A sample of an input declared without a leading 1 is the whole declared shape.
