@@ -26,7 +26,13 @@ from qtool.errors import DataError, ModelError, UnsupportedOpError, first_line
 from qtool.model import Model, model_to_bytes
 from qtool.runtime import Engine
 from qtool.runtime.engine import samples_per_pass
-from qtool.runtime.parallel import Observer, OrderedObservation, engine_threads, run_chunks
+from qtool.runtime.parallel import (
+    Observer,
+    OrderedObservation,
+    available_cores,
+    engine_threads,
+    run_chunks,
+)
 
 
 def litert_available() -> bool:
@@ -182,7 +188,7 @@ class ThreadChoice:
 def xnnpack_thread_candidates(parallel_runs: int) -> tuple[int, ...]:
     """One or two XNNPACK threads where the runner runs one chunk at a time on a machine with
     more than one core; one when chunks already run side by side."""
-    return (1, 2) if parallel_runs == 1 and (os.cpu_count() or 1) > 1 else (1,)
+    return (1, 2) if parallel_runs == 1 and available_cores() > 1 else (1,)
 
 
 class _Held:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import itertools
-import os
 import pickle
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from qtool.quantize.litert_child import _read, _write
+from qtool.runtime.parallel import available_cores
 
 _CHILD = Path(__file__).with_name("litert_child.py")
 MAX_CHILDREN = 2
@@ -69,7 +69,7 @@ _workers: list[_Worker] = []
 
 def _shares(samples: int) -> list[slice]:
     """Consecutive shares of the samples, one per child (at most one per core)."""
-    children = max(1, min(MAX_CHILDREN, os.cpu_count() or 1, samples))
+    children = max(1, min(MAX_CHILDREN, available_cores(), samples))
     bounds = [samples * k // children for k in range(children + 1)]
     return [slice(start, stop) for start, stop in itertools.pairwise(bounds)]
 

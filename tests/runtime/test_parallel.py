@@ -11,7 +11,13 @@ import pytest
 from qtool.errors import UsageError
 from qtool.model import load_model
 from qtool.runtime import Engine
-from qtool.runtime.parallel import OrderedObservation, engine_threads, run_chunks
+from qtool.runtime.parallel import (
+    MAX_DEFAULT_THREADS,
+    OrderedObservation,
+    available_cores,
+    engine_threads,
+    run_chunks,
+)
 from tests.conftest import DATA, MODELS
 
 
@@ -104,7 +110,7 @@ def test_values_are_delivered_before_wait_observed_returns() -> None:
 
 def test_thread_count_from_the_environment(monkeypatch) -> None:
     monkeypatch.delenv("QTOOL_THREADS", raising=False)
-    assert engine_threads() == 1
+    assert engine_threads() == min(available_cores(), MAX_DEFAULT_THREADS)
     monkeypatch.setenv("QTOOL_THREADS", "3")
     assert engine_threads() == 3
     assert Engine(load_model(MODELS / "mlp.tflite")).threads == 3
