@@ -27,6 +27,8 @@ from bench.real_models import MODELS, make_data, model_path
 from bench.timing import REPEATS, best_of
 from qtool.calibrate import MinMaxObserver, activation_tensors, calibrate, load_dataset
 from qtool.calibrate import model_inputs as input_specs
+from qtool.calibrate.litert import XnnpackRunner
+from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
 from qtool.errors import UnsupportedOpError
 from qtool.model import load_model, model_to_bytes
 from qtool.numerics import sqnr_db
@@ -45,6 +47,8 @@ class Speed:
     auto_choice: str = ""
     xnnpack: float = 0.0
     xnnpack_threads: int = 1
+    exposed: float | None = None  # LiteRT with every activation readable, nothing observed
+    statistics: float | None = None  # auto with quantize's observers (histograms, means)
     quantize_s: float | None = None
     agreement_db: float | None = None  # numpy engine outputs vs LiteRT's, SQNR
     profile: dict[str, float] = field(default_factory=dict)  # op type -> seconds per SAMPLES
@@ -64,6 +68,23 @@ def xnnpack_rate(model_bytes: bytes, samples: np.ndarray, threads: int) -> float
             interpreter.invoke()
 
     return samples.shape[0] / best_of(run)
+
+
+def exposed_rate(model, samples: np.ndarray) -> float:
+    """Samples/s of LiteRT with every activation made readable (an output) and nothing
+    observed: the limit of any calibration that reads every activation."""
+    runner = XnnpackRunner(model, activation_tensors(model))
+    runner.run([samples], [])  # weights packed, thread count chosen
+    return samples.shape[0] / best_of(lambda: runner.run([samples], []))
+
+
+def statistics(model) -> SubgraphStatistics:
+    """The observers `qtool quantize` calibrates with: a histogram of every activation and the
+    per-element means of layer inputs."""
+    subgraph = model.subgraphs[0]
+    return new_subgraph_statistics(
+        model, 0, activation_tensors(model), subgraph.inputs_lead_with_one()
+    )
 
 
 def quantize_seconds(path: Path, data: Path) -> float | None:
@@ -113,6 +134,11 @@ def measure(name: str) -> Speed:
             speed.auto_choice = result.engine
         seconds = best_of(lambda engine=engine: calibrate(model, dataset, engine))
         speed.engines[engine] = SAMPLES / seconds
+    if speed.engines["litert"] is not None:
+        speed.exposed = exposed_rate(model, samples)
+    speed.statistics = SAMPLES / best_of(
+        lambda: calibrate(model, dataset, "auto", statistics(model))
+    )
     blob = path.read_bytes()
     rates = {threads: xnnpack_rate(blob, samples, threads) for threads in (1, 2)}
     speed.xnnpack_threads = max(rates, key=rates.__getitem__)
@@ -174,7 +200,8 @@ def _ratio(value: float | None, reference: float) -> str:
 def print_speeds(speeds: list[Speed]) -> None:
     table = Table(
         title=f"calibration throughput, {SAMPLES} samples, samples/s (best of {REPEATS}); "
-        "ratios against LiteRT XNNPACK plain inference"
+        "ratios against LiteRT XNNPACK plain inference; exposed: LiteRT with every activation "
+        "readable and nothing observed (the ceiling); auto+stats: with quantize's observers"
     )
     for column in (
         "model",
@@ -185,6 +212,8 @@ def print_speeds(speeds: list[Speed]) -> None:
         "numpy ratio",
         "LiteRT ratio",
         "auto ratio",
+        "exposed ratio",
+        "auto+stats ratio",
         "quantize s",
         "numpy vs LiteRT dB",
     ):
@@ -199,6 +228,8 @@ def print_speeds(speeds: list[Speed]) -> None:
             _ratio(s.engines["numpy"], s.xnnpack),
             _ratio(s.engines["litert"], s.xnnpack),
             _ratio(s.engines["auto"], s.xnnpack),
+            _ratio(s.exposed, s.xnnpack),
+            _ratio(s.statistics, s.xnnpack),
             "-" if s.quantize_s is None else f"{s.quantize_s:.2f}",
             "-" if s.agreement_db is None else f"{s.agreement_db:.0f}",
         )

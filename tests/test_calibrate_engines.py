@@ -9,7 +9,7 @@ import pytest
 from qtool.calibrate import Dataset, MinMaxObserver, activation_tensors, calibrate
 from qtool.calibrate.calibrate import choose_engine
 from qtool.calibrate.collect import collect
-from qtool.calibrate.litert import ThreadChoice, XnnpackRunner
+from qtool.calibrate.litert import XnnpackRunner
 from qtool.calibrate.statistics import new_subgraph_statistics
 from qtool.model.build import GraphBuilder
 from qtool.model.types import ActivationFunctionType, Padding
@@ -105,48 +105,34 @@ def test_litert_runs_on_while_a_view_of_the_last_run_is_still_referenced(threads
     assert len(kept) == 10
 
 
-def test_thread_choice_times_every_candidate_then_keeps_the_fastest_per_sample() -> None:
-    choice = ThreadChoice((1, 2))
-    assert choice.next() == 1
-    choice.timed(1, 0.040, 4)  # 10 ms a sample
-    assert choice.next() == 2
-    choice.timed(2, 0.012, 1)  # 12 ms a sample
-    assert choice.chosen == 1 and choice.next() == 1
-    choice.timed(2, 0.001, 1)  # decided: later timings change nothing
-    assert choice.next() == 1
-
-
-@pytest.mark.parametrize("threads", [1, 2])
-def test_xnnpack_thread_count_changes_no_statistic(threads: int) -> None:
-    # The runner may give XNNPACK two threads after timing (ThreadChoice): that is only sound
-    # because XNNPACK's values do not depend on its thread count.
+@pytest.mark.parametrize("threads", [2, 3])
+def test_xnnpack_thread_count_changes_no_statistic(threads: int, monkeypatch) -> None:
+    # The runner gives XNNPACK every engine thread: sound because XNNPACK's values do not
+    # depend on its thread count.
     model = _conv_model(None)
     samples = np.random.default_rng(5).standard_normal((24, 8, 8, 3)).astype(np.float32)
     tensors = activation_tensors(model)
     states = []
-    for candidates in ((1,), (threads,)):
+    for count in (1, threads):
+        monkeypatch.setenv("QTOOL_THREADS", str(count))
         statistics = new_subgraph_statistics(model, 0, tensors, batched=True)
         runner = XnnpackRunner(model, tensors, ordered=statistics.ordered_tensors)
+        assert runner.xnnpack_threads == count
         runner.batch = 4
-        runner.thread_choice = ThreadChoice(candidates)
         runner.run([samples], [statistics])
         statistics.flush()
         states.append((statistics.histograms.state(), statistics.means.state()))
     assert states[0] == states[1]
 
 
-def test_the_runner_tries_both_thread_counts_on_chunks_it_computes_anyway() -> None:
+def test_parts_differ_in_size_by_one_at_most() -> None:
     model = _conv_model(None)
-    samples = np.random.default_rng(6).standard_normal((32, 8, 8, 3)).astype(np.float32)
-    runner = XnnpackRunner(model, activation_tensors(model), threads=1)
-    runner.batch = 4
-    runner.thread_choice = ThreadChoice((1, 2))
-    seen: list[np.ndarray] = []
-    runner.run([samples], [lambda t, v: seen.append(v.copy()) if t == 0 else None])
-    assert runner.thread_choice.chosen in (1, 2)
-    assert set(runner.thread_choice.seconds) == {1, 2}
-    assert {threads for batch, threads in runner._free} == {1, 2}
-    np.testing.assert_array_equal(np.concatenate(seen), samples)  # every sample seen once
+    samples = np.random.default_rng(6).standard_normal((64, 8, 8, 3)).astype(np.float32)
+    runner = XnnpackRunner(model, activation_tensors(model))
+    runner.batch = 17
+    sizes: list[int] = []
+    runner.run([samples], [lambda t, v: sizes.append(len(v)) if t == 0 else None])
+    assert sizes == [16, 16, 16, 16]  # one interpreter size, not 17, 17, 17 and 13
 
 
 def test_auto_prefers_litert_and_falls_back_to_numpy() -> None:

@@ -4,19 +4,20 @@ LiteRT only lets intermediate tensors be read when nothing fuses them away: eith
 tensor preserved on the builtin kernels (no XNNPACK, several times slower than plain inference),
 or, what `XnnpackRunner` does, with every observed tensor made an output of the model, which
 XNNPACK then writes out as it runs. The runner feeds batches (the input resized to a chunk of
-samples) when the model keeps its samples apart under that resize, gives XNNPACK one or two
-threads, whichever runs the model's first chunks faster (`ThreadChoice`: their values are the
-same either way), and hands observers read-only views of the interpreter's memory, in chunk
-order (qtool.runtime.parallel), without copying them.
+samples) when the model keeps its samples apart under that resize, runs one interpreter with
+XNNPACK on every engine thread (fewer interpreters mean less weight packing: faster than one
+single-threaded interpreter per thread on every development model), and hands observers
+read-only views of the interpreter's memory, in chunk order (qtool.runtime.parallel), without
+copying them.
 """
 
 from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import math
 import os
-import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -29,7 +30,6 @@ from qtool.runtime.engine import samples_per_pass
 from qtool.runtime.parallel import (
     Observer,
     OrderedObservation,
-    available_cores,
     engine_threads,
     run_chunks,
 )
@@ -158,48 +158,6 @@ def _invoke(interpreter, inputs: Sequence[int], values: Sequence[np.ndarray]) ->
         raise DataError(f"LiteRT cannot run the model on this data: {detail}") from None
 
 
-class ThreadChoice:
-    """How many threads each XNNPACK interpreter of a run gets: every candidate is timed on
-    chunks the run computes anyway (each interpreter's first invoke packs weights, so it is not
-    timed), then the fastest per sample is kept. XNNPACK's values do not depend on its thread
-    count (tested), so the choice changes only the speed. On the 2-core development machine two
-    threads run pose_detection 1.9x faster and iris_landmark's 170 exposed tensors 1.1x slower
-    (README: "Choosing the calibration engine")."""
-
-    def __init__(self, candidates: Sequence[int]) -> None:
-        self.candidates = tuple(candidates)
-        self.seconds: dict[int, float] = {}  # candidate -> seconds per sample, once timed
-        self.chosen = self.candidates[0] if len(self.candidates) == 1 else None
-
-    def next(self) -> int:
-        """The thread count for the next chunk."""
-        if self.chosen is not None:
-            return self.chosen
-        return next(c for c in self.candidates if c not in self.seconds)
-
-    def timed(self, threads: int, seconds: float, samples: int) -> None:
-        if self.chosen is not None:
-            return
-        self.seconds[threads] = seconds / samples
-        if len(self.seconds) == len(self.candidates):
-            self.chosen = min(self.candidates, key=self.seconds.__getitem__)
-
-
-def xnnpack_thread_candidates(parallel_runs: int) -> tuple[int, ...]:
-    """One or two XNNPACK threads where the runner runs one chunk at a time on a machine with
-    more than one core; one when chunks already run side by side."""
-    return (1, 2) if parallel_runs == 1 and available_cores() > 1 else (1,)
-
-
-class _Held:
-    """An interpreter of the runner with its thread count, and whether it has run yet."""
-
-    def __init__(self, interpreter, threads: int) -> None:
-        self.interpreter = interpreter
-        self.threads = threads
-        self.warm = False
-
-
 class _NotBatchable(Exception):
     """A resized interpreter gave some tensor a shape other than the batch's."""
 
@@ -226,7 +184,11 @@ class XnnpackRunner:
         exposed = copy.copy(model)
         exposed.subgraphs = [main, *model.subgraphs[1:]]
         self.blob = model_to_bytes(exposed)
-        self.threads = max(1, threads or engine_threads())
+        # `threads` interpreters side by side, each XNNPACK on one thread; by default one
+        # interpreter, XNNPACK on every engine thread. XNNPACK's values do not depend on its
+        # thread count (tested).
+        self.threads = max(1, threads or 1)
+        self.xnnpack_threads = 1 if threads else engine_threads()
         # A sample of an input declared without a leading 1 is the whole declared shape.
         self.leading_one = subgraph.inputs_lead_with_one()
         apart = _keeps_samples_apart(model)
@@ -240,10 +202,9 @@ class XnnpackRunner:
         self.vetted = apart is True
         self.ordered = frozenset(ordered)
         self.read_shapes: dict[int, dict[int, list[int]]] = {}  # batch -> tensor -> view shape
-        self.thread_choice = ThreadChoice(xnnpack_thread_candidates(self.threads))
-        # Idle interpreters by batch size and thread count; the first one fails now
-        # (UnsupportedOpError) if LiteRT cannot run the model.
-        self._free: dict[tuple[int, int], list[_Held]] = {(1, 1): [_Held(self._check(1), 1)]}
+        # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
+        # LiteRT cannot run the model.
+        self._free: dict[int, list] = {1: [self._check(1)]}
 
     def run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
         """Every sample of `feeds` (N, *sample_shape) through the model, tensors observed."""
@@ -254,16 +215,21 @@ class XnnpackRunner:
             self._run(feeds, observers)
 
     def _run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
-        n, step = feeds[0].shape[0], self.batch
+        n = feeds[0].shape[0]
+        # As few parts as the batch allows, of sizes differing by one at most (64 samples at a
+        # batch of 17: 4 x 16, not 17, 17, 17, 13): every interpreter of another size costs an
+        # allocation and XNNPACK's weight packing, a fifth of a 64-sample calibration.
+        count = -(-n // self.batch)
+        bounds = [n * k // count for k in range(count + 1)]
         parts = [
-            [f[start : start + step] if self.leading_one else f[start] for f in feeds]
-            for start in range(0, n, step)
+            [f[start:stop] if self.leading_one else f[start] for f in feeds]
+            for start, stop in itertools.pairwise(bounds)
         ]
 
         def work(k: int, order: OrderedObservation) -> None:
             part = parts[k]
             batch = part[0].shape[0] if self.leading_one else 1
-            with self._interpreter(batch, self.thread_choice.next()) as held:
+            with self._interpreter(batch) as held:
                 interpreter = self._invoked(held, batch, part)
                 for index, value in zip(self.inputs, part, strict=True):
                     order.emit(k, index, value)
@@ -277,39 +243,34 @@ class XnnpackRunner:
         run_chunks(len(parts), work, observers, self.threads)
 
     @contextmanager
-    def _interpreter(self, batch: int, threads: int) -> Iterator[list[_Held]]:
-        """An idle interpreter for `batch` on `threads` threads, in a one-item list whose item
-        the user may replace; the item goes back to the idle ones."""
-        free = self._free.setdefault((batch, threads), [])
-        held = [free.pop() if free else _Held(self._check(batch, threads), threads)]
+    def _interpreter(self, batch: int) -> Iterator[list]:
+        """An idle interpreter for `batch`, in a one-item list whose item the user may replace;
+        the item goes back to the idle ones."""
+        free = self._free.setdefault(batch, [])
+        held = [free.pop() if free else self._check(batch)]
         try:
             yield held
         finally:
             free.append(held[0])
 
-    def _invoked(self, held: list[_Held], batch: int, part: list[np.ndarray]):
-        """The interpreter in `held` after running `part` (timed for the thread choice once it
-        has run before), or a new one put in its place.
+    def _invoked(self, held: list, batch: int, part: list[np.ndarray]):
+        """The interpreter in `held` after running `part`, or a new one put in its place.
 
         LiteRT refuses to invoke while anything still references the views of the last run.
         Observers are done with them (wait_observed), but a stack sampler (Dask's worker
         profiler) holding a frame can keep one alive a little longer: that interpreter is left
         to it and a new one runs the chunk.
         """
-        started = time.perf_counter()
         try:
-            _invoke(held[0].interpreter, self.inputs, part)
+            _invoke(held[0], self.inputs, part)
         except _StillReferenced:
-            held[0] = _Held(self._check(batch, held[0].threads), held[0].threads)
-            _invoke(held[0].interpreter, self.inputs, part)
-        if held[0].warm:
-            self.thread_choice.timed(held[0].threads, time.perf_counter() - started, batch)
-        held[0].warm = True
-        return held[0].interpreter
+            held[0] = self._check(batch)
+            _invoke(held[0], self.inputs, part)
+        return held[0]
 
-    def _check(self, batch: int, threads: int = 1):
-        """A new interpreter for `batch` samples per invoke on `threads` threads whose observed
-        tensors all hold them along their leading axis."""
+    def _check(self, batch: int):
+        """A new interpreter for `batch` samples per invoke whose observed tensors all hold
+        them along their leading axis."""
         from ai_edge_litert.interpreter import Interpreter
 
         def resize(interpreter) -> None:
@@ -319,7 +280,8 @@ class XnnpackRunner:
 
         try:
             interpreter = _allocated(
-                lambda: Interpreter(model_content=self.blob, num_threads=threads), resize
+                lambda: Interpreter(model_content=self.blob, num_threads=self.xnnpack_threads),
+                resize,
             )
         except UnsupportedOpError:
             if batch == 1:
