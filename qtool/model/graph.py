@@ -16,7 +16,7 @@ import numpy as np
 
 from qtool.errors import ModelError
 from qtool.model.reflect import table_layout
-from qtool.model.types import BuiltinOperator, TensorType, numpy_dtype, op_type_name
+from qtool.model.types import BuiltinOperator, TensorType, numpy_dtype, op_type_name, tensor_type
 
 
 @dataclass
@@ -301,6 +301,8 @@ class Model:
         values = np.ascontiguousarray(values)
         tensor.buffer = self.add_buffer(values)
         tensor.shape = list(values.shape)
+        if _stored_dtype(tensor.dtype) != values.dtype:  # float32 values for a float16 tensor
+            tensor.dtype = tensor_type(values.dtype)
         if tensor.shape_signature is not None:
             tensor.shape_signature = list(values.shape)
 
@@ -319,3 +321,11 @@ class Model:
 
     def weights_nbytes(self) -> int:
         return sum(buffer.nbytes for buffer in self.buffers)
+
+
+def _stored_dtype(code: int) -> np.dtype | None:
+    """The numpy dtype a tensor type is stored as; None for types numpy has no form of."""
+    try:
+        return numpy_dtype(code)
+    except KeyError:
+        return None

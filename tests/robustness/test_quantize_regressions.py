@@ -123,3 +123,25 @@ def test_a_model_output_computed_from_constants_is_analysed(tmp_path: Path) -> N
     argv = ["analyze", str(source), "--data", str(DATA / "fp16_weights_calib.npz"), "--quiet"]
     result = run_cli([*argv, "--samples", "8"], 120)
     assert (result.code, result.error, result.stderr) == (0, None, "")
+
+
+def test_a_float16_bias_reached_through_an_identity_op_is_analysed(tmp_path: Path) -> None:
+    """A float16 bias's DEQUANTIZE turned into a one-input CONCATENATION (a fuzz mutant of
+    palm_detection_full): the simulation wrote the layer's float32 bias into the float16
+    tensor without changing its type, and reading it back failed (ValueError: cannot reshape
+    array of size 2n into shape (n,)). New contents now bring their own type."""
+    model = load_model(MODELS / "fp16_weights.tflite")
+    subgraph = model.subgraphs[0]
+    dequantize = next(
+        op
+        for op in subgraph.operators
+        if model.op_type(op) == "DEQUANTIZE" and len(subgraph.tensors[op.outputs[0]].shape) == 1
+    )
+    dequantize.opcode_index = model.opcode_for("CONCATENATION")
+    dequantize.options_type, dequantize.options = "ConcatenationOptions", {"axis": 0}
+    source = tmp_path / "m.tflite"
+    source.write_bytes(model_to_bytes(model))
+    data = str(DATA / "fp16_weights_calib.npz")
+    argv = ["analyze", str(source), "--data", data, "--holdout", data, "--quiet"]
+    result = run_cli(argv, 120)
+    assert (result.code, result.error, result.stderr) == (0, None, "")
