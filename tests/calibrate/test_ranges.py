@@ -36,13 +36,18 @@ def heavy_tailed() -> np.ndarray:
     return values
 
 
-@settings(deadline=None, max_examples=30)
-@given(
-    hnp.arrays(
+def tensor_values(bound: float) -> st.SearchStrategy[np.ndarray]:
+    """A few samples of a small tensor, values within +-bound."""
+    return hnp.arrays(
         np.float32,
         st.tuples(st.integers(1, 4), st.integers(1, 64)),
-        elements=st.floats(-(2.0**20), 2.0**20, allow_nan=False, width=32),
-    ),
+        elements=st.floats(-bound, bound, allow_nan=False, width=32),
+    )
+
+
+@settings(deadline=None, max_examples=30)
+@given(
+    tensor_values(2.0**20),
     st.sampled_from(METHODS),
 )
 def test_every_method_stays_within_the_observed_values(values: np.ndarray, method: str) -> None:
@@ -109,11 +114,7 @@ def expected_error_bin_by_bin(histogram: Histogram, low: float, high: float) -> 
 
 @settings(deadline=None, max_examples=40)
 @given(
-    hnp.arrays(
-        np.float32,
-        st.tuples(st.integers(1, 4), st.integers(1, 64)),
-        elements=st.floats(-1e4, 1e4, allow_nan=False, width=32),
-    ),
+    tensor_values(1e4),
     st.lists(st.tuples(st.floats(-2e4, 0.0), st.floats(0.0, 2e4)), min_size=1, max_size=8),
 )
 def test_the_prefix_sum_error_is_the_bin_by_bin_error(
