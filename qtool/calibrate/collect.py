@@ -111,11 +111,14 @@ def collect(
     progress: Callable[[int], None] | None = None,
     holdout: Dataset | None = None,
     evaluate: bool = True,
+    on_fit: Callable[[SubgraphStatistics, list[np.ndarray]], None] | None = None,
 ) -> Collected:
     """Calibrate `model` on `dataset`, keeping an evaluation fold (or using `holdout`).
 
     With `evaluate` False, or when the numpy engine cannot run the model (the fold's reference
     outputs and every simulation need it), all samples calibrate and there is no fold.
+    `on_fit(fit statistics, evaluation inputs)` is called once both exist, before the
+    evaluation samples run (the returned `EvaluationSet` holds that very list of inputs).
     """
     tensors = activation_tensors(model, subgraph_index)
     subgraph = model.subgraphs[subgraph_index]
@@ -156,6 +159,8 @@ def collect(
         if holdout is not None and not (inputs and inputs[0].shape[0]):
             raise DataError(f"{holdout.source}: no held-out samples found")
         if inputs and inputs[0].shape[0]:
+            if on_fit is not None:
+                on_fit(fit, inputs)
             fold = fresh()
             reference = _reference(model, subgraph_index, inputs, fold, calibration.engine)
             fold.samples = int(inputs[0].shape[0])

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import numpy as np
+
 from qtool.calibrate.collect import Collected
 from qtool.calibrate.ranges import Method
+from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model
 from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.evaluation import score
@@ -38,7 +41,7 @@ def choose_recipe(
     bias_correction: bool | None,
 ) -> tuple[Recipe, dict[str, float]]:
     """The best candidate recipe and each candidate's score (mean output SQNR in dB)."""
-    corrections = (True, False) if bias_correction is None else (bias_correction,)
+    corrections = _corrections(bias_correction)
     folds = {s: c for s, c in collected.items() if c.evaluation is not None}
     if not folds:
         return Recipe(FALLBACK, corrections[0]), {}
@@ -58,3 +61,21 @@ def choose_recipe(
         if scored(other) > scores[_label(best, both)]:
             best = other
     return best, scores
+
+
+def _corrections(bias_correction: bool | None) -> tuple[bool, ...]:
+    """The bias-correction settings to try, the first one with every method."""
+    return (True, False) if bias_correction is None else (bias_correction,)
+
+
+def start_candidates(
+    planner: Planner,
+    fit: SubgraphStatistics,
+    inputs: list[np.ndarray],
+    bias_correction: bool | None,
+) -> None:
+    """Start running every method candidate's integer model on the evaluation inputs as soon
+    as the fitting fold's statistics exist: LiteRT's children then compute while the
+    evaluation fold is still being calibrated (`choose_recipe` picks their outputs up)."""
+    for method in CANDIDATES:
+        planner.start_measuring(fit, Recipe(method, _corrections(bias_correction)[0]), inputs)

@@ -11,7 +11,7 @@ from qtool.calibrate.collect import EvaluationSet
 from qtool.calibrate.litert import litert_available
 from qtool.model import Model, model_to_bytes
 from qtool.numerics import sqnr_db
-from qtool.quantize.litert_worker import litert_outputs
+from qtool.quantize.litert_worker import Pending, submit
 from qtool.quantize.plan import Plan
 from qtool.quantize.rewrite import rewritten
 from qtool.quantize.simulate import Simulator
@@ -35,18 +35,33 @@ def simulated_accuracy(model: Model, plan: Plan, evaluation: EvaluationSet) -> l
     return _accuracy(model, plan, evaluation, outputs, SIMULATION)
 
 
-def measured_accuracy(
-    model: Model, plan: Plan, specs: Mapping[str, QuantSpec], evaluation: EvaluationSet
-) -> list[OutputAccuracy] | None:
-    """Each output's SQNR (dB) with the planned integer model itself running in LiteRT, on
-    its integer kernels (in a child process, `litert_worker`): exact where the simulation
-    approximates, and several times faster than it (rewriting a model takes milliseconds).
-    None where LiteRT is not installed or cannot run it (the caller simulates then)."""
+def candidate_outputs(
+    model: Model, plan: Plan, specs: Mapping[str, QuantSpec], inputs: Sequence[np.ndarray]
+) -> Pending | None:
+    """Start running the plan's integer model in LiteRT on `inputs` (in child processes, in
+    the background: `litert_worker`); None where LiteRT is not installed or the plan is not of
+    the first subgraph."""
     if plan.subgraph_index != 0 or not litert_available():
         return None
     work, _ = rewritten(model, {0: plan}, specs)
     leading_one = work.subgraphs[0].inputs_lead_with_one()
-    outputs = litert_outputs(model_to_bytes(work), evaluation.inputs, leading_one)
+    return submit(model_to_bytes(work), inputs, leading_one)
+
+
+def measured_accuracy(
+    model: Model,
+    plan: Plan,
+    specs: Mapping[str, QuantSpec],
+    evaluation: EvaluationSet,
+    started: Pending | None = None,
+) -> list[OutputAccuracy] | None:
+    """Each output's SQNR (dB) with the planned integer model itself running in LiteRT, on
+    its integer kernels (in a child process, `litert_worker`): exact where the simulation
+    approximates, and several times faster than it (rewriting a model takes milliseconds).
+    `started`: the run `candidate_outputs` began on the evaluation inputs. None where LiteRT
+    is not installed or cannot run it (the caller simulates then)."""
+    pending = started or candidate_outputs(model, plan, specs, evaluation.inputs)
+    outputs = None if pending is None else pending.result()
     if outputs is None:
         return None
     return _accuracy(model, plan, evaluation, outputs, LITERT)

@@ -111,6 +111,37 @@ def litert_outputs(
     return [np.concatenate(outputs) for outputs in zip(*parts, strict=True)]
 
 
+class Pending:
+    """Outputs being computed by the children while the caller goes on (`submit`)."""
+
+    def __init__(self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> None:
+        self._outcome: list[np.ndarray] | BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(model, inputs, leading_one), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> None:
+        try:
+            self._outcome = litert_outputs(model, inputs, leading_one)
+        except BaseException as exc:  # handed to whoever waits for the result
+            self._outcome = exc
+
+    def result(self) -> list[np.ndarray] | None:
+        """What `litert_outputs` returns for the submitted model (its exception re-raised)."""
+        self._thread.join()
+        if isinstance(self._outcome, BaseException):
+            raise self._outcome
+        return self._outcome
+
+
+def submit(model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> Pending:
+    """`litert_outputs` in the background: the children run the model while the caller
+    computes (on the development machine, calibration leaves a core idle while it observes:
+    a candidate run beside it costs the calibration nothing, measured)."""
+    return Pending(model, inputs, leading_one)
+
+
 def _stop() -> None:
     while _workers:
         _workers.pop().stop()

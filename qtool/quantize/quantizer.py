@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 
 from qtool.calibrate import CalibrationResult, Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
@@ -28,7 +29,7 @@ from qtool.calibrate.statistics import (
 from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.model.edit import clone_model, remove_unused
-from qtool.quantize.auto import AUTO, choose_recipe
+from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
 from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
@@ -209,6 +210,10 @@ def calibrate_model(
         raise UsageError(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
+    planners = {
+        s: Planner(prepared.model, precision, options.keep_float, prepared.source_index[s], s)
+        for s in entries
+    }
     if statistics is not None:
         _check_fingerprint(statistics, prepared.model)
         collected = {
@@ -216,8 +221,12 @@ def calibrate_model(
             for s in entries
         }
     else:
-        if litert_available() and 0 in datasets:
-            start_children()  # the candidates will run in LiteRT on the evaluation samples
+        # The auto choice's candidates run in LiteRT as soon as the fitting fold is calibrated,
+        # beside the calibration of the evaluation fold.
+        early = options.calibration == AUTO and litert_available() and 0 in datasets
+        if early:
+            start_children()
+        candidates = partial(start_candidates, bias_correction=options.bias_correction)
         collected = {
             s: collect(
                 prepared.model,
@@ -226,23 +235,15 @@ def calibrate_model(
                 subgraph_index=s,
                 progress=progress,
                 holdout=holdouts.get(s),
+                on_fit=partial(candidates, planners[s]) if early and s == 0 else None,
             )
             for s, dataset in sorted(datasets.items())
         }
         statistics = CalibrationStatistics(
             model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
         )
-    planners = {
-        s: Planner(
-            prepared.model,
-            precision,
-            options.keep_float,
-            prepared.source_index[s],
-            s,
-            calibration=c.fit_data,
-        )
-        for s, c in collected.items()
-    }
+    for s, c in collected.items():
+        planners[s].calibration = c.fit_data  # samples for the second moments of rounding
     if options.calibration == AUTO:
         start, scores = choose_recipe(prepared.model, collected, planners, options.bias_correction)
     else:
