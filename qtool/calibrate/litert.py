@@ -27,12 +27,7 @@ from qtool.errors import DataError, ModelError, UnsupportedOpError, first_line
 from qtool.model import Model, model_to_bytes
 from qtool.runtime import Engine
 from qtool.runtime.engine import samples_per_pass
-from qtool.runtime.parallel import (
-    Observer,
-    OrderedObservation,
-    engine_threads,
-    run_chunks,
-)
+from qtool.runtime.parallel import Observer, OrderedObservation, engine_threads, run_chunks
 
 
 def litert_available() -> bool:

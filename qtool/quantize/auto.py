@@ -77,5 +77,6 @@ def start_candidates(
     """Start running every method candidate's integer model on the evaluation inputs as soon
     as the fitting fold's statistics exist: LiteRT's children then compute while the
     evaluation fold is still being calibrated (`choose_recipe` picks their outputs up)."""
+    correction = _corrections(bias_correction)[0]
     for method in CANDIDATES:
-        planner.start_measuring(fit, Recipe(method, _corrections(bias_correction)[0]), inputs)
+        planner.start_measuring(fit, Recipe(method, correction), inputs)

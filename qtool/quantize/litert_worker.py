@@ -42,7 +42,9 @@ class _Worker:
         )
         self.held: tuple[Sequence[np.ndarray], slice] | None = None  # the samples it holds
 
-    def send(self, model: bytes, inputs: Sequence[np.ndarray], share: slice, leading_one: bool):
+    def send(
+        self, model: bytes, inputs: Sequence[np.ndarray], share: slice, leading_one: bool
+    ) -> None:
         """Ask for `model`'s outputs on the `share` of `inputs`, which travel only when they
         are not the ones the child already holds (every candidate of a quantization runs on
         the same samples)."""
