@@ -80,8 +80,11 @@ def start_children() -> None:
     """Start every child ahead of the first model, so that their start-up (importing LiteRT)
     overlaps the caller's calibration."""
     with _lock:
-        while len(_workers) < len(_shares(MAX_CHILDREN)):
-            _workers.append(_Worker())
+        try:
+            while len(_workers) < len(_shares(MAX_CHILDREN)):
+                _workers.append(_Worker())
+        except OSError:  # no child can start: each model is simulated instead, in its turn
+            return
 
 
 def litert_outputs(

@@ -87,3 +87,15 @@ def test_samples_are_shared_out_in_order_and_whole(samples: int) -> None:
     assert 1 <= len(shares) <= litert_worker.MAX_CHILDREN
     assert [i for share in shares for i in range(samples)[share]] == list(range(samples))
     assert all(share.stop > share.start for share in shares)
+
+
+def test_children_that_cannot_start_leave_models_to_the_simulation(monkeypatch) -> None:
+    blob, samples = _greater_than_zero()
+    litert_worker._stop()
+
+    def refuse(self) -> None:
+        raise OSError("no such interpreter")
+
+    monkeypatch.setattr(litert_worker._Worker, "__init__", refuse)
+    litert_worker.start_children()  # nothing started, nothing raised
+    assert litert_outputs(blob, [samples[:, None, :]], False) is None
