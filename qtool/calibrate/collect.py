@@ -1,7 +1,8 @@
 """One calibration pass that also sets samples aside for an honest accuracy estimate.
 
-A quarter of the first `FOLD_WINDOW` samples goes to an evaluation fold: its float outputs are kept as the reference, and its statistics are kept apart from those of the other
-samples (the fitting fold). Quantization choices that need a measurement (which calibration
+A quarter of the first `FOLD_WINDOW` samples goes to an evaluation fold: its float outputs are
+kept as the reference, and its statistics are kept apart from those of the other samples (the
+fitting fold). Quantization choices that need a measurement (which calibration
 method, which layers need 16 bits) are fitted on one fold and judged on the other, and the final
 model is calibrated on both. A separate held-out dataset, when given, is the evaluation fold
 instead and never contributes to calibration.

@@ -65,7 +65,7 @@ def _reads_each_position_once(
         return False
     if not input_shape or input_shape[-1] != weight_error.shape[3]:  # grouped
         return False
-    strides = (op.options.get("stride_h", 1), op.options.get("stride_w", 1))
+    strides = (op.option("stride_h", "Conv2DOptions"), op.option("stride_w", "Conv2DOptions"))
     return strides == (1, 1)
 
 

@@ -2,7 +2,8 @@
 
 Run as a script (`python -I litert_child.py`), so that it imports only numpy and LiteRT, not
 qtool. Each request on stdin is a length-prefixed pickle `(model bytes, inputs, leading_one)`,
-inputs None for the same ones as the request before; each reply on stdout is `("outputs", [array per output, samples stacked])` or `("error", text)`.
+inputs None for the same ones as the request before; each reply on stdout is
+`("outputs", [array per output, samples stacked])` or `("error", text)`.
 A model LiteRT aborts on kills this process only.
 """
 

@@ -223,10 +223,10 @@ def calibrate_model(
     else:
         # The auto choice's candidates run in LiteRT as soon as the fitting fold is calibrated,
         # beside the calibration of the evaluation fold.
-        early = options.calibration == AUTO and litert_available() and 0 in datasets
-        if early:
+        on_fit = None
+        if options.calibration == AUTO and litert_available() and 0 in datasets:
             start_children()
-        candidates = partial(start_candidates, bias_correction=options.bias_correction)
+            on_fit = partial(start_candidates, planners[0], bias_correction=options.bias_correction)
         collected = {
             s: collect(
                 prepared.model,
@@ -235,7 +235,7 @@ def calibrate_model(
                 subgraph_index=s,
                 progress=progress,
                 holdout=holdouts.get(s),
-                on_fit=partial(candidates, planners[s]) if early and s == 0 else None,
+                on_fit=on_fit if s == 0 else None,
             )
             for s, dataset in sorted(datasets.items())
         }

@@ -22,7 +22,10 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+@pytest.mark.skipif(
+    platform.libc_ver()[0] != "glibc",
+    reason="qtool tunes the heap with glibc's mallopt(3) only; other C libraries keep their own policy",
+)
 def test_megabyte_temporaries_after_a_run_come_from_the_heap() -> None:
     # Thresholds back at 128 KB made each 4 MB temporary a fresh mmap: ~1,000 page faults each.
     out = subprocess.run(
