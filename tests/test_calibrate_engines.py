@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -142,6 +144,31 @@ def test_auto_prefers_litert_and_falls_back_to_numpy() -> None:
     x = builder.input("x", [1, 4])
     model = builder.finish([builder.custom("TimesThree", [x], [1, 4])])
     assert choose_engine(model, "auto") == "numpy"  # LiteRT cannot load the custom op
+
+
+def test_auto_calibration_loads_the_model_in_litert_once(monkeypatch) -> None:
+    # Building LiteRT's runner is the test of whether LiteRT runs the model: no probe first.
+    calibrate_module = importlib.import_module("qtool.calibrate.calibrate")
+
+    def probe(*args, **kwargs):
+        raise AssertionError("the runner itself tells whether LiteRT runs the model")
+
+    monkeypatch.setattr(calibrate_module, "litert_can_run", probe)
+    samples = np.random.default_rng(1).standard_normal((5, 1, 8, 8, 3)).astype(np.float32)
+    result = calibrate(_conv_model(None), Dataset.from_arrays([samples[:, 0]], "test"), "auto")
+    assert result.engine == "litert"
+    assert result.ranges == _ranges(_conv_model(None), samples[:, 0], "litert")
+
+
+def test_auto_calibration_falls_back_to_numpy_where_litert_cannot_load_the_model() -> None:
+    register_custom_op("TimesTwo", lambda ctx: ctx.inputs[0] * 2)
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 4])
+    model = builder.finish([builder.custom("TimesTwo", [x], [1, 4])])
+    samples = np.arange(12, dtype=np.float32).reshape(3, 4)
+    result = calibrate(model, Dataset.from_arrays([samples], "test"), "auto")
+    assert result.engine == "numpy"
+    assert result.ranges[model.subgraphs[0].outputs[0]] == (0.0, 22.0)
 
 
 def test_samples_folded_into_one_axis_and_concatenated_keep_their_places() -> None:

@@ -125,6 +125,24 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     return "numpy"
 
 
+def _xnnpack_runner(model: Model, observer: RangeObserver) -> XnnpackRunner:
+    return XnnpackRunner(model, sorted(observer.tensors), ordered=observer.ordered_tensors)
+
+
+def _auto_xnnpack(
+    model: Model, requested: str, subgraph_index: int, observer: RangeObserver
+) -> XnnpackRunner | None:
+    """For "auto" on subgraph 0, LiteRT's runner when LiteRT with XNNPACK runs the model:
+    building it is the test (`choose_engine` would load the model once more first, 0.1 s of
+    a 2 s quantization of pose_detection). None: `choose_engine` decides."""
+    if requested != "auto" or subgraph_index != 0 or not litert_available():
+        return None
+    try:
+        return _xnnpack_runner(model, observer)
+    except UnsupportedOpError:
+        return None
+
+
 def calibrate(
     model: Model,
     dataset: Dataset,
@@ -135,8 +153,11 @@ def calibrate(
 ) -> CalibrationResult:
     """Observe every float activation of one subgraph over the whole dataset."""
     observer = observer or MinMaxObserver(activation_tensors(model, subgraph_index))
-    chosen = choose_engine(model, engine, subgraph_index)
     started = time.perf_counter()
+    xnnpack = _auto_xnnpack(model, engine, subgraph_index, observer)
+    chosen = "litert" if xnnpack is not None else choose_engine(model, engine, subgraph_index)
+    if xnnpack is None and chosen == "litert" and subgraph_index == 0:
+        xnnpack = _xnnpack_runner(model, observer)
     samples = 0
 
     def counted(size: int) -> Iterator[Batch]:
@@ -147,18 +168,18 @@ def calibrate(
             if progress:
                 progress(batch[0].shape[0])
 
-    if chosen == "numpy":
-        runner = Engine(model, subgraph_index)
-        with retained_heap():
+    # Observers allocate temporaries of megabytes as the numpy engine does (heap.py).
+    with retained_heap():
+        if chosen == "numpy":
+            runner = Engine(model, subgraph_index)
             for batch in counted(runner.chunk * runner.threads * _CHUNKS_PER_THREAD):
                 runner.run(batch, observers=[observer])
-    elif subgraph_index == 0:
-        xnnpack = XnnpackRunner(model, sorted(observer.tensors), ordered=observer.ordered_tensors)
-        for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
-            xnnpack.run(batch, [observer])
-    else:
-        for batch in counted(64):
-            run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
+        elif xnnpack is not None:
+            for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
+                xnnpack.run(batch, [observer])
+        else:
+            for batch in counted(64):
+                run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
     if not samples:
         raise DataError(f"{dataset.source}: no calibration samples found")
     return CalibrationResult(

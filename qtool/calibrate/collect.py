@@ -23,6 +23,7 @@ from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statisti
 from qtool.errors import DataError, UnsupportedOpError
 from qtool.model import Model
 from qtool.runtime import Engine
+from qtool.runtime.heap import retained_heap
 
 FOLD_WINDOW = 128  # samples among which the fold is chosen (later ones all calibrate)
 _FOLD_SHARE = 1 << 30  # a quarter of the 32-bit hash range
@@ -76,30 +77,55 @@ def _materialise(dataset: Dataset) -> list[np.ndarray]:
     return [np.concatenate(arrays) for arrays in zip(*chunks, strict=True)]
 
 
+def _litert_runs_reference(model: Model, subgraph_index: int, engine: str) -> bool:
+    """Whether the float outputs come from LiteRT: the engine that calibrated, when its
+    outputs hold the samples stacked (LiteRT's outputs are the numpy engine's to 104-128 dB
+    and come 10x sooner: 0.75 s of a 4 s quantization of pose_detection on the numpy engine)."""
+    subgraph = model.subgraphs[subgraph_index]
+    stacked = not subgraph.inputs_lead_with_one() or all(
+        subgraph.tensors[t].shape[:1] == [1] for t in subgraph.outputs
+    )
+    return engine == "litert" and subgraph_index == 0 and stacked
+
+
 def _reference(
-    model: Model, subgraph_index: int, inputs: list[np.ndarray], observer, engine: str
+    model: Model,
+    subgraph_index: int,
+    inputs: list[np.ndarray],
+    observer,
+    engine: str,
+    started: Callable[[], list[np.ndarray] | None] | None = None,
 ) -> list[np.ndarray]:
     """The float outputs on `inputs` (samples stacked), `observer` seeing every tensor, run by
-    the engine that calibrated: LiteRT's outputs are the numpy engine's to 104-128 dB and come
-    10x sooner (0.75 s of a 4 s quantization of pose_detection on the numpy engine)."""
+    the engine that calibrated. `started`: waits for the outputs being computed elsewhere
+    (None from it: they could not be)."""
     subgraph = model.subgraphs[subgraph_index]
     outputs = list(subgraph.outputs)
     leading_one = subgraph.inputs_lead_with_one()
-    stacked = not leading_one or all(subgraph.tensors[t].shape[:1] == [1] for t in outputs)
-    if engine != "litert" or subgraph_index != 0 or not stacked:
+    if not _litert_runs_reference(model, subgraph_index, engine):
         return Engine(model, subgraph_index).run(inputs, observers=[observer])
+    observers = [observer]
+    if started is not None:
+        # Only the observed tensors run here, in batches: read with the outputs, a detector's
+        # outputs (a RESHAPE to [1, -1] folds the batch) would have every sample run alone.
+        runner = XnnpackRunner(model, sorted(observer.tensors), ordered=observer.ordered_tensors)
+        with retained_heap():  # as calibrate(): the observers' temporaries
+            runner.run(inputs, [observer])
+        found = started()
+        if found is not None:
+            return [v.reshape(-1, *v.shape[2:]) if leading_one else v for v in found]
+        observers = []
     parts: dict[int, list[np.ndarray]] = {t: [] for t in outputs}
 
     def keep(t: int, value: np.ndarray) -> None:
         if t in parts:
             parts[t].append(np.array(value))  # a view of the interpreter's memory
 
-    runner = XnnpackRunner(
-        model,
-        sorted(set(observer.tensors) | set(outputs)),
-        ordered=set(observer.ordered_tensors) | set(outputs),
-    )
-    runner.run(inputs, [observer, keep])
+    tensors = set(outputs).union(*(o.tensors for o in observers))
+    ordered = set(outputs).union(*(o.ordered_tensors for o in observers))
+    runner = XnnpackRunner(model, sorted(tensors), ordered=ordered)
+    with retained_heap():
+        runner.run(inputs, [*observers, keep])
     join = np.concatenate if leading_one else np.stack
     return [join(parts[t]) for t in outputs]
 
@@ -113,6 +139,8 @@ def collect(
     holdout: Dataset | None = None,
     evaluate: bool = True,
     on_fit: Callable[[SubgraphStatistics, list[np.ndarray]], None] | None = None,
+    float_outputs: Callable[[list[np.ndarray]], Callable[[], list[np.ndarray] | None]]
+    | None = None,
 ) -> Collected:
     """Calibrate `model` on `dataset`, keeping an evaluation fold (or using `holdout`).
 
@@ -120,6 +148,9 @@ def collect(
     outputs and every simulation need it), all samples calibrate and there is no fold.
     `on_fit(fit statistics, evaluation inputs)` is called once both exist, before the
     evaluation samples run (the returned `EvaluationSet` holds that very list of inputs).
+    `float_outputs(inputs)`, where LiteRT computes the float outputs, starts computing them
+    elsewhere (LiteRT in child processes) and returns what waits for them (samples stacked,
+    a leading 1 kept; None: they could not be): this process then only observes.
     """
     tensors = activation_tensors(model, subgraph_index)
     subgraph = model.subgraphs[subgraph_index]
@@ -160,10 +191,15 @@ def collect(
         if holdout is not None and not (inputs and inputs[0].shape[0]):
             raise DataError(f"{holdout.source}: no held-out samples found")
         if inputs and inputs[0].shape[0]:
+            started = None
+            if float_outputs is not None and _litert_runs_reference(
+                model, subgraph_index, calibration.engine
+            ):
+                started = float_outputs(inputs)  # before on_fit's work: first in line
             if on_fit is not None:
                 on_fit(fit, inputs)
             fold = fresh()
-            reference = _reference(model, subgraph_index, inputs, fold, calibration.engine)
+            reference = _reference(model, subgraph_index, inputs, fold, calibration.engine, started)
             fold.samples = int(inputs[0].shape[0])
             if holdout is None:
                 statistics.merge(fold)

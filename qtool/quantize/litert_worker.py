@@ -18,11 +18,12 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from qtool.model import Model, model_to_bytes
 from qtool.quantize.litert_child import _read, _write
 from qtool.runtime.parallel import available_cores
 
@@ -145,6 +146,15 @@ def submit(model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> Pen
     computes (on the development machine, calibration leaves a core idle while it observes:
     a candidate run beside it costs the calibration nothing, measured)."""
     return Pending(model, inputs, leading_one)
+
+
+def started_outputs(
+    model: Model, inputs: Sequence[np.ndarray]
+) -> Callable[[], list[np.ndarray] | None]:
+    """`submit` for subgraph 0 of `model`, fed its way; returns what waits for the outputs
+    (a sample's outputs as the model declares them, samples stacked)."""
+    leading_one = model.subgraphs[0].inputs_lead_with_one()
+    return submit(model_to_bytes(model), inputs, leading_one).result
 
 
 def _stop() -> None:

@@ -35,7 +35,7 @@ from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
-from qtool.quantize.litert_worker import start_children
+from qtool.quantize.litert_worker import start_children, started_outputs
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
@@ -223,10 +223,16 @@ def calibrate_model(
     else:
         # The auto choice's candidates run in LiteRT as soon as the fitting fold is calibrated,
         # beside the calibration of the evaluation fold.
-        on_fit = None
-        if options.calibration == AUTO and litert_available() and 0 in datasets:
+        on_fit = float_outputs = None
+        if litert_available() and 0 in datasets:
+            # The children also compute the evaluation fold's float outputs, which leaves
+            # this process only the fold's observation (in batches).
             start_children()
-            on_fit = partial(start_candidates, planners[0], bias_correction=options.bias_correction)
+            float_outputs = partial(started_outputs, prepared.model)
+            if options.calibration == AUTO:
+                on_fit = partial(
+                    start_candidates, planners[0], bias_correction=options.bias_correction
+                )
         collected = {
             s: collect(
                 prepared.model,
@@ -236,6 +242,7 @@ def calibrate_model(
                 progress=progress,
                 holdout=holdouts.get(s),
                 on_fit=on_fit if s == 0 else None,
+                float_outputs=float_outputs if s == 0 else None,
             )
             for s, dataset in sorted(datasets.items())
         }

@@ -108,3 +108,51 @@ def test_the_fold_reference_is_the_same_on_either_engine(name: str) -> None:
         assert got.shape == expected.shape
         assert sqnr_db(expected, got) > 90
     assert by_litert.statistics.samples == by_numpy.statistics.samples
+
+
+def _state(statistics) -> tuple:
+    statistics.flush()
+    return (
+        {
+            t: (h.min, h.max, h.counts.tobytes())
+            for t, h in statistics.histograms.histograms.items()
+        },
+        {t: s.tobytes() for t, s in statistics.means.sums.items()},
+    )
+
+
+@pytest.mark.parametrize("outcome", ["outputs", "none"])
+@pytest.mark.parametrize("name", ["cnn", "multi_io"])
+def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str) -> None:
+    # With `float_outputs` the children compute the fold's float outputs and this process only
+    # observes; when they cannot (None), LiteRT computes them here after all.
+    from qtool.quantize.litert_worker import started_outputs
+
+    model = load_model(fixture_path(name))
+    dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
+    asked = []
+
+    def elsewhere(inputs):
+        asked.append(inputs)
+        wait = started_outputs(model, inputs)
+        return wait if outcome == "outputs" else lambda: None
+
+    here = collect(model, dataset, engine="litert")
+    split = collect(model, dataset, engine="litert", float_outputs=elsewhere)
+    assert len(asked) == 1 and asked[0] is split.evaluation.inputs
+    for expected, got in zip(here.evaluation.reference, split.evaluation.reference, strict=True):
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    assert _state(split.statistics) == _state(here.statistics)
+    assert _state(split.fit) == _state(here.fit)
+
+
+def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates() -> None:
+    model = load_model(fixture_path("cnn"))
+    dataset = load_dataset([str(DATA / "cnn_calib.npz")], model_inputs(model))
+
+    def elsewhere(inputs):
+        raise AssertionError("the numpy engine computes its own reference")
+
+    found = collect(model, dataset, engine="numpy", float_outputs=elsewhere)
+    assert found.evaluation is not None and found.evaluation.reference
