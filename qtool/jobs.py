@@ -10,7 +10,6 @@ report stay as they were, and any failure (or SIGINT/SIGTERM) removes the tempor
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
 from qtool.report.html import analysis_html, quantize_html
+from qtool.report.json_text import readable_json
 from qtool.report.pictures import analysis_histograms, quantize_pictures
 from qtool.runtime import load_custom_ops
 
@@ -368,7 +368,7 @@ def write_pair(
             raise OutputCheckError(
                 f"{output}: the quantized model is not valid, not written: {problem}"
             )
-        staged.append(stage(report_path, json.dumps(report, indent=2) + "\n", overwrite=force))
+        staged.append(stage(report_path, readable_json(report), overwrite=force))
         staged += [stage(path, page, overwrite=force) for path, page in pages]
         commit(*reversed(staged))
     except BaseException:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -22,6 +21,7 @@ from qtool.jobs import QuantizeJob, analyze_file
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions
+from qtool.report.json_text import readable_json
 
 SHOWN = 15
 
@@ -83,7 +83,7 @@ def analyze_command(
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
         analysis = analyze_file(job, progress=advance)
     if output:
-        write_atomic(output, json.dumps(analysis, indent=2) + "\n")
+        write_atomic(output, readable_json(analysis))
     if as_json:
         print_json(analysis)
     elif not quiet:
