@@ -103,17 +103,19 @@ class Histogram:
     def empty(self) -> bool:
         return self.min > self.max
 
-    def add(self, samples: np.ndarray, channels: int = 1) -> None:
-        """Fold in values shaped (samples, elements per sample); non-finite values are skipped."""
+    def add(self, samples: np.ndarray, channels: int = 1) -> bool:
+        """Fold in values shaped (samples, elements per sample); non-finite values are skipped.
+        Returns whether every value was finite."""
         values = np.asarray(samples, dtype=np.float32)
         if not values.size:
-            return
+            return True
+        # min() and max() are NaN when any value is: finite extremes mean finite values.
         low, high = float(values.min()), float(values.max())
-        finite = None
-        if not (np.isfinite(low) and np.isfinite(high)):
+        every_finite = bool(np.isfinite(low) and np.isfinite(high))
+        if not every_finite:
             finite = np.isfinite(values)
             if not finite.any():
-                return
+                return False
             low, high = float(values[finite].min()), float(values[finite].max())
         self.min, self.max = min(self.min, low), max(self.max, high)
         stride = sampling_stride(values.shape[1], channels)
@@ -121,6 +123,7 @@ class Histogram:
         patterns = (binned.view(np.uint32) >> SHIFT).astype(np.uint16)
         raw = np.bincount(patterns.reshape(-1), minlength=BINS)
         self.counts += _ordinal_counts(raw)  # inf/NaN patterns fall in the zeroed bins
+        return every_finite
 
     def merge(self, other: Histogram) -> None:
         self.counts += other.counts

@@ -115,11 +115,12 @@ class HistogramObserver(RangeObserver):
         self.channels = dict(channels or {})
         self.histograms: dict[int, Histogram] = {}
 
-    def update(self, tensor_index: int, value: np.ndarray) -> None:
+    def update(self, tensor_index: int, value: np.ndarray) -> bool:
+        """Fold in a chunk of samples; returns whether every value was finite."""
         per_sample = self.sample_elements.get(tensor_index) or (value.size // len(value))
         rows = value.reshape(-1, per_sample) if value.size % per_sample == 0 else value[None]
         histogram = self.histograms.setdefault(tensor_index, Histogram())
-        histogram.add(rows.reshape(len(rows), -1), self.channels.get(tensor_index, 1))
+        return histogram.add(rows.reshape(len(rows), -1), self.channels.get(tensor_index, 1))
 
     def ranges(self) -> dict[int, tuple[float, float]]:
         return {t: (h.min, h.max) for t, h in self.histograms.items() if not h.empty}
@@ -152,7 +153,10 @@ class MeanObserver:
     any order: shards merge to the single-process result bit for bit, as histograms do. Each
     value is rounded to 2^-24 (6e-8), far below what bias correction can resolve, and clipped to
     +-2^22 (4e6); NaN counts as 0. A block of at most `BLOCK` samples is summed in float64,
-    which is exact for such integers, then added in int64.
+    which is exact for such integers, then added in int64. Chunks known to be finite and within
+    the limit add row by row into a float64 sum left open across chunks (up to `BLOCK` samples):
+    no clipping, no check for NaN, no conversion per chunk (a third of the cost on
+    pose_detection's layer inputs).
     """
 
     kind = "mean"
@@ -163,25 +167,66 @@ class MeanObserver:
     def __init__(self, tensors: Iterable[int], sample_shapes: Mapping[int, tuple[int, ...]]):
         self.tensors = frozenset(tensors)
         self.sample_shapes = dict(sample_shapes)
-        self.sums: dict[int, np.ndarray] = {}
+        self._sums: dict[int, np.ndarray] = {}
         self.counts: dict[int, int] = {}
+        self._open: dict[int, tuple[np.ndarray, int]] = {}  # float64 sum, its sample count
+
+    @property
+    def sums(self) -> dict[int, np.ndarray]:
+        """Per tensor, the int64 sum of its values in units of `RESOLUTION`."""
+        self.close()
+        return self._sums
+
+    def close(self) -> None:
+        """Add every sum left open into the int64 sums."""
+        for t in list(self._open):
+            self._close(t)
 
     def __call__(
-        self, tensor_index: int, value: np.ndarray, magnitude: float | None = None
+        self,
+        tensor_index: int,
+        value: np.ndarray,
+        magnitude: float | None = None,
+        finite: bool = False,
     ) -> None:
         """Fold in a chunk of samples; `magnitude`, when known, bounds |value| (within the
-        clipping limit, clipping is skipped: one pass less)."""
+        clipping limit, clipping is skipped: one pass less), and `finite` says that no value is
+        NaN or infinite."""
         if tensor_index not in self.tensors or not value.size:
             return
         rows = value.reshape(-1, *self.sample_shapes[tensor_index])
         clip = magnitude is None or not magnitude <= self._LIMIT
-        for start in range(0, len(rows), self.BLOCK):
-            total = self._block_sum(rows[start : start + self.BLOCK], clip)
-            if tensor_index in self.sums:
-                self.sums[tensor_index] += total
-            else:
-                self.sums[tensor_index] = total
+        if finite and not clip and rows.dtype == np.float32 and len(rows) <= self.BLOCK:
+            self._add_open(tensor_index, rows)
+        else:
+            for start in range(0, len(rows), self.BLOCK):
+                self._add(tensor_index, self._block_sum(rows[start : start + self.BLOCK], clip))
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
+
+    def _add(self, tensor_index: int, total: np.ndarray) -> None:
+        if tensor_index in self._sums:
+            self._sums[tensor_index] += total
+        else:
+            self._sums[tensor_index] = total
+
+    def _add_open(self, tensor_index: int, rows: np.ndarray) -> None:
+        """Rows within the limit, finite, float32: their units add exactly in float64."""
+        total, count = self._open.get(tensor_index, (None, 0))
+        if total is not None and count + len(rows) > self.BLOCK:
+            self._close(tensor_index)
+            total, count = None, 0
+        units = rows * np.float32(1 / self.RESOLUTION)
+        np.rint(units, out=units)
+        if total is None:
+            total = units[0].astype(np.float64)
+            units = units[1:]
+        for row in units:  # one pass per row, no float64 temporary of the chunk
+            np.add(total, row, out=total)
+        self._open[tensor_index] = (total, count + len(rows))
+
+    def _close(self, tensor_index: int) -> None:
+        total, _ = self._open.pop(tensor_index)
+        self._add(tensor_index, total.astype(np.int64))
 
     def _block_sum(self, rows: np.ndarray, clip: bool) -> np.ndarray:
         # Clipping to a power of two, scaling by one and rounding to an integer are exact in

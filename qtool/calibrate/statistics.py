@@ -102,11 +102,13 @@ class SubgraphStatistics:
             self._flush_tensor(tensor_index)
 
     def _fold(self, tensor_index: int, value: np.ndarray) -> None:
-        self.histograms(tensor_index, value)
+        finite = False
+        if tensor_index in self.histograms.tensors and value.size:
+            finite = self.histograms.update(tensor_index, value)
         histogram = self.histograms.histograms.get(tensor_index)
         # The histogram's exact extremes bound the values, so the means may skip clipping.
         magnitude = None if histogram is None else max(-histogram.min, histogram.max)
-        self.means(tensor_index, value, magnitude)
+        self.means(tensor_index, value, magnitude, finite)
 
     def _flush_tensor(self, tensor_index: int) -> None:
         parts = self._pending.pop(tensor_index, [])
@@ -118,6 +120,7 @@ class SubgraphStatistics:
         """Fold every value still held back."""
         for tensor_index in list(self._pending):
             self._flush_tensor(tensor_index)
+        self.means.close()
 
     def merge(self, other: SubgraphStatistics) -> None:
         self.flush()

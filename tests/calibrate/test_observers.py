@@ -115,3 +115,35 @@ def test_histogram_observer_splits_engine_rows_into_samples() -> None:
 def test_observers_refuse_to_merge_other_kinds() -> None:
     with pytest.raises(TypeError, match="MinMaxObserver"):
         HistogramObserver([0]).merge(MinMaxObserver([0]))
+
+
+@settings(deadline=None, max_examples=30)
+@given(st.data())
+def test_open_float64_sums_give_the_fixed_point_integers(data) -> None:
+    # Chunks known finite and bounded add into a float64 sum left open across chunks (up to
+    # BLOCK samples); others take the checked path. Any mix gives the same integers.
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    total = data.draw(st.integers(1, 3 * MeanObserver.BLOCK))
+    values = (rng.standard_normal((total, 3)) * rng.choice([1e-9, 1.0, 4e6], (total, 3))).astype(
+        np.float32
+    )
+    if data.draw(st.booleans()):
+        values[data.draw(st.integers(0, total - 1)), 0] = np.nan
+    reference = MeanObserver([0], {0: (3,)})
+    reference(0, values)  # no magnitude known: every chunk checked
+    chunked = MeanObserver([0], {0: (3,)})
+    start = 0
+    while start < total:
+        stop = min(total, start + data.draw(st.integers(1, MeanObserver.BLOCK + 5)))
+        chunk = values[start:stop]
+        finite = bool(np.isfinite(chunk).all())
+        magnitude = float(np.abs(chunk[np.isfinite(chunk)]).max(initial=0.0))
+        chunked(0, chunk, magnitude, finite)
+        if data.draw(st.booleans()):
+            assert (
+                chunked.mean(0).tobytes()
+                == MeanObserver.from_state(chunked.state()).mean(0).tobytes()
+            )
+        start = stop
+    assert chunked.counts == reference.counts
+    assert chunked.sums[0].tolist() == reference.sums[0].tolist()
