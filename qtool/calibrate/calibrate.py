@@ -152,6 +152,20 @@ def calibrate(
     subgraph_index: int = 0,
 ) -> CalibrationResult:
     """Observe every float activation of one subgraph over the whole dataset."""
+    return calibrate_keeping_runner(model, dataset, engine, observer, progress, subgraph_index)[0]
+
+
+def calibrate_keeping_runner(
+    model: Model,
+    dataset: Dataset,
+    engine: str = "auto",
+    observer: RangeObserver | None = None,
+    progress: Progress | None = None,
+    subgraph_index: int = 0,
+) -> tuple[CalibrationResult, XnnpackRunner | None]:
+    """`calibrate`, and LiteRT's runner when LiteRT calibrated subgraph 0: another pass with
+    observers of the same tensors reuses it (no second interpreter, no second weight packing).
+    """
     observer = observer or MinMaxObserver(activation_tensors(model, subgraph_index))
     started = time.perf_counter()
     xnnpack = _auto_xnnpack(model, engine, subgraph_index, observer)
@@ -182,7 +196,7 @@ def calibrate(
                 run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
     if not samples:
         raise DataError(f"{dataset.source}: no calibration samples found")
-    return CalibrationResult(
+    result = CalibrationResult(
         ranges=observer.ranges(),
         samples=samples,
         engine=chosen,
@@ -191,3 +205,4 @@ def calibrate(
         synthetic=dataset.synthetic,
         observer=observer,
     )
+    return result, xnnpack

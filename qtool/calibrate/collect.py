@@ -16,7 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qtool.calibrate.calibrate import CalibrationResult, activation_tensors, calibrate
+from qtool.calibrate.calibrate import (
+    CalibrationResult,
+    activation_tensors,
+    calibrate_keeping_runner,
+)
 from qtool.calibrate.datasets import Batch, Dataset
 from qtool.calibrate.litert import XnnpackRunner
 from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
@@ -95,10 +99,12 @@ def _reference(
     observer,
     engine: str,
     started: Callable[[], list[np.ndarray] | None] | None = None,
+    runner: XnnpackRunner | None = None,
 ) -> list[np.ndarray]:
     """The float outputs on `inputs` (samples stacked), `observer` seeing every tensor, run by
     the engine that calibrated. `started`: waits for the outputs being computed elsewhere
-    (None from it: they could not be)."""
+    (None from it: they could not be); `runner`: the calibration's, for the observer's
+    tensors."""
     subgraph = model.subgraphs[subgraph_index]
     outputs = list(subgraph.outputs)
     leading_one = subgraph.inputs_lead_with_one()
@@ -108,7 +114,10 @@ def _reference(
     if started is not None:
         # Only the observed tensors run here, in batches: read with the outputs, a detector's
         # outputs (a RESHAPE to [1, -1] folds the batch) would have every sample run alone.
-        runner = XnnpackRunner(model, sorted(observer.tensors), ordered=observer.ordered_tensors)
+        if runner is None:
+            runner = XnnpackRunner(
+                model, sorted(observer.tensors), ordered=observer.ordered_tensors
+            )
         with retained_heap():  # as calibrate(): the observers' temporaries
             runner.run(inputs, [observer])
         found = started()
@@ -173,7 +182,7 @@ def collect(
         fit_data = selected(dataset, lambda i: ~_in_fold(i), None)
         fit_data.size_hint = None if expected is None else expected - _fold_size(expected)
     fit = fresh()
-    calibration = calibrate(
+    calibration, runner = calibrate_keeping_runner(
         model,
         fit_data,
         engine=engine,
@@ -199,7 +208,9 @@ def collect(
             if on_fit is not None:
                 on_fit(fit, inputs)
             fold = fresh()
-            reference = _reference(model, subgraph_index, inputs, fold, calibration.engine, started)
+            reference = _reference(
+                model, subgraph_index, inputs, fold, calibration.engine, started, runner
+            )
             fold.samples = int(inputs[0].shape[0])
             if holdout is None:
                 statistics.merge(fold)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from qtool.calibrate.collect import FOLD_WINDOW, MIN_SAMPLES_FOR_HOLDOUT, collec
 from qtool.model import Model, load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
+from qtool.quantize.litert_worker import started_outputs
 from qtool.runtime import Engine
 from tests.quantize.common import DATA, fixture_path
 
@@ -126,8 +129,6 @@ def _state(statistics) -> tuple:
 def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str) -> None:
     # With `float_outputs` the children compute the fold's float outputs and this process only
     # observes; when they cannot (None), LiteRT computes them here after all.
-    from qtool.quantize.litert_worker import started_outputs
-
     model = load_model(fixture_path(name))
     dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
     asked = []
@@ -156,3 +157,24 @@ def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates()
 
     found = collect(model, dataset, engine="numpy", float_outputs=elsewhere)
     assert found.evaluation is not None and found.evaluation.reference
+
+
+def test_the_fold_observed_here_reuses_the_calibration_runner(monkeypatch) -> None:
+    # One LiteRT interpreter (and one packing of XNNPACK's weights) for both folds.
+    collect_module = importlib.import_module("qtool.calibrate.collect")
+    calibrate_module = importlib.import_module("qtool.calibrate.calibrate")
+    built = []
+
+    class Counted(collect_module.XnnpackRunner):
+        def __init__(self, *args, **kwargs) -> None:
+            built.append(args[1])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(collect_module, "XnnpackRunner", Counted)
+    monkeypatch.setattr(calibrate_module, "XnnpackRunner", Counted)
+    model = load_model(fixture_path("cnn"))
+    dataset = load_dataset([str(DATA / "cnn_calib.npz")], model_inputs(model))
+    found = collect(
+        model, dataset, engine="litert", float_outputs=lambda x: started_outputs(model, x)
+    )
+    assert found.evaluation is not None and len(built) == 1
