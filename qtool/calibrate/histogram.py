@@ -120,7 +120,8 @@ class Histogram:
         self.min, self.max = min(self.min, low), max(self.max, high)
         stride = sampling_stride(values.shape[1], channels)
         binned = values[:, ::stride] if stride > 1 else values
-        patterns = (binned.view(np.uint32) >> SHIFT).astype(np.uint16)
+        # Straight to the index type bincount counts in: no conversion pass inside it.
+        patterns = np.right_shift(binned.view(np.uint32), SHIFT, dtype=np.intp)
         raw = np.bincount(patterns.reshape(-1), minlength=BINS)
         self.counts += _ordinal_counts(raw)  # inf/NaN patterns fall in the zeroed bins
         return every_finite
