@@ -12,6 +12,7 @@ Targets (issue 12): numpy >= 0.5x XNNPACK, auto >= 0.8x, quantize under 2 s with
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,7 +50,7 @@ class Speed:
     xnnpack_threads: int = 1
     exposed: float | None = None  # LiteRT with every activation readable, nothing observed
     statistics: float | None = None  # auto with quantize's observers (histograms, means)
-    quantize_s: float | None = None
+    quantize_s: list[float] | None = None  # sorted wall times of fresh runs
     agreement_db: float | None = None  # numpy engine outputs vs LiteRT's, SQNR
     profile: dict[str, float] = field(default_factory=dict)  # op type -> seconds per SAMPLES
 
@@ -78,7 +79,7 @@ def exposed_rate(model, samples: np.ndarray) -> float:
     return samples.shape[0] / best_of(lambda: runner.run([samples], []))
 
 
-def statistics(model) -> SubgraphStatistics:
+def quantize_observers(model) -> SubgraphStatistics:
     """The observers `qtool quantize` calibrates with: a histogram of every activation and the
     per-element means of layer inputs."""
     subgraph = model.subgraphs[0]
@@ -87,9 +88,12 @@ def statistics(model) -> SubgraphStatistics:
     )
 
 
-def quantize_seconds(path: Path, data: Path) -> float | None:
-    """Wall time of `qtool quantize` in a fresh process (imports, load, calibrate, write);
-    None (the error printed) when it fails."""
+QUANTIZE_RUNS = 5
+
+
+def quantize_seconds(path: Path, data: Path) -> list[float] | None:
+    """Wall times of `QUANTIZE_RUNS` runs of `qtool quantize`, each in a fresh process
+    (imports, load, calibrate, write), sorted; None (the error printed) when it fails."""
     with tempfile.TemporaryDirectory() as tmp:
         command = [
             sys.executable,
@@ -106,15 +110,16 @@ def quantize_seconds(path: Path, data: Path) -> float | None:
             "--quiet",
             "--force",
         ]
-
-        def run() -> None:
-            subprocess.run(command, check=True, capture_output=True, text=True)
-
-        try:
-            return best_of(run, repeats=2)
-        except subprocess.CalledProcessError as exc:
-            console.print(f"{path.stem}: quantize failed: {exc.stderr.strip()}")
-            return None
+        times = []
+        for _ in range(QUANTIZE_RUNS):
+            started = time.perf_counter()
+            try:
+                subprocess.run(command, check=True, capture_output=True, text=True)
+            except subprocess.CalledProcessError as exc:
+                console.print(f"{path.stem}: quantize failed: {exc.stderr.strip()}")
+                return None
+            times.append(time.perf_counter() - started)
+        return sorted(times)
 
 
 def measure(name: str) -> Speed:
@@ -137,7 +142,7 @@ def measure(name: str) -> Speed:
     if speed.engines["litert"] is not None:
         speed.exposed = exposed_rate(model, samples)
     speed.statistics = SAMPLES / best_of(
-        lambda: calibrate(model, dataset, "auto", statistics(model))
+        lambda: calibrate(model, dataset, "auto", quantize_observers(model))
     )
     blob = path.read_bytes()
     rates = {threads: xnnpack_rate(blob, samples, threads) for threads in (1, 2)}
@@ -193,6 +198,13 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _spread(times: list[float] | None) -> str:
+    """The median of sorted times, and their range."""
+    if not times:
+        return "-"
+    return f"{statistics.median(times):.2f} ({times[0]:.2f}-{times[-1]:.2f})"
+
+
 def _ratio(value: float | None, reference: float) -> str:
     return "-" if value is None else f"{value / reference:.2f}x"
 
@@ -214,7 +226,7 @@ def print_speeds(speeds: list[Speed]) -> None:
         "auto ratio",
         "exposed ratio",
         "auto+stats ratio",
-        "quantize s",
+        f"quantize s, median ({QUANTIZE_RUNS} runs)",
         "numpy vs LiteRT dB",
     ):
         table.add_column(column, justify="right")
@@ -230,7 +242,7 @@ def print_speeds(speeds: list[Speed]) -> None:
             _ratio(s.engines["auto"], s.xnnpack),
             _ratio(s.exposed, s.xnnpack),
             _ratio(s.statistics, s.xnnpack),
-            "-" if s.quantize_s is None else f"{s.quantize_s:.2f}",
+            _spread(s.quantize_s),
             "-" if s.agreement_db is None else f"{s.agreement_db:.0f}",
         )
     console.print(table)

@@ -27,7 +27,15 @@ from qtool.errors import DataError, ModelError, UnsupportedOpError, first_line
 from qtool.model import Model, model_to_bytes
 from qtool.runtime import Engine
 from qtool.runtime.engine import samples_per_pass
-from qtool.runtime.parallel import Observer, OrderedObservation, engine_threads, run_chunks
+from qtool.runtime.parallel import (
+    ApartObservation,
+    Observer,
+    OrderedObservation,
+    engine_threads,
+    run_chunks,
+    spread_by_size,
+    tensors_apart,
+)
 
 
 def litert_available() -> bool:
@@ -221,21 +229,41 @@ class XnnpackRunner:
             for start, stop in itertools.pairwise(bounds)
         ]
 
+        if self.threads == 1 and engine_threads() > 1 and tensors_apart(observers):
+            with ApartObservation(observers, self._groups(engine_threads())) as apart:
+                for part in parts:
+                    batch = part[0].shape[0] if self.leading_one else 1
+                    with self._interpreter(batch) as held:
+                        interpreter = self._invoked(held, batch, part)
+                        apart.observe(self._values(interpreter, batch, part))
+            return
+
         def work(k: int, order: OrderedObservation) -> None:
             part = parts[k]
             batch = part[0].shape[0] if self.leading_one else 1
             with self._interpreter(batch) as held:
                 interpreter = self._invoked(held, batch, part)
-                for index, value in zip(self.inputs, part, strict=True):
-                    order.emit(k, index, value)
-                views = self.read_shapes.get(batch, {})
-                for t in self.tensors:
-                    value = interpreter.tensor(t)()
-                    order.emit(k, t, value.reshape(views[t]) if t in views else value)
+                for t, value in self._values(interpreter, batch, part).items():
+                    order.emit(k, t, value)
                 order.finish(k)
                 order.wait_observed(k)  # the views must be gone before the next invoke()
 
         run_chunks(len(parts), work, observers, self.threads)
+
+    def _values(self, interpreter, batch: int, part: list[np.ndarray]) -> dict[int, np.ndarray]:
+        """The inputs of a run, then views of the observed tensors in the interpreter's memory."""
+        values = dict(zip(self.inputs, part, strict=True))
+        views = self.read_shapes.get(batch, {})
+        for t in self.tensors:
+            value = interpreter.tensor(t)()
+            values[t] = value.reshape(views[t]) if t in views else value
+        return values
+
+    def _groups(self, count: int) -> list[list[int]]:
+        """The observed tensors in `count` groups of about equal size (the inputs go with the
+        first group)."""
+        sizes = {t: max(1, math.prod(shape)) for t, shape in self.declared.items()}
+        return spread_by_size(sizes, count)
 
     @contextmanager
     def _interpreter(self, batch: int) -> Iterator[list]:

@@ -26,6 +26,9 @@ class RangeObserver(abc.ABC):
     """Base: sees (tensor index, value) pairs (a chunk of samples along axis 0)."""
 
     kind = "base"
+    # Whether calls for different tensors may run at once (qtool.runtime.parallel): true of
+    # statistics kept tensor by tensor, as every observer here keeps them.
+    tensors_apart = False
     # Tensors whose values must arrive element by element as the model laid them out: none,
     # a range takes its values in any order (XnnpackRunner batches freely).
     ordered_tensors: frozenset[int] = frozenset()
@@ -58,6 +61,7 @@ class MinMaxObserver(RangeObserver):
     """Global min/max over every sample: TensorFlow's calibrator rule, not a moving average."""
 
     kind = "minmax"
+    tensors_apart = True
 
     def __init__(self, tensors: Iterable[int]) -> None:
         super().__init__(tensors)
@@ -103,6 +107,7 @@ class HistogramObserver(RangeObserver):
     (the engine may hold several rows per sample), `channels[t]` its last dimension."""
 
     kind = "histogram"
+    tensors_apart = True
 
     def __init__(
         self,

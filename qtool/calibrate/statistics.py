@@ -78,6 +78,7 @@ class SubgraphStatistics:
     _pending_bytes: dict[int, int] = field(default_factory=dict, repr=False)
 
     GROUP_BYTES = 1 << 20
+    tensors_apart = True  # every statistic, and what is held back, is kept per tensor
 
     @property
     def tensors(self) -> frozenset[int]:

@@ -6,7 +6,9 @@ on the order they see values in, so `OrderedObservation` calls them exactly as a
 would: chunk 0's tensors in production order, then chunk 1's, and so on, never two calls at once.
 A chunk that runs ahead of its turn has its tensors queued; whichever thread finishes the chunk
 whose turn it is delivers the queue. The queue is bounded: a thread whose chunk is ahead waits
-while more than `max_pending_bytes` are queued.
+while more than `max_pending_bytes` are queued. Observers that keep their statistics tensor by
+tensor say so (`tensors_apart`); LiteRT's runner then has a chunk's tensors observed on several
+threads at once (`ApartObservation`), each tensor's calls still in chunk order.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from typing import TypeVar
@@ -180,6 +182,70 @@ class OrderedObservation:
             if self._failed or self._turn >= self._chunks:
                 return False
             return bool(self._queues[self._turn]) or self._finished[self._turn]
+
+
+def tensors_apart(observers: Sequence[Observer]) -> bool:
+    """Whether every observer takes calls for different tensors at the same time (its
+    `tensors_apart` attribute: statistics kept tensor by tensor). Each tensor's values still
+    arrive one call at a time, in chunk order."""
+    return bool(observers) and all(getattr(o, "tensors_apart", False) for o in observers)
+
+
+def spread_by_size(sizes: Mapping[int, int], count: int) -> list[list[int]]:
+    """`count` groups of the tensors of `sizes` (tensor -> elements) of about equal total
+    size: the largest first, each to the lightest group so far."""
+    groups: list[list[int]] = [[] for _ in range(count)]
+    loads = [0] * count
+    for t in sorted(sizes, key=lambda t: (-sizes[t], t)):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(t)
+        loads[lightest] += sizes[t]
+    return groups
+
+
+class ApartObservation:
+    """Observers that take different tensors at once (`tensors_apart`) see a chunk's tensors
+    on one thread per group: each tensor's calls in chunk order, a chunk fully observed when
+    `observe` returns.
+
+    LiteRT computes a chunk on every core, then the observers alone run, three times as long
+    (histograms, means): on one thread they left the other cores idle. Two threads observe
+    pose_detection's chunks 1.3x faster (numpy releases the GIL in its loops).
+    """
+
+    def __init__(self, observers: Sequence[Observer], groups: Sequence[Sequence[int]]) -> None:
+        self._observers = list(observers)
+        self._groups = [list(g) for g in groups if g]
+        self._group_of = {t: k for k, g in enumerate(self._groups) for t in g}
+        helpers = max(1, len(self._groups) - 1)
+        self._pool = ThreadPoolExecutor(helpers, thread_name_prefix="qtool-observe")
+
+    def __enter__(self) -> ApartObservation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._pool.shutdown(wait=True)
+
+    def observe(self, values: Mapping[int, np.ndarray]) -> None:
+        """Every (tensor, value) of one chunk; tensors outside the groups go with the first."""
+        shares: list[list[tuple[int, np.ndarray]]] = [[] for _ in self._groups or [()]]
+        for t, value in values.items():
+            shares[self._group_of.get(t, 0)].append((t, value))
+        futures = [self._pool.submit(self._deliver, share) for share in shares[1:]]
+        try:
+            self._deliver(shares[0])
+        finally:
+            wait(futures)
+        for future in futures:
+            future.result()  # a helper's failure
+
+    def _deliver(self, share: list[tuple[int, np.ndarray]]) -> None:
+        try:
+            for t, value in share:
+                for observe in self._observers:
+                    observe(t, value)
+        finally:
+            share.clear()  # the values may be views their producer wants back
 
 
 def run_chunks(
