@@ -38,7 +38,7 @@ from qtool.runtime import Engine
 
 SAMPLES = 64
 DEVELOPMENT = [name for name, model in MODELS.items() if model.development]
-console = Console(width=150)
+console = Console(width=190)
 
 
 @dataclass

@@ -175,6 +175,7 @@ class MeanObserver:
         self._sums: dict[int, np.ndarray] = {}
         self.counts: dict[int, int] = {}
         self._open: dict[int, tuple[np.ndarray, int]] = {}  # float64 sum, its sample count
+        self._means: dict[int, tuple[int, np.ndarray]] = {}  # sample count, mean
 
     @property
     def sums(self) -> dict[int, np.ndarray]:
@@ -255,10 +256,19 @@ class MeanObserver:
         return total.astype(np.int64)
 
     def mean(self, tensor_index: int) -> np.ndarray | None:
+        """The mean (read-only), computed once per sample count: every plan of a quantization
+        asks for it, per layer."""
         if tensor_index not in self.sums:
             return None
+        count = self.counts[tensor_index]
+        known = self._means.get(tensor_index)
+        if known is not None and known[0] == count:
+            return known[1]
         total = self.sums[tensor_index].astype(np.float64) * self.RESOLUTION
-        return (total / self.counts[tensor_index]).astype(np.float32)
+        mean = (total / count).astype(np.float32)
+        mean.setflags(write=False)
+        self._means[tensor_index] = (count, mean)
+        return mean
 
     def merge(self, other: MeanObserver) -> None:
         for t, total in other.sums.items():

@@ -147,3 +147,17 @@ def test_open_float64_sums_give_the_fixed_point_integers(data) -> None:
         start = stop
     assert chunked.counts == reference.counts
     assert chunked.sums[0].tolist() == reference.sums[0].tolist()
+
+
+def test_a_mean_follows_the_samples_added_after_it_was_read() -> None:
+    observer = MeanObserver([0], {0: (2,)})
+    observer(0, np.array([[1.0, 2.0]], np.float32))
+    first = observer.mean(0)
+    assert first.tolist() == [1.0, 2.0] and not first.flags.writeable
+    assert observer.mean(0) is first  # computed once per sample count
+    observer(0, np.array([[3.0, 4.0]], np.float32), 4.0, True)
+    assert observer.mean(0).tolist() == [2.0, 3.0]
+    other = MeanObserver([0], {0: (2,)})
+    other(0, np.array([[5.0, 6.0]], np.float32))
+    observer.merge(other)
+    assert observer.mean(0).tolist() == [3.0, 4.0]
