@@ -11,8 +11,11 @@ importing qtool keep their own.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import signal
+import sys
 
 HANDLED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")  # the ones the guard handles too
 
@@ -28,4 +31,31 @@ def main() -> None:
             signal.signal(getattr(signal, name), _stop)
     from qtool.cli import main as run
 
-    run()
+    try:
+        run()
+    except SystemExit as done:
+        _exit_now(done.code)
+    _exit_now(0)
+
+
+def _exit_now(code: object) -> None:
+    """End the process as Python's exit would, without its last step.
+
+    That step frees every object one by one: 80 ms after a quantization of pose_detection (the
+    heap of retained activation buffers, thousands of arrays), 4% of the command. The operating
+    system frees the memory at once. The exit handlers (LiteRT's children, temporary files) and
+    buffered output go first, as they would.
+    """
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): printed, status 1
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        # A reader that has gone: the status already says so.
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status)
