@@ -152,57 +152,64 @@ def calibrate(
     subgraph_index: int = 0,
 ) -> CalibrationResult:
     """Observe every float activation of one subgraph over the whole dataset."""
-    return calibrate_keeping_runner(model, dataset, engine, observer, progress, subgraph_index)[0]
-
-
-def calibrate_keeping_runner(
-    model: Model,
-    dataset: Dataset,
-    engine: str = "auto",
-    observer: RangeObserver | None = None,
-    progress: Progress | None = None,
-    subgraph_index: int = 0,
-) -> tuple[CalibrationResult, XnnpackRunner | None]:
-    """`calibrate`, and LiteRT's runner when LiteRT calibrated subgraph 0: another pass with
-    observers of the same tensors reuses it (no second interpreter, no second weight packing).
-    """
-    observer = observer or MinMaxObserver(activation_tensors(model, subgraph_index))
     started = time.perf_counter()
-    xnnpack = _auto_xnnpack(model, engine, subgraph_index, observer)
-    chosen = "litert" if xnnpack is not None else choose_engine(model, engine, subgraph_index)
-    if xnnpack is None and chosen == "litert" and subgraph_index == 0:
-        xnnpack = _xnnpack_runner(model, observer)
-    samples = 0
+    observer = observer or MinMaxObserver(activation_tensors(model, subgraph_index))
+    return Calibrator(model, engine, subgraph_index, observer).run(dataset, progress, started)
 
-    def counted(size: int) -> Iterator[Batch]:
-        nonlocal samples
-        for batch in dataset.iter_chunks(size):
-            samples += batch[0].shape[0]
-            yield batch
-            if progress:
-                progress(batch[0].shape[0])
 
-    # Observers allocate temporaries of megabytes as the numpy engine does (heap.py).
-    with retained_heap():
-        if chosen == "numpy":
-            runner = Engine(model, subgraph_index)
-            for batch in counted(runner.chunk * runner.threads * _CHUNKS_PER_THREAD):
-                runner.run(batch, observers=[observer])
-        elif xnnpack is not None:
-            for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
-                xnnpack.run(batch, [observer])
-        else:
-            for batch in counted(64):
-                run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
-    if not samples:
-        raise DataError(f"{dataset.source}: no calibration samples found")
-    result = CalibrationResult(
-        ranges=observer.ranges(),
-        samples=samples,
-        engine=chosen,
-        seconds=time.perf_counter() - started,
-        source=dataset.source,
-        synthetic=dataset.synthetic,
-        observer=observer,
-    )
-    return result, xnnpack
+class Calibrator:
+    """The engine that calibrates one subgraph for `observer` (`choose_engine`), and LiteRT's
+    runner when LiteRT calibrates subgraph 0: further passes over the same tensors reuse it
+    (no second interpreter, no second packing of XNNPACK's weights)."""
+
+    def __init__(
+        self, model: Model, engine: str, subgraph_index: int, observer: RangeObserver
+    ) -> None:
+        self.model, self.subgraph_index, self.observer = model, subgraph_index, observer
+        self.xnnpack = _auto_xnnpack(model, engine, subgraph_index, observer)
+        self.engine = (
+            "litert" if self.xnnpack is not None else choose_engine(model, engine, subgraph_index)
+        )
+        if self.xnnpack is None and self.engine == "litert" and subgraph_index == 0:
+            self.xnnpack = _xnnpack_runner(model, observer)
+
+    def run(
+        self, dataset: Dataset, progress: Progress | None = None, started: float | None = None
+    ) -> CalibrationResult:
+        """One pass over `dataset`; `started`: when the calibration began (its seconds)."""
+        started = time.perf_counter() if started is None else started
+        model, subgraph_index, observer = self.model, self.subgraph_index, self.observer
+        samples = 0
+
+        def counted(size: int) -> Iterator[Batch]:
+            nonlocal samples
+            for batch in dataset.iter_chunks(size):
+                samples += batch[0].shape[0]
+                yield batch
+                if progress:
+                    progress(batch[0].shape[0])
+
+        # Observers allocate temporaries of megabytes as the numpy engine does (heap.py).
+        with retained_heap():
+            if self.engine == "numpy":
+                runner = Engine(model, subgraph_index)
+                for batch in counted(runner.chunk * runner.threads * _CHUNKS_PER_THREAD):
+                    runner.run(batch, observers=[observer])
+            elif self.xnnpack is not None:
+                xnnpack = self.xnnpack
+                for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
+                    xnnpack.run(batch, [observer])
+            else:
+                for batch in counted(64):
+                    run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
+        if not samples:
+            raise DataError(f"{dataset.source}: no calibration samples found")
+        return CalibrationResult(
+            ranges=observer.ranges(),
+            samples=samples,
+            engine=self.engine,
+            seconds=time.perf_counter() - started,
+            source=dataset.source,
+            synthetic=dataset.synthetic,
+            observer=observer,
+        )

@@ -11,16 +11,13 @@ instead and never contributes to calibration.
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from qtool.calibrate.calibrate import (
-    CalibrationResult,
-    activation_tensors,
-    calibrate_keeping_runner,
-)
+from qtool.calibrate.calibrate import CalibrationResult, Calibrator, activation_tensors
 from qtool.calibrate.datasets import Batch, Dataset
 from qtool.calibrate.litert import XnnpackRunner
 from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
@@ -98,11 +95,11 @@ def _reference(
     inputs: list[np.ndarray],
     observer,
     engine: str,
-    started: Callable[[], list[np.ndarray] | None] | None = None,
+    elsewhere: Callable[[], list[np.ndarray] | None] | None = None,
     runner: XnnpackRunner | None = None,
 ) -> list[np.ndarray]:
     """The float outputs on `inputs` (samples stacked), `observer` seeing every tensor, run by
-    the engine that calibrated. `started`: waits for the outputs being computed elsewhere
+    the engine that calibrated. `elsewhere`: waits for the outputs being computed elsewhere
     (None from it: they could not be); `runner`: the calibration's, for the observer's
     tensors."""
     subgraph = model.subgraphs[subgraph_index]
@@ -111,7 +108,7 @@ def _reference(
     if not _litert_runs_reference(model, subgraph_index, engine):
         return Engine(model, subgraph_index).run(inputs, observers=[observer])
     observers = [observer]
-    if started is not None:
+    if elsewhere is not None:
         # Only the observed tensors run here, in batches: read with the outputs, a detector's
         # outputs (a RESHAPE to [1, -1] folds the batch) would have every sample run alone.
         if runner is None:
@@ -120,7 +117,7 @@ def _reference(
             )
         with retained_heap():  # as calibrate(): the observers' temporaries
             runner.run(inputs, [observer])
-        found = started()
+        found = elsewhere()
         if found is not None:
             return [v.reshape(-1, *v.shape[2:]) if leading_one else v for v in found]
         observers = []
@@ -182,14 +179,9 @@ def collect(
         fit_data = selected(dataset, lambda i: ~_in_fold(i), None)
         fit_data.size_hint = None if expected is None else expected - _fold_size(expected)
     fit = fresh()
-    calibration, runner = calibrate_keeping_runner(
-        model,
-        fit_data,
-        engine=engine,
-        observer=fit,
-        progress=progress,
-        subgraph_index=subgraph_index,
-    )
+    began = time.perf_counter()  # the engine's set-up counts in the calibration's time
+    calibrator = Calibrator(model, engine, subgraph_index, fit)
+    calibration = calibrator.run(fit_data, progress, began)
     fit.samples = calibration.samples
     fit.flush()
     statistics = copy.deepcopy(fit)
@@ -200,16 +192,22 @@ def collect(
         if holdout is not None and not (inputs and inputs[0].shape[0]):
             raise DataError(f"{holdout.source}: no held-out samples found")
         if inputs and inputs[0].shape[0]:
-            started = None
+            outputs_elsewhere = None
             if float_outputs is not None and _litert_runs_reference(
                 model, subgraph_index, calibration.engine
             ):
-                started = float_outputs(inputs)  # before on_fit's work: first in line
+                outputs_elsewhere = float_outputs(inputs)  # before on_fit's: first in line
             if on_fit is not None:
                 on_fit(fit, inputs)
             fold = fresh()
             reference = _reference(
-                model, subgraph_index, inputs, fold, calibration.engine, started, runner
+                model,
+                subgraph_index,
+                inputs,
+                fold,
+                calibration.engine,
+                outputs_elsewhere,
+                calibrator.xnnpack,
             )
             fold.samples = int(inputs[0].shape[0])
             if holdout is None:
