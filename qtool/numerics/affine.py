@@ -278,6 +278,8 @@ def bias_overflow(
             return b / (s_in * w).astype(np.float64) < limit + 0.5
 
     mask = ~fits(ws)
+    if not mask.any():  # the common case: nothing to enlarge
+        return mask, ws.astype(np.float32)
     # Start at the float32 nearest the exact bound and walk ulp by ulp: the float32 product
     # input_scale * w moves the bound by at most a couple of ulps.
     with np.errstate(over="ignore"):  # beyond float32: inf, refused below
