@@ -72,6 +72,24 @@ def test_litert_batches_when_samples_stay_apart(reshape: list[int] | None, batch
         assert by_litert[t] == pytest.approx((low, high), rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_litert_refuses_late_observes_no_sample_twice(threads: int, monkeypatch) -> None:
+    # 3 samples at a batch of 2 run as parts of 1 and 2 samples. When the numpy engine cannot
+    # vouch for batching (None) and LiteRT refuses the batch of 2 (a RESHAPE to a constant
+    # [1, 128]), the runner falls back to one sample at a time: before observing anything,
+    # or the first sample would be observed twice.
+    litert = importlib.import_module("qtool.calibrate.litert")
+    monkeypatch.setattr(litert, "_keeps_samples_apart", lambda model: None)
+    model = _conv_model([1, 128])
+    samples = np.random.default_rng(5).standard_normal((3, 8, 8, 3)).astype(np.float32)
+    runner = XnnpackRunner(model, activation_tensors(model), threads=threads)
+    runner.batch = 2
+    seen: list[np.ndarray] = []
+    runner.run([samples], [lambda t, v: seen.append(v.copy()) if t == 0 else None])
+    assert runner.batch == 1
+    np.testing.assert_array_equal(np.concatenate(seen), samples)
+
+
 def test_litert_observers_see_every_sample_in_order() -> None:
     model = _conv_model(None)
     samples = np.random.default_rng(2).standard_normal((21, 8, 8, 3)).astype(np.float32)

@@ -228,6 +228,11 @@ class XnnpackRunner:
             [f[start:stop] if self.leading_one else f[start] for f in feeds]
             for start, stop in itertools.pairwise(bounds)
         ]
+        # An interpreter for every part size before anything is observed: a size LiteRT
+        # cannot batch raises _NotBatchable now, not after a part of another size was seen.
+        for size in {part[0].shape[0] if self.leading_one else 1 for part in parts}:
+            if not self._free.get(size):
+                self._free.setdefault(size, []).append(self._check(size))
 
         if self.threads == 1 and engine_threads() > 1 and tensors_apart(observers):
             with ApartObservation(observers, self._groups(engine_threads())) as apart:
