@@ -8,6 +8,7 @@ engine" gives the measurements behind this rule).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -115,6 +116,12 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     # every real model measured (bench/speed.py); other subgraphs only run preserved, slower.
     if litert_available() and subgraph_index == 0 and litert_can_run(model, xnnpack=True):
         return "litert"
+    return _auto_without_xnnpack(model, subgraph_index)
+
+
+def _auto_without_xnnpack(model: Model, subgraph_index: int) -> str:
+    """ "auto" where LiteRT with XNNPACK cannot calibrate: numpy, else LiteRT's builtin kernels
+    with every tensor preserved."""
     try:
         Engine(model, subgraph_index)
     except UnsupportedOpError:
@@ -127,20 +134,6 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
 
 def _xnnpack_runner(model: Model, observer: RangeObserver) -> XnnpackRunner:
     return XnnpackRunner(model, sorted(observer.tensors), ordered=observer.ordered_tensors)
-
-
-def _auto_xnnpack(
-    model: Model, requested: str, subgraph_index: int, observer: RangeObserver
-) -> XnnpackRunner | None:
-    """For "auto" on subgraph 0, LiteRT's runner when LiteRT with XNNPACK runs the model:
-    building it is the test (`choose_engine` would load the model once more first, 0.1 s of
-    a 2 s quantization of pose_detection). None: `choose_engine` decides."""
-    if requested != "auto" or subgraph_index != 0 or not litert_available():
-        return None
-    try:
-        return _xnnpack_runner(model, observer)
-    except UnsupportedOpError:
-        return None
 
 
 def calibrate(
@@ -166,11 +159,17 @@ class Calibrator:
         self, model: Model, engine: str, subgraph_index: int, observer: RangeObserver
     ) -> None:
         self.model, self.subgraph_index, self.observer = model, subgraph_index, observer
-        self.xnnpack = _auto_xnnpack(model, engine, subgraph_index, observer)
-        self.engine = (
-            "litert" if self.xnnpack is not None else choose_engine(model, engine, subgraph_index)
-        )
-        if self.xnnpack is None and self.engine == "litert" and subgraph_index == 0:
+        self.xnnpack: XnnpackRunner | None = None
+        if engine == "auto" and subgraph_index == 0 and litert_available():
+            # Building LiteRT's runner is the test of whether XNNPACK runs the model
+            # (`choose_engine` would load it once more first: 0.1 s of a 2 s quantization).
+            with contextlib.suppress(UnsupportedOpError):
+                self.xnnpack = _xnnpack_runner(model, observer)
+            found = self.xnnpack is not None
+            self.engine = "litert" if found else _auto_without_xnnpack(model, 0)
+            return
+        self.engine = choose_engine(model, engine, subgraph_index)
+        if self.engine == "litert" and subgraph_index == 0:
             self.xnnpack = _xnnpack_runner(model, observer)
 
     def run(

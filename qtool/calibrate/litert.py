@@ -230,14 +230,14 @@ class XnnpackRunner:
         ]
         # An interpreter for every part size before anything is observed: a size LiteRT
         # cannot batch raises _NotBatchable now, not after a part of another size was seen.
-        for size in {part[0].shape[0] if self.leading_one else 1 for part in parts}:
+        for size in {self._batch_of(part) for part in parts}:
             if not self._free.get(size):
                 self._free.setdefault(size, []).append(self._check(size))
 
         if self.threads == 1 and engine_threads() > 1 and tensors_apart(observers):
             with ApartObservation(observers, self._groups(engine_threads())) as apart:
                 for part in parts:
-                    batch = part[0].shape[0] if self.leading_one else 1
+                    batch = self._batch_of(part)
                     with self._interpreter(batch) as held:
                         interpreter = self._invoked(held, batch, part)
                         apart.observe(self._values(interpreter, batch, part))
@@ -245,7 +245,7 @@ class XnnpackRunner:
 
         def work(k: int, order: OrderedObservation) -> None:
             part = parts[k]
-            batch = part[0].shape[0] if self.leading_one else 1
+            batch = self._batch_of(part)
             with self._interpreter(batch) as held:
                 interpreter = self._invoked(held, batch, part)
                 for t, value in self._values(interpreter, batch, part).items():
@@ -254,6 +254,10 @@ class XnnpackRunner:
                 order.wait_observed(k)  # the views must be gone before the next invoke()
 
         run_chunks(len(parts), work, observers, self.threads)
+
+    def _batch_of(self, part: list[np.ndarray]) -> int:
+        """Samples per invoke for a part: its length, or 1 for inputs without a leading 1."""
+        return part[0].shape[0] if self.leading_one else 1
 
     def _values(self, interpreter, batch: int, part: list[np.ndarray]) -> dict[int, np.ndarray]:
         """The inputs of a run, then views of the observed tensors in the interpreter's memory."""

@@ -9,9 +9,9 @@ import numpy as np
 
 from qtool.calibrate.collect import EvaluationSet
 from qtool.calibrate.litert import litert_available
-from qtool.model import Model, model_to_bytes
+from qtool.model import Model
 from qtool.numerics import sqnr_db
-from qtool.quantize.litert_worker import Pending, submit
+from qtool.quantize.litert_worker import Pending, submit_model
 from qtool.quantize.plan import Plan
 from qtool.quantize.rewrite import rewritten
 from qtool.quantize.simulate import Simulator
@@ -43,9 +43,7 @@ def candidate_outputs(
     the first subgraph."""
     if plan.subgraph_index != 0 or not litert_available():
         return None
-    work, _ = rewritten(model, {0: plan}, specs)
-    leading_one = work.subgraphs[0].inputs_lead_with_one()
-    return submit(model_to_bytes(work), inputs, leading_one)
+    return submit_model(rewritten(model, {0: plan}, specs)[0], inputs)
 
 
 def measured_accuracy(

@@ -18,7 +18,7 @@ import pickle
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -148,13 +148,10 @@ def submit(model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> Pen
     return Pending(model, inputs, leading_one)
 
 
-def started_outputs(
-    model: Model, inputs: Sequence[np.ndarray]
-) -> Callable[[], list[np.ndarray] | None]:
-    """`submit` for subgraph 0 of `model`, fed its way; returns what waits for the outputs
-    (a sample's outputs as the model declares them, samples stacked)."""
-    leading_one = model.subgraphs[0].inputs_lead_with_one()
-    return submit(model_to_bytes(model), inputs, leading_one).result
+def submit_model(model: Model, inputs: Sequence[np.ndarray]) -> Pending:
+    """`submit` for subgraph 0 of `model`, fed its way (with a leading 1 where its inputs
+    declare one)."""
+    return submit(model_to_bytes(model), inputs, model.subgraphs[0].inputs_lead_with_one())
 
 
 def _stop() -> None:

@@ -14,9 +14,10 @@ read in. Same-scale constraints are solved with a union-find over slots: a group
 of parameters, fixed by a member (LOGISTIC's output...) or computed from the union of its
 activation members' calibrated ranges. Constants never widen a group: a constant operand of
 MINIMUM or CONCATENATION (or a comparison's constant of zeros) is quantized with the group's
-parameters (clamped), and each reader of a constant has its own copy, so a constant shared by two operators never joins their groups
-(TensorFlow shares one `0.0` among many MAXIMUMs). An input of a
-multi-input same-scale op whose group is pinned elsewhere reads a requantized copy instead.
+parameters (clamped), and each reader of a constant has its own copy, so a constant shared by
+two operators never joins their groups (TensorFlow shares one `0.0` among many MAXIMUMs). An
+input of a multi-input same-scale op whose group is pinned elsewhere reads a requantized copy
+instead.
 
 The plan refers to operators by their index in the subgraph it was made for and never edits
 the model.

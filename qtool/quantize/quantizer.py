@@ -35,7 +35,7 @@ from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.fold import FoldedOp, fold_constants
-from qtool.quantize.litert_worker import start_children, started_outputs
+from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
@@ -228,7 +228,7 @@ def calibrate_model(
             # The children also compute the evaluation fold's float outputs, which leaves
             # this process only the fold's observation (in batches).
             start_children()
-            float_outputs = partial(started_outputs, prepared.model)
+            float_outputs = partial(_outputs_in_children, prepared.model)
             if options.calibration == AUTO:
                 on_fit = partial(
                     start_candidates, planners[0], bias_correction=options.bias_correction
@@ -257,6 +257,12 @@ def calibrate_model(
         correct = True if options.bias_correction is None else options.bias_correction
         start, scores = Recipe(parse_method(options.calibration), correct), {}
     return Calibrated(prepared, collected, statistics, planners, start, scores, datasets)
+
+
+def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None]:
+    """What waits for `model`'s outputs on `inputs`, which LiteRT's children compute meanwhile
+    (`collect`'s `float_outputs`)."""
+    return submit_model(model, inputs).result
 
 
 def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:

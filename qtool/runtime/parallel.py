@@ -31,9 +31,8 @@ Result = TypeVar("Result")
 _PENDING_BYTES = 1 << 28  # queued tensors of chunks ahead of their turn
 
 
-MAX_DEFAULT_THREADS = (
-    4  # beyond it, each thread's chunk of live tensors costs more memory than time
-)
+# Beyond it, each thread's chunk of live tensors costs more memory than it saves time.
+MAX_DEFAULT_THREADS = 4
 
 
 def available_cores() -> int:

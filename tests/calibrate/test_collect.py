@@ -12,7 +12,7 @@ from qtool.calibrate.collect import FOLD_WINDOW, MIN_SAMPLES_FOR_HOLDOUT, collec
 from qtool.model import Model, load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
-from qtool.quantize.litert_worker import started_outputs
+from qtool.quantize.litert_worker import submit_model
 from qtool.runtime import Engine
 from tests.quantize.common import DATA, fixture_path
 
@@ -135,7 +135,7 @@ def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str)
 
     def elsewhere(inputs):
         asked.append(inputs)
-        wait = started_outputs(model, inputs)
+        wait = submit_model(model, inputs).result
         return wait if outcome == "outputs" else lambda: None
 
     here = collect(model, dataset, engine="litert")
@@ -175,6 +175,6 @@ def test_the_fold_observed_here_reuses_the_calibration_runner(monkeypatch) -> No
     model = load_model(fixture_path("cnn"))
     dataset = load_dataset([str(DATA / "cnn_calib.npz")], model_inputs(model))
     found = collect(
-        model, dataset, engine="litert", float_outputs=lambda x: started_outputs(model, x)
+        model, dataset, engine="litert", float_outputs=lambda x: submit_model(model, x).result
     )
     assert found.evaluation is not None and len(built) == 1

@@ -56,13 +56,13 @@ def test_on_fit_sees_the_fit_statistics_and_the_evaluation_inputs_before_they_ru
 
 def test_auto_runs_each_candidate_once_and_scores_as_without_early_runs(monkeypatch) -> None:
     submitted = []
-    submit = litert_worker.submit
+    submit = litert_worker.submit_model
 
-    def counted(model, inputs, leading_one):
+    def counted(model, inputs):
         submitted.append(model)
-        return submit(model, inputs, leading_one)
+        return submit(model, inputs)
 
-    monkeypatch.setattr(evaluation, "submit", counted)
+    monkeypatch.setattr(evaluation, "submit_model", counted)
     data = Dataset.from_arrays([samples()])
     early = calibrate_model(load_model(CNN), data, QuantizeOptions())
     assert len(submitted) == len(early.method_scores)  # started early or late, each once
