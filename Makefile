@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test demo lint bench fuzz clean
+.PHONY: install browser test demo lint bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,18 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# The HTML page's tests open it in Debian's chromium (tests/report/test_browser.py): a machine
+# without it gets it here, as root or through sudo, the way .venv is made when missing.
+browser:
+	@if ! command -v chromium >/dev/null; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  echo "installing Debian's chromium for the page tests"; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	fi
+	@command -v chromium >/dev/null
+
+test: $(STAMP) browser
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
 demo: $(STAMP)

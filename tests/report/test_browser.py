@@ -2,7 +2,7 @@
 runs its script and paints it, and the console stays silent (no script error, no SVG attribute
 it cannot parse, no load the page's Content-Security-Policy had to block).
 
-chromium is required, never skipped: `.ci/run` installs it (`apt-get install chromium`).
+chromium is required, never skipped: `make test` installs it when missing (its `browser` step).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ RENDERED = 'data-rendered="yes"'  # set by the last line of the page's script
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     browser = shutil.which("chromium")
-    assert browser, "these tests need Debian's chromium: apt-get install -y chromium"
+    assert browser, "these tests need Debian's chromium: `make test` installs it (make browser)"
     profile = tmp_path / "profile"
     return subprocess.run(
         [browser, *FLAGS, f"--user-data-dir={profile}", *args],
