@@ -40,7 +40,8 @@ from qtool.check.audit import audit_model
 from qtool.model import load_model, model_to_bytes, save_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
-from qtool.quantize import QuantizeOptions, prepare_float_model, quantize_model
+from qtool.prepare import prepare_float_model
+from qtool.quantize import QuantizeOptions, quantize_model
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -68,7 +68,7 @@ from rich.table import Table
 from bench.real_models import CACHE, MODELS, make_data, model_path
 from qtool.model import Model, Operator, Tensor, TensorType, load_model, save_model
 from qtool.numerics import sqnr_db
-from qtool.quantize import prepare_float_model
+from qtool.prepare import prepare_float_model
 
 ONNX_CACHE = CACHE / "onnx"
 OPSET = 17

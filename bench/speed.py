@@ -28,13 +28,13 @@ from bench.real_models import MODELS, make_data, model_path
 from bench.timing import REPEATS, best_of
 from qtool.calibrate import MinMaxObserver, activation_tensors, calibrate, load_dataset
 from qtool.calibrate import model_inputs as input_specs
-from qtool.calibrate.litert import XnnpackRunner
 from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
 from qtool.errors import UnsupportedOpError
 from qtool.model import load_model, model_to_bytes
 from qtool.numerics import sqnr_db
-from qtool.quantize import prepare_float_model
+from qtool.prepare import prepare_float_model
 from qtool.runtime import Engine
+from qtool.runtime.litert import XnnpackRunner
 
 SAMPLES = 64
 DEVELOPMENT = [name for name, model in MODELS.items() if model.development]

@@ -20,15 +20,15 @@ signatures, a dict keyed by signature.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from qtool.calibrate import Dataset, load_dataset, model_inputs
-from qtool.calibrate.datasets import InputSpec, iterable_dataset, named_arrays_dataset
+from qtool.calibrate import model_inputs
+from qtool.calibrate.collect import calibration_statistics
+from qtool.calibrate.datasets import as_dataset, entry_datasets
+from qtool.calibrate.inputs import entry_subgraphs
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import check_model
 from qtool.check.findings import SEVERITY_RANK, Finding
@@ -37,7 +37,7 @@ from qtool.errors import UsageError
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model import load_model as _load_path
 from qtool.quantize import QuantizeOptions, QuantizeResult
-from qtool.quantize.quantizer import analyze_model, calibration_statistics
+from qtool.quantize.quantizer import analyze_model
 from qtool.report.analysis_report import analysis_section
 from qtool.spec import spec_profiles
 
@@ -53,56 +53,6 @@ def load_model(model: ModelLike) -> Model:
     if isinstance(model, str | os.PathLike):
         return _load_path(model)
     raise UsageError(f"model must be a path, bytes or a Model, not {type(model).__name__}")
-
-
-def _entries(model: Model) -> dict[int, str | None]:
-    entries = {sig["subgraph_index"]: sig["signature_key"] for sig in model.signature_defs}
-    return dict(sorted(entries.items())) or {0: None}
-
-
-def as_dataset(data: Any, inputs: Sequence[InputSpec], limit: int | None = None) -> Dataset:
-    """Data in any of the forms the module docstring lists, as a Dataset of `inputs`."""
-    if isinstance(data, Dataset):
-        return data
-    if isinstance(data, str | os.PathLike):
-        return load_dataset([os.fspath(data)], inputs, limit=limit)
-    if isinstance(data, Sequence) and data and all(isinstance(d, str | os.PathLike) for d in data):
-        return load_dataset([os.fspath(d) for d in data], inputs, limit=limit)
-    if isinstance(data, np.ndarray):
-        return named_arrays_dataset({"arr_0": data}, inputs, "array", limit)
-    if isinstance(data, Mapping):
-        return named_arrays_dataset(dict(data), inputs, "dict of arrays", limit)
-    if (
-        isinstance(data, list | tuple)
-        and len(data) == len(inputs)
-        and all(isinstance(d, np.ndarray) for d in data)
-        and len(inputs) > 1
-    ):
-        arrays = {f"arr_{i}": d for i, d in enumerate(data)}
-        return named_arrays_dataset(arrays, inputs, "list of arrays", limit)
-    if callable(data):
-        return iterable_dataset(data, inputs, getattr(data, "__name__", "generator"), limit)
-    if isinstance(data, Iterable):
-        samples = list(data)  # a one-shot iterator is read once, then every pass reads the list
-        return iterable_dataset(lambda: samples, inputs, "iterable", limit)
-    raise UsageError(f"cannot use a {type(data).__name__} as calibration data")
-
-
-def _datasets(model: Model, data: Any, limit: int | None = None) -> dict[int, Dataset]:
-    """Data per entry subgraph: one source for a single entry, or a dict by signature key."""
-    entries = _entries(model)
-    by_key = {key: s for s, key in entries.items() if key is not None}
-    if len(entries) > 1:
-        if not (isinstance(data, Mapping) and set(data) <= set(by_key)):
-            raise UsageError(
-                f"the model has signatures {', '.join(sorted(by_key))}: give data as a dict "
-                "keyed by signature"
-            )
-        return {
-            by_key[k]: as_dataset(v, model_inputs(model, by_key[k]), limit) for k, v in data.items()
-        }
-    (s,) = entries
-    return {s: as_dataset(data, model_inputs(model, s), limit)}
 
 
 @dataclass
@@ -185,8 +135,8 @@ def quantize(
         statistics = CalibrationStatistics.load(statistics)
     if data is None and statistics is None:
         raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
-    datasets = {} if data is None else _datasets(loaded, data, samples)
-    holdouts = {} if holdout is None else _datasets(loaded, holdout)
+    datasets = {} if data is None else entry_datasets(loaded, data, samples)
+    holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
     source = model if isinstance(model, str | os.PathLike) else None
     result, report, blob = finish_quantization(
         loaded,
@@ -223,7 +173,7 @@ def calibrate(
     """The calibration statistics of `data` (`qtool calibrate`): save, merge with other shards
     (exactly), and pass to `quantize(statistics=...)`."""
     loaded = load_model(model)
-    return calibration_statistics(loaded, _datasets(loaded, data, samples), engine, progress)
+    return calibration_statistics(loaded, entry_datasets(loaded, data, samples), engine, progress)
 
 
 def analyze(
@@ -237,9 +187,13 @@ def analyze(
 ) -> dict[str, Any]:
     """Where the quantization error comes from (`qtool analyze --json`)."""
     loaded = load_model(model)
-    holdouts = {} if holdout is None else _datasets(loaded, holdout)
+    holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
     diagnosis = analyze_model(
-        loaded, _datasets(loaded, data, samples), QuantizeOptions(**options), progress, holdouts
+        loaded,
+        entry_datasets(loaded, data, samples),
+        QuantizeOptions(**options),
+        progress,
+        holdouts,
     )
     return analysis_section(diagnosis)
 
@@ -302,7 +256,7 @@ def check(
     gate = None
     if reference is not None:
         float_model = load_model(reference)
-        (s,) = list(_entries(float_model))[:1]
+        (s,) = list(entry_subgraphs(float_model))[:1]
         gate = AccuracyGate(float_model, as_dataset(data, model_inputs(float_model, s)), min_sqnr)
     profiles = spec_profiles(per_tensor_fc)
     audited = check_model(

@@ -17,7 +17,7 @@ import os
 import signal
 import sys
 
-HANDLED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")  # the ones the guard handles too
+from qtool.signals import HANDLED_SIGNALS  # the ones the guard handles too
 
 
 def _stop(signum: int, frame: object) -> None:

@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from qtool.calibrate import Dataset
-from qtool.calibrate.calibrate import litert_available, litert_feeder, litert_interpreter
 from qtool.errors import UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, numpy_dtype
 from qtool.model.edit import clone_model
 from qtool.numerics import SqnrAccumulator, dequantize, quantize
 from qtool.runtime import Engine
+from qtool.runtime.litert import litert_available, litert_feeder, litert_interpreter
 from qtool.spec import boundary_ops
 
 ENGINES = ("auto", "litert", "simulate")

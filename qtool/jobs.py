@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qtool.calibrate import Dataset, load_dataset, model_inputs, synthetic_dataset
+from qtool.calibrate import Dataset, model_inputs, synthetic_dataset
+from qtool.calibrate.collect import calibration_statistics
+from qtool.calibrate.datasets import source_datasets
+from qtool.calibrate.inputs import entry_subgraphs
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
 from qtool.check.findings import severity_counts
@@ -27,7 +30,7 @@ from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
-from qtool.quantize.quantizer import calibrate_model, calibration_statistics
+from qtool.quantize.quantizer import calibrate_model
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
@@ -138,35 +141,6 @@ def _check_destinations(job: QuantizeJob, *paths: Path) -> None:
         raise UsageError("the model, the report and the page must be written to different files")
 
 
-def entry_subgraphs(model: Model) -> dict[int, str | None]:
-    """Subgraphs to calibrate and their signature keys: each signature's entry point, or
-    subgraph 0 alone in a model without signatures."""
-    entries = {sig["subgraph_index"]: sig["signature_key"] for sig in model.signature_defs}
-    return dict(sorted(entries.items())) or {0: None}
-
-
-def split_sources(sources: tuple[str, ...], entries: dict[int, str | None]) -> dict[int, list[str]]:
-    """Assign `--data` sources to subgraphs: `KEY=PATH` names a signature; a plain PATH feeds
-    the only entry point (a model with several signatures needs a KEY on each source)."""
-    by_key = {key: s for s, key in entries.items() if key is not None}
-    assigned: dict[int, list[str]] = {}
-    for source in sources:
-        key, separator, path = source.partition("=")
-        if separator and key in by_key:
-            assigned.setdefault(by_key[key], []).append(path)
-        elif len(entries) == 1:
-            assigned.setdefault(next(iter(entries)), []).append(source)
-        else:
-            raise UsageError(
-                f"`data={source!r}`: the model has signatures {', '.join(sorted(by_key))}; give "
-                "each source as KEY=PATH"
-            )
-    missing = [key or f"subgraph {s}" for s, key in entries.items() if s not in assigned]
-    if missing:
-        raise UsageError(f"no `data` for signature(s) {', '.join(missing)} (give KEY=PATH)")
-    return assigned
-
-
 def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[int, Dataset]]:
     """The model, its calibration datasets and its held-out datasets, per subgraph."""
     if job.samples is not None and job.samples < 1:
@@ -176,11 +150,7 @@ def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[i
     model = load_model(job.model_path)
     entries = entry_subgraphs(model)
     if job.data:
-        sources = split_sources(job.data, entries)
-        datasets = {
-            s: load_dataset(paths, model_inputs(model, s), limit=job.samples)
-            for s, paths in sources.items()
-        }
+        datasets = source_datasets(model, job.data, job.samples)
     elif job.statistics:
         datasets = {}
     elif job.synthetic:
@@ -191,10 +161,7 @@ def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[i
             "calibration needs data: give `data`, or `statistics` from qtool calibrate (or "
             "`synthetic=True` to calibrate on random data, which gives meaningless ranges)"
         )
-    holdouts = {
-        s: load_dataset(paths, model_inputs(model, s))
-        for s, paths in (split_sources(job.holdout, entries) if job.holdout else {}).items()
-    }
+    holdouts = source_datasets(model, job.holdout) if job.holdout else {}
     return model, datasets, holdouts
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from qtool.calibrate import Dataset, MinMaxObserver, activation_tensors, calibrate
-from qtool.calibrate.calibrate import choose_engine
+from qtool.calibrate.calibrator import choose_engine
 from qtool.calibrate.collect import collect
-from qtool.calibrate.litert import XnnpackRunner
 from qtool.calibrate.statistics import new_subgraph_statistics
 from qtool.model.build import GraphBuilder
 from qtool.model.types import ActivationFunctionType, Padding
 from qtool.runtime import register_custom_op
+from qtool.runtime.litert import XnnpackRunner
 
 
 def _conv_model(reshape_to: list[int] | None):
@@ -78,7 +78,7 @@ def test_a_batch_litert_refuses_late_observes_no_sample_twice(threads: int, monk
     # vouch for batching (None) and LiteRT refuses the batch of 2 (a RESHAPE to a constant
     # [1, 128]), the runner falls back to one sample at a time: before observing anything,
     # or the first sample would be observed twice.
-    litert = importlib.import_module("qtool.calibrate.litert")
+    litert = importlib.import_module("qtool.runtime.litert")
     monkeypatch.setattr(litert, "_keeps_samples_apart", lambda model: None)
     model = _conv_model([1, 128])
     samples = np.random.default_rng(5).standard_normal((3, 8, 8, 3)).astype(np.float32)
@@ -166,7 +166,7 @@ def test_auto_prefers_litert_and_falls_back_to_numpy() -> None:
 
 def test_auto_calibration_loads_the_model_in_litert_once(monkeypatch) -> None:
     # Building LiteRT's runner is the test of whether LiteRT runs the model: no probe first.
-    calibrate_module = importlib.import_module("qtool.calibrate.calibrate")
+    calibrate_module = importlib.import_module("qtool.calibrate.calibrator")
 
     def probe(*args, **kwargs):
         raise AssertionError("the runner itself tells whether LiteRT runs the model")

@@ -1,14 +1,14 @@
 """Calibration: datasets, range observers, and the calibration run."""
 
-from qtool.calibrate.calibrate import (
+from qtool.calibrate.calibrator import (
     ENGINES,
     CalibrationResult,
     activation_tensors,
     calibrate,
     choose_engine,
-    model_inputs,
 )
-from qtool.calibrate.datasets import Dataset, InputSpec, load_dataset, synthetic_dataset
+from qtool.calibrate.datasets import Dataset, load_dataset, synthetic_dataset
+from qtool.calibrate.inputs import InputSpec, model_inputs
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
 
 __all__ = [

@@ -12,19 +12,25 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from qtool.calibrate.calibrate import CalibrationResult, Calibrator, activation_tensors
+from qtool.calibrate.calibrator import CalibrationResult, Calibrator, activation_tensors
 from qtool.calibrate.datasets import Batch, Dataset
-from qtool.calibrate.litert import XnnpackRunner
-from qtool.calibrate.statistics import SubgraphStatistics, new_subgraph_statistics
+from qtool.calibrate.statistics import (
+    CalibrationStatistics,
+    SubgraphStatistics,
+    model_fingerprint,
+    new_subgraph_statistics,
+)
 from qtool.errors import DataError, UnsupportedOpError
 from qtool.model import Model
+from qtool.prepare import prepare_float_model
 from qtool.runtime import Engine
 from qtool.runtime.heap import retained_heap
+from qtool.runtime.litert import XnnpackRunner
 
 FOLD_WINDOW = 128  # samples among which the fold is chosen (later ones all calibrate)
 _FOLD_SHARE = 1 << 30  # a quarter of the 32-bit hash range
@@ -267,3 +273,21 @@ def from_statistics(
         observer=statistics,
     )
     return Collected(statistics, statistics, evaluation, calibration, None)
+
+
+def calibration_statistics(
+    model: Model,
+    data: Mapping[int, Dataset],
+    engine: str = "auto",
+    progress: Callable[[int], None] | None = None,
+) -> CalibrationStatistics:
+    """Statistics of every sample (no evaluation fold), to save and merge with other shards
+    (`qtool calibrate`), then quantize from (`statistics=`)."""
+    prepared = prepare_float_model(model)
+    collected = {
+        s: collect(prepared.model, dataset, engine, s, progress, evaluate=False)
+        for s, dataset in sorted(data.items())
+    }
+    return CalibrationStatistics(
+        model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
+    )

@@ -20,8 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from qtool.calibrate.collect import calibration_statistics
+from qtool.calibrate.datasets import source_datasets
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.errors import DataError
+from qtool.model import load_model
 
 
 def shard_files(directory: str | os.PathLike, shards: int) -> list[list[str]]:
@@ -41,9 +44,8 @@ def shard_files(directory: str | os.PathLike, shards: int) -> list[list[str]]:
 
 def calibrate_shard(model: str, sources: Sequence[str], engine: str = "auto") -> dict[str, Any]:
     """Runs on a worker: the JSON-ready statistics of one shard (plain data travels well)."""
-    from qtool.api import calibrate
-
-    return calibrate(model, list(sources), engine=engine).state()
+    loaded = load_model(model)
+    return calibration_statistics(loaded, source_datasets(loaded, list(sources)), engine).state()
 
 
 def calibrate_shards(

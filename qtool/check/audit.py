@@ -10,11 +10,11 @@ import os
 import time
 from collections.abc import Iterable
 
-from qtool.check.config import OFF, load_settings
 from qtool.check.context import AuditContext
+from qtool.check.families import FAMILIES, GATE, VALIDITY
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.gates import AccuracyGate, accuracy_findings, target_findings
-from qtool.check.registry import FAMILIES, GATE, VALIDITY
+from qtool.check.severities import OFF, rule_severities
 from qtool.errors import QtoolError
 from qtool.model import Model, load_model
 from qtool.model.validate import operator_list
@@ -29,13 +29,15 @@ def audit_model(
     return check_model(model, profiles, target).findings
 
 
-def _validity_findings(model: Model, profiles: tuple[str, ...]) -> list[Finding]:
+def _validity_findings(model: Model, severity: dict[str, str]) -> list[Finding]:
     """Why a model that decodes is not a valid graph (the other rules would not make sense)."""
-    return sorted(VALIDITY.run(model, profiles), key=Finding.sort_key)
+    return sorted(VALIDITY.run(model, severity), key=Finding.sort_key)
 
 
-def _spec_findings(model: Model, profiles: tuple[str, ...]) -> list[Finding]:
-    ctx = AuditContext(model, profiles)
+def _spec_findings(
+    model: Model, severity: dict[str, str], profiles: tuple[str, ...]
+) -> list[Finding]:
+    ctx = AuditContext(model, severity, profiles)
     findings = list(GATE.run(ctx))
     if not findings:
         for family in FAMILIES:
@@ -58,13 +60,13 @@ def check_model(
         from qtool.targets.placement import checked_target, place_model
 
         profiles += tuple(p for p in checked_target(target).spec_profiles if p not in profiles)
-    severity = load_settings(profiles).severity
+    severity = rule_severities(profiles)
     result = ModelResult(path=path, operators=operator_list(model))
-    invalid = _validity_findings(model, profiles)
+    invalid = _validity_findings(model, severity)
     if invalid:
         result.findings = invalid
         return result
-    findings = _spec_findings(model, profiles)
+    findings = _spec_findings(model, severity, profiles)
     if target is not None:
         report = place_model(model, target)
         findings += target_findings(report, severity)

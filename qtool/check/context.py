@@ -8,13 +8,13 @@ finding should point (the op that produces the tensor, else its first reader).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from qtool.check.config import load_settings
 from qtool.check.findings import Finding
 from qtool.check.qparams import param_problems
 from qtool.check.rulebook import RuleInfo
+from qtool.check.settings import load_settings
 from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 
@@ -88,13 +88,16 @@ def _compute_mode(
 
 
 class AuditContext:
-    def __init__(self, model: Model, profiles: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, model: Model, severity: Mapping[str, str], profiles: tuple[str, ...] = ()
+    ) -> None:
         self.model = model
         self.profiles = profiles
+        self.severity = severity  # rule id -> level under the profiles (check.severities)
         self.spec = load_spec(profiles)
         self.spec16 = load_spec(profiles, "int16")  # ops whose activations are int16 (16x8)
         self.base_spec = load_spec(())
-        self.settings = load_settings(profiles)
+        self.settings = load_settings()
         self.ops = [
             self._view(s, i)
             for s, subgraph in enumerate(model.subgraphs)
@@ -262,7 +265,7 @@ class AuditContext:
     ) -> Finding:
         """A finding at an op (and operand), with the severity the active profiles give it."""
         return rule.finding(
-            self.settings.severity,
+            self.severity,
             message,
             subgraph=None if op is None else op.subgraph,
             op_index=None if op is None else op.index,
@@ -281,7 +284,7 @@ class AuditContext:
             return self.finding(rule, message, *uses[0])
         tensor = self.model.subgraphs[subgraph].tensors[tensor_index]
         return rule.finding(
-            self.settings.severity,
+            self.severity,
             message,
             subgraph=subgraph,
             tensor=tensor.name,

@@ -4,7 +4,7 @@ A rule is a stable id, a default severity and the text users read (`--list-rules
 JUnit). `rule()` declares one in the module whose check emits it, and findings are made from
 that declaration (`FLOAT_OP.finding(...)`), so the id is written once. A family is a function
 that emits a few rules; `@family(name, RULE, ...)` names them next to the function. The
-catalogue (`qtool.check.rules.RULES`) and the run order (`qtool.check.registry`) are built from
+catalogue (`qtool.check.rules.RULES`) and the run order (`qtool.check.families`) are built from
 these declarations.
 """
 

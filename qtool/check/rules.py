@@ -9,7 +9,7 @@ its id, default severity and help; this module only puts the declarations in ord
 
 from __future__ import annotations
 
-from qtool.check import gates, graph, operands, qparams, risk, validity
+from qtool.check import gates, graph_rules, operands, qparams, risk, validity
 from qtool.check.rulebook import RuleInfo, catalogue
 
 RULES: dict[str, RuleInfo] = catalogue(
@@ -33,12 +33,12 @@ RULES: dict[str, RuleInfo] = catalogue(
     operands.FIXED_OUTPUT,
     operands.SAME_SCALE,
     # the graph as a whole
-    graph.NOT_QUANTIZED,
-    graph.FLOAT_OP,
-    graph.FLOAT_FEED,
-    graph.LEGACY_UINT8,
-    graph.OP_UNCOVERED,
-    graph.OP_EXTENDED,
+    graph_rules.NOT_QUANTIZED,
+    graph_rules.FLOAT_OP,
+    graph_rules.FLOAT_FEED,
+    graph_rules.LEGACY_UINT8,
+    graph_rules.OP_UNCOVERED,
+    graph_rules.OP_EXTENDED,
     # numerical risks
     risk.BIAS_SATURATED,
     risk.RANGE_UNDERUSED,

@@ -6,9 +6,8 @@ mean something in a graph whose operators fit together.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-from qtool.check.config import load_settings
 from qtool.check.findings import Finding
 from qtool.check.rulebook import family, rule
 from qtool.model import Model
@@ -28,8 +27,7 @@ MODEL_INVALID = rule(
 
 
 @family("model validity", MODEL_INVALID)
-def check_validity(model: Model, profiles: tuple[str, ...] = ()) -> Iterator[Finding]:
-    severity = load_settings(profiles).severity
+def check_validity(model: Model, severity: Mapping[str, str]) -> Iterator[Finding]:
     for problem in model_problems(model):
         yield MODEL_INVALID.finding(
             severity,

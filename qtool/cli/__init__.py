@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import click
 
-from qtool import __version__
 from qtool.cli.config import load_defaults
 from qtool.cli.guard import debug_requested, run_guarded
 from qtool.cli.lazy import LazyCommand, LazyGroup
+from qtool.version import __version__
 
 # Commands are imported when they run; `qtool --help` shows these summaries without importing.
 COMMANDS = {

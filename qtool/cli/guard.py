@@ -29,9 +29,9 @@ from typing import Any
 
 import click
 
-from qtool.entry import HANDLED_SIGNALS
 from qtool.errors import QtoolError, first_line
 from qtool.files import defer_interrupt, remove_temporaries
+from qtool.signals import HANDLED_SIGNALS
 
 EXIT_INTERNAL = 3
 

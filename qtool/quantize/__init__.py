@@ -5,7 +5,6 @@ from qtool.quantize.quantizer import (
     FloatOp,
     QuantizeOptions,
     QuantizeResult,
-    prepare_float_model,
     quantize_model,
 )
 
@@ -14,6 +13,5 @@ __all__ = [
     "FloatOp",
     "QuantizeOptions",
     "QuantizeResult",
-    "prepare_float_model",
     "quantize_model",
 ]

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.calibrate import Dataset
-from qtool.calibrate.calibrate import litert_available, litert_feeder, litert_interpreter
 from qtool.errors import UsageError
 from qtool.model import Model, Tensor, TensorType
 from qtool.numerics import dequantize, quantize, sqnr_from_sums
+from qtool.runtime.litert import litert_available, litert_feeder, litert_interpreter
 
 MAX_SAMPLES = 32
 

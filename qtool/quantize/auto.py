@@ -20,8 +20,8 @@ from qtool.calibrate.collect import Collected
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model
-from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.evaluation import score
+from qtool.quantize.planner import Planner, Recipe
 
 AUTO = "auto"
 CANDIDATES = (Method("minmax"), Method("percentile", 99.99), Method("mse"))

@@ -25,9 +25,9 @@ from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.errors import UsageError
 from qtool.model import Model
 from qtool.numerics import SqnrAccumulator
-from qtool.quantize.build import Planner, Recipe
+from qtool.quantize.adaround import supported as rounding_supported
 from qtool.quantize.plan import Plan
-from qtool.quantize.rounding import supported as rounding_supported
+from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
 from qtool.quantize.simulate import Simulator
 from qtool.runtime import Engine

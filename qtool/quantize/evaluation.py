@@ -8,13 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.calibrate.collect import EvaluationSet
-from qtool.calibrate.litert import litert_available
 from qtool.model import Model
 from qtool.numerics import sqnr_db
 from qtool.quantize.litert_worker import Pending, submit_model
 from qtool.quantize.plan import Plan
 from qtool.quantize.rewrite import rewritten
 from qtool.quantize.simulate import Simulator
+from qtool.runtime.litert import litert_available
 from qtool.spec import QuantSpec
 
 LITERT = "LiteRT"  # the integer model run by LiteRT's kernels

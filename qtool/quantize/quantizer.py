@@ -19,7 +19,6 @@ from functools import partial
 
 from qtool.calibrate import CalibrationResult, Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
-from qtool.calibrate.litert import litert_available
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
     CalibrationStatistics,
@@ -28,19 +27,20 @@ from qtool.calibrate.statistics import (
 )
 from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
-from qtool.model.edit import clone_model, remove_unused
+from qtool.prepare import FloatModel, prepare_float_model
+from qtool.prepare.canonical import RewrittenOp
+from qtool.prepare.fold import FoldedOp
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
-from qtool.quantize.build import Planner, Recipe
-from qtool.quantize.canonical import RewrittenOp, canonicalize
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
-from qtool.quantize.fold import FoldedOp, fold_constants
 from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
+from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
+from qtool.runtime.litert import litert_available
 from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
 from qtool.targets import load_target
 
@@ -128,34 +128,6 @@ class QuantizeResult:
     # When asked for: per subgraph, each quantized activation's SQNR (dB) against the float
     # tensor along the simulated model, in graph order, on held-out samples.
     layer_sqnr: dict[int, dict[int, float]] = field(default_factory=dict)
-
-
-@dataclass
-class FloatModel:
-    """A float model ready for calibration, with constant operators folded away."""
-
-    model: Model
-    folded: list[FoldedOp]
-    source_index: list[list[int]]  # per subgraph: input-model index of each operator
-    rewritten: dict[tuple[int, int], RewrittenOp] = field(default_factory=dict)  # by source op
-
-
-def prepare_float_model(model: Model) -> FloatModel:
-    """A copy of `model` with constant operators folded and operators without an integer
-    kernel rewritten into equivalents that have one, in every subgraph."""
-    work = clone_model(model)
-    counts = [len(sg.operators) for sg in work.subgraphs]
-    folded = [op for s in range(len(work.subgraphs)) for op in fold_constants(work, s)]
-    remove_unused(work)
-    gone = {(op.subgraph, op.index) for op in folded}
-    source_index = [[i for i in range(n) if (s, i) not in gone] for s, n in enumerate(counts)]
-    rewritten = {
-        (r.subgraph, source_index[r.subgraph][r.index]): r
-        for s in range(len(work.subgraphs))
-        for r in canonicalize(work, s)
-    }
-    remove_unused(work)  # the custom operator codes rewritten away
-    return FloatModel(work, folded, source_index, rewritten)
 
 
 def _computes_in_float(model: Model, subgraph_index: int) -> bool:
@@ -271,24 +243,6 @@ def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:
             "the calibration statistics were gathered on another model (or another qtool "
             "version's preparation of it)"
         )
-
-
-def calibration_statistics(
-    model: Model,
-    data: Dataset | Mapping[int, Dataset],
-    engine: str = "auto",
-    progress: Callable[[int], None] | None = None,
-) -> CalibrationStatistics:
-    """Statistics of every sample (no evaluation fold), to save and merge with other shards
-    (`qtool calibrate`), then quantize from (`statistics=`)."""
-    prepared = prepare_float_model(model)
-    collected = {
-        s: collect(prepared.model, dataset, engine, s, progress, evaluate=False)
-        for s, dataset in sorted(_as_datasets(data).items())
-    }
-    return CalibrationStatistics(
-        model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
-    )
 
 
 def analyze_model(

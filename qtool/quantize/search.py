@@ -26,8 +26,8 @@ import numpy as np
 
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model
-from qtool.quantize.build import Planner, Recipe
-from qtool.quantize.rounding import supported as rounding_supported
+from qtool.quantize.adaround import supported as rounding_supported
+from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
 from qtool.spec import Mode
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model
 from qtool.model.edit import clone_model
-from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.plan import QUANTIZED, Plan
+from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import rewrite_plans
 from qtool.spec import QuantSpec
 from qtool.targets import Target

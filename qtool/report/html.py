@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from qtool import __version__
 from qtool.report.html_sections import (
     Section,
     db_text,
@@ -23,6 +22,7 @@ from qtool.report.html_sections import (
 )
 from qtool.report.quantize_report import summary_counts
 from qtool.report.svg import text
+from qtool.version import __version__
 
 POLICY = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'"
 

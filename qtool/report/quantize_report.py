@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qtool import __version__
 from qtool.model import Model, dtype_name
 from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
 from qtool.report.analysis_report import analysis_section
 from qtool.spec import Mode
+from qtool.version import __version__
 
 REPORT_VERSION = 3
 FOLDED = "folded"  # an op of the float model computed at build time: no operator remains

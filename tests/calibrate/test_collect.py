@@ -162,7 +162,7 @@ def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates()
 def test_the_fold_observed_here_reuses_the_calibration_runner(monkeypatch) -> None:
     # One LiteRT interpreter (and one packing of XNNPACK's weights) for both folds.
     collect_module = importlib.import_module("qtool.calibrate.collect")
-    calibrate_module = importlib.import_module("qtool.calibrate.calibrate")
+    calibrate_module = importlib.import_module("qtool.calibrate.calibrator")
     built = []
 
     class Counted(collect_module.XnnpackRunner):

@@ -24,8 +24,9 @@ from qtool.check import (
     rulebook,
     structure,
 )
-from qtool.check import config as config_module
-from qtool.check.registry import FAMILIES, GATE, VALIDITY
+from qtool.check import settings as settings_module
+from qtool.check import severities as severities_module
+from qtool.check.families import FAMILIES, GATE, VALIDITY
 from qtool.model import QuantParams
 from tests.check.helpers import int8_conv_model, mutate, op_index, op_tensor, tf_model
 
@@ -109,12 +110,18 @@ def spec_data(monkeypatch):
     """A mutable copy of the spec file's data that load_spec/load_settings read from."""
     data = copy.deepcopy(spec_module.raw_spec())
     monkeypatch.setattr(spec_module, "raw_spec", lambda scheme="int8": data)
-    monkeypatch.setattr(config_module, "raw_spec", lambda: data)
-    spec_module.load_spec.cache_clear()
-    config_module.load_settings.cache_clear()
+    monkeypatch.setattr(settings_module, "raw_spec", lambda: data)
+    monkeypatch.setattr(severities_module, "raw_spec", lambda: data)
+    caches = (
+        spec_module.load_spec,
+        settings_module.load_settings,
+        severities_module.rule_severities,
+    )
+    for cache in caches:
+        cache.cache_clear()
     yield data
-    spec_module.load_spec.cache_clear()
-    config_module.load_settings.cache_clear()
+    for cache in caches:
+        cache.cache_clear()
 
 
 def per_tensor_conv():
@@ -170,5 +177,5 @@ def test_risk_thresholds_come_from_the_spec_data(spec_data) -> None:
     x.quantization = QuantParams.of(np.float32(1e-6), 0)  # also breaks the bias scale
     assert "QT-TINY-SCALE" not in {f.rule for f in audit_model(model)}
     spec_data["check"]["risk"]["tiny_scale"] = 1e-5
-    config_module.load_settings.cache_clear()
+    settings_module.load_settings.cache_clear()
     assert "QT-TINY-SCALE" in {f.rule for f in audit_model(model)}

@@ -12,8 +12,8 @@ from qtool.model.build import GraphBuilder
 from qtool.model.graph import Operator
 from qtool.model.types import Padding
 from qtool.numerics import sqnr_db
+from qtool.prepare.canonical import canonicalize
 from qtool.quantize import QuantizeOptions, quantize_model
-from qtool.quantize.canonical import canonicalize
 from tests.litert import run_litert_samples
 
 SAME, VALID = 1, 2  # TfLitePadding, as the custom op's options store it

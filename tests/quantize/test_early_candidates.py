@@ -10,7 +10,7 @@ import pytest
 from qtool.calibrate import Dataset
 from qtool.calibrate.collect import collect
 from qtool.model import load_model
-from qtool.quantize import QuantizeOptions, build, evaluation, litert_worker
+from qtool.quantize import QuantizeOptions, evaluation, litert_worker, planner
 from qtool.quantize.quantizer import calibrate_model
 from tests.conftest import DATA, MODELS
 
@@ -68,7 +68,7 @@ def test_auto_runs_each_candidate_once_and_scores_as_without_early_runs(monkeypa
     assert len(submitted) == len(early.method_scores)  # started early or late, each once
     assert all(not planner._started for planner in early.planners.values())
 
-    monkeypatch.setattr(build.Planner, "start_measuring", lambda *args: None)
+    monkeypatch.setattr(planner.Planner, "start_measuring", lambda *args: None)
     late = calibrate_model(load_model(CNN), data, QuantizeOptions())
     assert early.method_scores == late.method_scores
     assert early.start == late.start

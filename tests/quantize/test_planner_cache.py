@@ -13,8 +13,8 @@ from qtool.calibrate import Dataset
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import load_model
 from qtool.quantize import QuantizeOptions
-from qtool.quantize.build import Planner, Recipe
 from qtool.quantize.plan import Plan
+from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.quantizer import calibrate_model
 from tests.conftest import DATA, MODELS
 

@@ -11,9 +11,9 @@ from qtool.calibrate import Dataset
 from qtool.model.types import Padding
 from qtool.numerics import symmetric_params
 from qtool.quantize import QuantizeOptions
-from qtool.quantize.build import Planner, Recipe
+from qtool.quantize.adaround import DAMPING, gather_moments, optimise_rounding
+from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.quantizer import calibrate_model
-from qtool.quantize.rounding import DAMPING, gather_moments, optimise_rounding
 from qtool.quantize.simulate import Parts, Simulator
 from qtool.quantize.weights import nearest
 from qtool.runtime import Engine

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from qtool.calibrate import activation_tensors
-from qtool.calibrate.litert import XnnpackRunner
 from qtool.calibrate.statistics import new_subgraph_statistics
 from qtool.model import load_model
+from qtool.runtime.litert import XnnpackRunner
 from qtool.runtime.parallel import ApartObservation, spread_by_size
 from tests.conftest import DATA, MODELS
 

@@ -15,7 +15,7 @@ from qtool.calibrate import (
 from qtool.errors import UnsupportedOpError
 from qtool.model import load_model
 from qtool.model.build import GraphBuilder
-from qtool.quantize import prepare_float_model
+from qtool.prepare import prepare_float_model
 from qtool.runtime import Engine, register_custom_op
 from tests.conftest import DATA, MODELS, float_model_names
 from tests.litert import run_litert_samples

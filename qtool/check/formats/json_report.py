@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from qtool import __version__
 from qtool.check.findings import ModelResult
+from qtool.version import __version__
 
 
 def to_json(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dict[str, Any]:

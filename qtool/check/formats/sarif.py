@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from qtool import __version__
-from qtool.check.config import OFF, load_settings
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.rulebook import RuleInfo
 from qtool.check.rules import RULES
+from qtool.check.severities import OFF, rule_severities
 from qtool.check.suppress import fingerprint
+from qtool.version import __version__
 
 SARIF_SCHEMA = (
     "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
@@ -97,7 +97,7 @@ def _result(
 
 
 def to_sarif(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dict[str, Any]:
-    severity = load_settings(tuple(profiles)).severity
+    severity = rule_severities(tuple(profiles))
     rule_index = {rule_id: index for index, rule_id in enumerate(RULES)}
     artifacts, sarif_results, notifications = [], [], []
     for index, result in enumerate(results):

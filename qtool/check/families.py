@@ -5,15 +5,15 @@ Each family names the rules it may emit where it is declared (`@family` in its m
 
 from __future__ import annotations
 
-from qtool.check import graph, operands, risk, structure, validity
+from qtool.check import graph_rules, operands, risk, structure, validity
 from qtool.check.rulebook import Family
 
 FAMILIES: tuple[Family, ...] = (
     structure.check_param_structure,
-    graph.check_float_ops,
-    graph.check_float_feeds,
-    graph.check_legacy_dtypes,
-    graph.check_coverage,
+    graph_rules.check_float_ops,
+    graph_rules.check_float_feeds,
+    graph_rules.check_legacy_dtypes,
+    graph_rules.check_coverage,
     operands.check_dtypes,
     operands.check_granularity,
     operands.check_zero_points,
@@ -34,4 +34,4 @@ VALIDITY: Family = validity.check_validity
 
 # Runs next; when it reports (no op computes in int8) the audit stops there: the op-level rules
 # would only restate that the model is float.
-GATE: Family = graph.check_quantized
+GATE: Family = graph_rules.check_quantized

@@ -1,7 +1,7 @@
 """Run a float model over calibration data and record the range of every activation tensor.
 
 Two engines can do the running: qtool's numpy engine (batched and threaded, always available)
-and, where the `ai-edge-litert` package is installed, LiteRT (qtool.calibrate.litert). `auto`
+and, where the `ai-edge-litert` package is installed, LiteRT (qtool.runtime.litert). `auto`
 takes LiteRT when it can run the model and numpy otherwise (README: "Choosing the calibration
 engine" gives the measurements behind this rule).
 """
@@ -13,37 +13,23 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from qtool.calibrate.datasets import Batch, Dataset, InputSpec
-from qtool.calibrate.litert import (
+from qtool.calibrate.datasets import Batch, Dataset
+from qtool.calibrate.observers import MinMaxObserver, RangeObserver
+from qtool.errors import DataError, UnsupportedOpError, UsageError
+from qtool.model import Model, TensorType
+from qtool.runtime import Engine
+from qtool.runtime.heap import retained_heap
+from qtool.runtime.litert import (
     XnnpackRunner,
     litert_available,
     litert_can_run,
-    litert_feeder,
-    litert_interpreter,
     run_preserved,
 )
-from qtool.calibrate.observers import MinMaxObserver, RangeObserver
-from qtool.errors import DataError, UnsupportedOpError, UsageError
-from qtool.model import Model, TensorType, numpy_dtype
-from qtool.runtime import Engine
-from qtool.runtime.heap import retained_heap
 
 ENGINES = ("auto", "numpy", "litert")
 Progress = Callable[[int], None]
 # Samples read from the dataset at a time: enough chunks for every thread to take several.
 _CHUNKS_PER_THREAD = 4
-
-__all__ = [
-    "ENGINES",
-    "CalibrationResult",
-    "activation_tensors",
-    "calibrate",
-    "choose_engine",
-    "litert_available",
-    "litert_feeder",
-    "litert_interpreter",
-    "model_inputs",
-]
 
 
 @dataclass
@@ -57,35 +43,6 @@ class CalibrationResult:
     source: str
     synthetic: bool
     observer: RangeObserver
-
-
-def model_inputs(model: Model, subgraph_index: int = 0) -> list[InputSpec]:
-    """The inputs calibration data must provide, with the names users may key them by."""
-    subgraph = model.subgraphs[subgraph_index]
-    signature_names: dict[int, str] = {}
-    for signature in model.signature_defs:
-        if signature["subgraph_index"] == subgraph_index:
-            for entry in signature["inputs"] or []:
-                signature_names[entry["tensor_index"]] = entry["name"]
-    batched = subgraph.inputs_lead_with_one()
-    specs = []
-    for t in subgraph.inputs:
-        tensor = subgraph.tensors[t]
-        aliases = {tensor.name.split(":")[0]}
-        if t in signature_names:
-            aliases.add(signature_names[t])
-        if tensor.name.startswith("serving_default_"):
-            aliases.add(tensor.name.removeprefix("serving_default_").split(":")[0])
-        shape = tuple(tensor.shape[1:] if batched else tensor.shape)
-        specs.append(
-            InputSpec(
-                name=tensor.name,
-                aliases=tuple(sorted(aliases - {tensor.name})),
-                sample_shape=shape,
-                dtype=numpy_dtype(tensor.dtype),
-            )
-        )
-    return specs
 
 
 def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:

@@ -14,6 +14,7 @@ from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
+from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
 from qtool.quantize.evaluation import (
     OutputAccuracy,
@@ -32,7 +33,6 @@ from qtool.quantize.plan import (
     decide,
     make_plan,
 )
-from qtool.quantize.rounding import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
 
 FOR_TARGET = "kept in float to reach the target SQNR"

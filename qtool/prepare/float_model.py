@@ -1,0 +1,38 @@
+"""The float model as calibration and planning see it: folded and canonicalised."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from qtool.model import Model
+from qtool.model.edit import clone_model, remove_unused
+from qtool.prepare.canonical import RewrittenOp, canonicalize
+from qtool.prepare.fold import FoldedOp, fold_constants
+
+
+@dataclass
+class FloatModel:
+    """A float model ready for calibration, with constant operators folded away."""
+
+    model: Model
+    folded: list[FoldedOp]
+    source_index: list[list[int]]  # per subgraph: input-model index of each operator
+    rewritten: dict[tuple[int, int], RewrittenOp] = field(default_factory=dict)  # by source op
+
+
+def prepare_float_model(model: Model) -> FloatModel:
+    """A copy of `model` with constant operators folded and operators without an integer
+    kernel rewritten into equivalents that have one, in every subgraph."""
+    work = clone_model(model)
+    counts = [len(sg.operators) for sg in work.subgraphs]
+    folded = [op for s in range(len(work.subgraphs)) for op in fold_constants(work, s)]
+    remove_unused(work)
+    gone = {(op.subgraph, op.index) for op in folded}
+    source_index = [[i for i in range(n) if (s, i) not in gone] for s, n in enumerate(counts)]
+    rewritten = {
+        (r.subgraph, source_index[r.subgraph][r.index]): r
+        for s in range(len(work.subgraphs))
+        for r in canonicalize(work, s)
+    }
+    remove_unused(work)  # the custom operator codes rewritten away
+    return FloatModel(work, folded, source_index, rewritten)
