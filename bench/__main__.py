@@ -41,7 +41,7 @@ from qtool.model import load_model, model_to_bytes, save_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
 from qtool.prepare import prepare_float_model
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -150,7 +150,7 @@ def ten_megabyte_model(directory: Path) -> Path:
         x = builder.fully_connected(x, weights, bias, f"fc{layer}", activation=1)
     model = builder.finish([x])
     data = Dataset.from_arrays([rng.standard_normal((8, 1024)).astype(np.float32)], "bench")
-    result = quantize_model(model, data, QuantizeOptions())
+    result = quantize_loaded(model, data, QuantizeOptions())
     path = directory / "mlp10mb_int8.tflite"
     save_model(result.model, path)
     return path
@@ -190,7 +190,7 @@ def bench_architectures() -> None:
         model = load_model(path)
         data = load_dataset([str(directory / "calib.npy")], model_inputs(model))
         started = time.perf_counter()
-        result = quantize_model(model, data, QuantizeOptions())
+        result = quantize_loaded(model, data, QuantizeOptions())
         seconds = time.perf_counter() - started
         errors = sum(f.severity == "error" for f in audit_model(result.model))
         reference = litert_outputs(path.read_bytes(), holdout)

@@ -29,7 +29,7 @@ from bench.real_models import CACHE, MODELS, make_data, model_path
 from qtool.calibrate import load_dataset, model_inputs
 from qtool.model import load_model, model_to_bytes
 from qtool.numerics import sqnr_db
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
 
 console = Console(width=160)  # whole model names in logs too
 ORT_CACHE = CACHE / "ort.json"
@@ -78,7 +78,7 @@ def run(name: str, options: dict) -> Outcome:
     calibration, holdout = make_data(name)
     model = load_model(model_path(name))
     started = time.perf_counter()
-    result = quantize_model(
+    result = quantize_loaded(
         model, load_dataset([str(calibration)], model_inputs(model)), QuantizeOptions(**options)
     )
     seconds = time.perf_counter() - started
@@ -157,7 +157,7 @@ def bench_target(names: Sequence[str], target: float) -> None:
         model = load_model(model_path(name))
         started = time.perf_counter()
         options = QuantizeOptions(target_sqnr=target, allow_float=True)
-        result = quantize_model(
+        result = quantize_loaded(
             model, load_dataset([str(calibration)], model_inputs(model)), options
         )
         seconds = time.perf_counter() - started

@@ -1,31 +1,29 @@
 """qtool: quantize float TFLite models to the int8 spec, and audit quantized models.
 
-The Python API (`qtool/api.py`) is loaded on first use, so `import qtool` stays cheap:
+The Python API (`qtool/api.py`), one function per command, is loaded on first use, so
+`import qtool` stays cheap:
 
     import qtool
-    result = qtool.quantize("model.tflite", samples)
+    result = qtool.quantize_model("model.tflite", samples)
     result.save("model_int8.tflite")
-    qtool.check(result.model_bytes).passed
+    qtool.check_model(result.model_bytes).passed
 
-`qtool.quantize`, `qtool.check` and `qtool.calibrate` are the API functions, although the
-packages implementing them have the same names (`from qtool.quantize import ...` still reaches
-the package).
+The subpackages (`qtool.quantize`, `qtool.check`, `qtool.calibrate`...) are the layers below it,
+importable for finer control.
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from typing import Any
 
-__version__ = "0.1.0"
+from qtool.version import __version__
 
 API = (
-    "analyze",
-    "calibrate",
-    "check",
+    "analyze_model",
+    "calibrate_model",
+    "check_model",
     "load_model",
-    "quantize",
+    "quantize_model",
     "CalibrationStatistics",
     "CheckResult",
     "Quantized",
@@ -33,23 +31,16 @@ API = (
 __all__ = ["__version__", *API]
 
 
-class _Package(types.ModuleType):
-    """Keeps the API functions when the same-named subpackages are imported (importing
-    `qtool.quantize` would otherwise replace the function `qtool.quantize` with the package)."""
+def __getattr__(name: str) -> Any:
+    """The API's names, imported from `qtool.api` when first used (PEP 562)."""
+    if name in API:
+        from qtool import api
 
-    def __getattr__(self, name: str) -> Any:
-        if name in API:
-            from qtool import api
-
-            value = getattr(api, name)
-            super().__setattr__(name, value)
-            return value
-        raise AttributeError(f"module 'qtool' has no attribute {name!r}")
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in API and isinstance(value, types.ModuleType):
-            return  # a subpackage being imported: `qtool.<name>` stays the API function
-        super().__setattr__(name, value)
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'qtool' has no attribute {name!r}")
 
 
-sys.modules[__name__].__class__ = _Package
+def __dir__() -> list[str]:
+    return sorted({*globals(), *API})

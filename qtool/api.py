@@ -2,12 +2,12 @@
 
     import qtool
 
-    result = qtool.quantize("model.tflite", samples)       # arrays, dicts, a generator...
-    print(result.accuracy)                                 # each output's SQNR, held out
-    result.save("model_int8.tflite")                       # model and report, atomically
-    report = qtool.check(result.model_bytes, target="ethos-u")
-    stats = qtool.calibrate("model.tflite", shard)         # merge shards, then
-    qtool.quantize("model.tflite", statistics=stats)
+    result = qtool.quantize_model("model.tflite", samples)  # arrays, dicts, a generator...
+    print(result.accuracy)                                  # each output's SQNR, held out
+    result.save("model_int8.tflite")                        # model and report, atomically
+    report = qtool.check_model(result.model_bytes, target="ethos-u")
+    stats = qtool.calibrate_model("model.tflite", shard)    # merge shards, then
+    qtool.quantize_model("model.tflite", statistics=stats)
 
 A model is a path, the bytes of a .tflite file or a loaded `Model`. Data is a path (or list
 of paths) as on the command line, a numpy array (one input, samples along axis 0), a list of
@@ -30,14 +30,14 @@ from qtool.calibrate.collect import calibration_statistics
 from qtool.calibrate.datasets import as_dataset, entry_datasets
 from qtool.calibrate.inputs import entry_subgraphs
 from qtool.calibrate.statistics import CalibrationStatistics
-from qtool.check.audit import check_model
+from qtool.check.audit import check_loaded
 from qtool.check.findings import SEVERITY_RANK, Finding
 from qtool.check.gates import DEFAULT_MIN_SQNR, AccuracyGate
 from qtool.errors import UsageError
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model import load_model as _load_path
 from qtool.quantize import QuantizeOptions, QuantizeResult
-from qtool.quantize.quantizer import analyze_model
+from qtool.quantize.quantizer import analyze_loaded
 from qtool.report.analysis_report import analysis_section
 from qtool.spec import spec_profiles
 
@@ -105,7 +105,7 @@ class Quantized:
         return path
 
 
-def quantize(
+def quantize_model(
     model: ModelLike,
     data: Any = None,
     *,
@@ -162,7 +162,7 @@ def _describe(data: Any) -> str:
     return type(data).__name__
 
 
-def calibrate(
+def calibrate_model(
     model: ModelLike,
     data: Any,
     *,
@@ -176,7 +176,7 @@ def calibrate(
     return calibration_statistics(loaded, entry_datasets(loaded, data, samples), engine, progress)
 
 
-def analyze(
+def analyze_model(
     model: ModelLike,
     data: Any,
     *,
@@ -188,7 +188,7 @@ def analyze(
     """Where the quantization error comes from (`qtool analyze --json`)."""
     loaded = load_model(model)
     holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
-    diagnosis = analyze_model(
+    diagnosis = analyze_loaded(
         loaded,
         entry_datasets(loaded, data, samples),
         QuantizeOptions(**options),
@@ -232,7 +232,7 @@ class CheckResult:
         }
 
 
-def check(
+def check_model(
     model: ModelLike,
     *,
     per_tensor_fc: bool = False,
@@ -259,7 +259,7 @@ def check(
         (s,) = list(entry_subgraphs(float_model))[:1]
         gate = AccuracyGate(float_model, as_dataset(data, model_inputs(float_model, s)), min_sqnr)
     profiles = spec_profiles(per_tensor_fc)
-    audited = check_model(
+    audited = check_loaded(
         loaded,
         profiles,
         target,

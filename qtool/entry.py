@@ -30,6 +30,9 @@ def main() -> None:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _stop)
     from qtool.cli import main as run
+    from qtool.heap import tune_heap_for_runs
+
+    tune_heap_for_runs()  # this process is qtool's own: its allocator may be tuned
 
     try:
         run()

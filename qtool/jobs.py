@@ -27,10 +27,10 @@ from qtool.errors import QtoolError, UsageError
 from qtool.files import check_destination, commit, discard, stage, write_atomic
 from qtool.model import Model, load_model, model_to_bytes
 from qtool.model.io import refuse_input_overwrite
-from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
+from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
-from qtool.quantize.quantizer import calibrate_model
+from qtool.quantize.quantizer import calibrate_loaded
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
@@ -196,7 +196,7 @@ def analyze_file(job: QuantizeJob, progress: Callable[[int], None] | None = None
         refuse_input_overwrite(html, _job_inputs(job))
         check_destination(html, overwrite=True)
     model, datasets, holdouts = load_job_inputs(job)
-    calibrated = calibrate_model(model, datasets, job.options, progress, holdouts)
+    calibrated = calibrate_loaded(model, datasets, job.options, progress, holdouts)
     diagnosis = diagnose_calibrated(calibrated)
     analysis = {"model": job.model_path, **analysis_section(diagnosis)}
     if html is not None:
@@ -228,7 +228,7 @@ def finish_quantization(
     (result, report, model bytes). Nothing is written. `measure_layers` runs both models in
     LiteRT layer by layer (`layer_errors` in the report); `measure_layer_sqnr` simulates the
     same (`result.layer_sqnr`, for the HTML page)."""
-    result = quantize_model(
+    result = quantize_loaded(
         model,
         datasets,
         options,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import importlib.util
 import os
 import select
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 
 from qtool.errors import ModelError, first_line
 from qtool.model import BuiltinOperator, parse_model
+from qtool.runtime.litert import litert_available
 
 LITERT_TIMEOUT = 120.0  # seconds for LiteRT to load a model in the child
 
@@ -40,7 +40,7 @@ def written_model_problem(path: Path) -> str | None:
 
 def litert_problem(data: bytes) -> str | None:
     """Why LiteRT refuses the model (None: it loads, or LiteRT is not installed)."""
-    if importlib.util.find_spec("ai_edge_litert") is None:
+    if not litert_available():
         return None
     if not hasattr(os, "fork"):
         return _load_in_litert(data)

@@ -208,3 +208,9 @@ def input_scale_below_one() -> frozenset[str]:
 def boundary_ops() -> frozenset[str]:
     """The ops whose float (or uint8) side is the model boundary: QUANTIZE, DEQUANTIZE."""
     return frozenset(raw_spec()["check"]["boundary_ops"])
+
+
+def default_min_sqnr() -> float:
+    """The accuracy gate's default threshold (dB): `qtool check --min-sqnr`, and the line
+    between a fair and a poor output on the HTML pages."""
+    return float(raw_spec()["check"]["accuracy"]["min_sqnr_db"])

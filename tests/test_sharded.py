@@ -34,7 +34,7 @@ def test_shards_split_the_files_contiguously(data_directory) -> None:
 def test_dask_local_cluster_matches_one_process(data_directory) -> None:
     # LiteRT computes each sample the same whatever the batch (numpy's BLAS may round a row
     # differently in a larger matrix product, which moves a mean by one fixed-point unit).
-    single = qtool.calibrate(CNN, str(data_directory), engine="litert")
+    single = qtool.calibrate_model(CNN, str(data_directory), engine="litert")
     with (
         distributed.LocalCluster(
             n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
@@ -44,8 +44,8 @@ def test_dask_local_cluster_matches_one_process(data_directory) -> None:
         merged = calibrate_shards(client, CNN, shard_files(data_directory, 4), engine="litert")
     assert merged.state() == single.state()
     assert merged.samples == 64
-    from_merge = qtool.quantize(CNN, statistics=merged, calibration="mse")
-    from_data = qtool.quantize(
+    from_merge = qtool.quantize_model(CNN, statistics=merged, calibration="mse")
+    from_data = qtool.quantize_model(
         CNN, str(data_directory), calibration="mse", holdout=str(data_directory / "part00.npy")
     )
     assert from_merge.model_bytes == from_data.model_bytes

@@ -92,7 +92,7 @@ def test_wheel_quantizes_checks_analyzes_and_calibrates(installed: Installed, tm
     api = (
         "import qtool, numpy as np; "
         f"x = np.load({CNN_DATA!r})['serving_default_image:0']; "
-        f"print(qtool.quantize({CNN!r}, x).compliant)"
+        f"print(qtool.quantize_model({CNN!r}, x).compliant)"
     )
     assert succeeds(run(installed.python, tmp_path, "-c", api)).strip().endswith("True")
 

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from qtool.calibrate.datasets import Batch, Dataset
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
 from qtool.errors import DataError, UnsupportedOpError, UsageError
+from qtool.heap import retained_heap
 from qtool.model import Model, TensorType
 from qtool.runtime import Engine
-from qtool.runtime.heap import retained_heap
 from qtool.runtime.litert import (
     XnnpackRunner,
     litert_available,

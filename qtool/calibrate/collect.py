@@ -26,10 +26,10 @@ from qtool.calibrate.statistics import (
     new_subgraph_statistics,
 )
 from qtool.errors import DataError, UnsupportedOpError
+from qtool.heap import retained_heap
 from qtool.model import Model
 from qtool.prepare import prepare_float_model
 from qtool.runtime import Engine
-from qtool.runtime.heap import retained_heap
 from qtool.runtime.litert import XnnpackRunner
 
 FOLD_WINDOW = 128  # samples among which the fold is chosen (later ones all calibrate)

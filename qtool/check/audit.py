@@ -19,14 +19,14 @@ from qtool.errors import QtoolError
 from qtool.model import Model, load_model
 from qtool.model.validate import operator_list
 
-__all__ = ["AccuracyGate", "ModelResult", "audit_model", "check_model", "check_paths"]
+__all__ = ["AccuracyGate", "ModelResult", "audit_model", "check_loaded", "check_paths"]
 
 
 def audit_model(
     model: Model, profiles: tuple[str, ...] = (), target: str | None = None
 ) -> list[Finding]:
     """All findings of `model` under the spec `profiles` (and on `target`), in graph order."""
-    return check_model(model, profiles, target).findings
+    return check_loaded(model, profiles, target).findings
 
 
 def _validity_findings(model: Model, severity: dict[str, str]) -> list[Finding]:
@@ -45,7 +45,7 @@ def _spec_findings(
     return findings
 
 
-def check_model(
+def check_loaded(
     model: Model,
     profiles: tuple[str, ...] = (),
     target: str | None = None,
@@ -122,7 +122,7 @@ def check_paths(
         except QtoolError as exc:
             result = ModelResult(path=str(path), error=str(exc))
         else:
-            result = check_model(model, profiles, target, accuracy, path=str(path))
+            result = check_loaded(model, profiles, target, accuracy, path=str(path))
         result.seconds = time.perf_counter() - start
         results.append(result)
     return results

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from qtool.check.findings import Finding
 from qtool.check.rulebook import family, rule
+from qtool.spec import default_min_sqnr
 
 if TYPE_CHECKING:  # placement and the accuracy gate's runtime load only when they run
     from qtool.evaluate import Comparison
     from qtool.targets.placement import TargetReport
 
-DEFAULT_MIN_SQNR = 20.0
+DEFAULT_MIN_SQNR = default_min_sqnr()  # schemas/int8_spec.json: check.accuracy
 
 TARGET_FALLBACK = rule(
     "QT-TARGET-FALLBACK",

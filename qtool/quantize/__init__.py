@@ -5,7 +5,7 @@ from qtool.quantize.quantizer import (
     FloatOp,
     QuantizeOptions,
     QuantizeResult,
-    quantize_model,
+    quantize_loaded,
 )
 
 __all__ = [
@@ -13,5 +13,5 @@ __all__ = [
     "FloatOp",
     "QuantizeOptions",
     "QuantizeResult",
-    "quantize_model",
+    "quantize_loaded",
 ]

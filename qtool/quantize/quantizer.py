@@ -163,7 +163,7 @@ class Calibrated:
     datasets: dict[int, Dataset]
 
 
-def calibrate_model(
+def calibrate_loaded(
     model: Model,
     data: Dataset | Mapping[int, Dataset] | None,
     options: QuantizeOptions = QuantizeOptions(),
@@ -245,18 +245,18 @@ def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:
         )
 
 
-def analyze_model(
+def analyze_loaded(
     model: Model,
     data: Dataset | Mapping[int, Dataset],
     options: QuantizeOptions = QuantizeOptions(),
     progress: Callable[[int], None] | None = None,
     holdout: Dataset | Mapping[int, Dataset] | None = None,
 ) -> Diagnosis:
-    """Where the error of the plan `quantize_model` would make comes from (`qtool analyze`)."""
-    return diagnose_calibrated(calibrate_model(model, data, options, progress, holdout))
+    """Where the error of the plan `quantize_loaded` would make comes from (`qtool analyze`)."""
+    return diagnose_calibrated(calibrate_loaded(model, data, options, progress, holdout))
 
 
-def quantize_model(
+def quantize_loaded(
     model: Model,
     data: Dataset | Mapping[int, Dataset] | None,
     options: QuantizeOptions = QuantizeOptions(),
@@ -273,7 +273,7 @@ def quantize_model(
     accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
     warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures).
     """
-    calibrated = calibrate_model(model, data, options, progress, holdout, statistics)
+    calibrated = calibrate_loaded(model, data, options, progress, holdout, statistics)
     diagnosis = diagnose_calibrated(calibrated) if analyze else None
     prepared, collected, planners = calibrated.prepared, calibrated.collected, calibrated.planners
     precision = options.precision()

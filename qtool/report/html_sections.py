@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT
-from qtool.check.gates import DEFAULT_MIN_SQNR
 from qtool.report.quantize_report import REPORTED_MODES
 from qtool.report.svg import (
     Bar,
@@ -22,6 +21,7 @@ from qtool.report.svg import (
     strip,
     text,
 )
+from qtool.spec import default_min_sqnr
 
 GOOD_DB = 30.0  # at or above: green; between the accuracy gate's default and this: amber
 WORST_SHOWN = 10  # lowest layers listed under the chart
@@ -43,7 +43,7 @@ def quality(db: float | None, target: float | None = None) -> str:
         return "exact"
     if target is not None:
         return "good" if db >= target else "poor"
-    return "good" if db >= GOOD_DB else "fair" if db >= DEFAULT_MIN_SQNR else "poor"
+    return "good" if db >= GOOD_DB else "fair" if db >= default_min_sqnr() else "poor"
 
 
 def db_text(db: float | None) -> str:

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.errors import DataError, UnsupportedOpError
+from qtool.heap import retained_heap
 from qtool.model.graph import Model, Operator, Subgraph
 from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
-from qtool.runtime.heap import retained_heap
 from qtool.runtime.parallel import (
     Observer,
     OrderedObservation,

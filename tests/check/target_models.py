@@ -14,7 +14,7 @@ import numpy as np
 from qtool.calibrate import Dataset
 from qtool.model import Model, model_to_bytes
 from qtool.model.build import GraphBuilder
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
 
 RNG_SEED = 7
 
@@ -228,7 +228,7 @@ def int8_model(name: str) -> bytes:
         rng.uniform(-1, 1, (8, *subgraph.tensors[t].shape[1:])).astype(np.float32)
         for t in subgraph.inputs
     ]
-    result = quantize_model(model, Dataset.from_arrays(arrays), QuantizeOptions(io="int8"))
+    result = quantize_loaded(model, Dataset.from_arrays(arrays), QuantizeOptions(io="int8"))
     return model_to_bytes(result.model)
 
 
@@ -255,4 +255,4 @@ def qtool_int8(name: str) -> bytes:
 
     model = load_model(MODELS / f"{name}.tflite")
     data = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model), limit=16)
-    return model_to_bytes(quantize_model(model, data, QuantizeOptions()).model)
+    return model_to_bytes(quantize_loaded(model, data, QuantizeOptions()).model)

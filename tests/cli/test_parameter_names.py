@@ -38,7 +38,7 @@ def test_the_flags_are_read_from_the_click_commands() -> None:
 
 def test_python_callers_read_parameter_names() -> None:
     with pytest.raises(UsageError) as raised:
-        qtool.quantize(MODELS / "mlp.tflite", data=MISSING)
+        qtool.quantize_model(MODELS / "mlp.tflite", data=MISSING)
     assert str(raised.value).startswith(f"`data={MISSING!r}`: no module named")
     assert "--" not in str(raised.value)
 

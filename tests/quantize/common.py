@@ -11,7 +11,7 @@ import numpy as np
 from qtool.calibrate import load_dataset, model_inputs
 from qtool.model import Model, load_model, model_to_bytes, parse_model
 from qtool.numerics import sqnr_db
-from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
+from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from tests.conftest import DATA, MODELS
 from tests.litert import run_litert_samples
 
@@ -44,7 +44,7 @@ def quantized(
     options = QuantizeOptions(
         io=io, per_tensor_fc=per_tensor_fc, keep_float=keep_float, **dict(algorithm)
     )
-    return quantize_model(model, dataset, options)
+    return quantize_loaded(model, dataset, options)
 
 
 def reparsed(result: QuantizeResult) -> Model:

@@ -9,7 +9,7 @@ from qtool.calibrate import Dataset
 from qtool.calibrate.observers import MeanObserver
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.numerics import symmetric_params
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.quantize.bias_correction import mean_output_error
 from qtool.quantize.simulate import Parts, Simulator
 from qtool.quantize.weights import LayerWeights, nearest
@@ -65,7 +65,7 @@ def test_mean_output_error_is_the_mean_error_of_the_layer_outputs(op_type: str) 
 
 def quantize_layer_model(model: Model, samples: np.ndarray, correct: bool):
     options = QuantizeOptions(calibration="minmax", bias_correction=correct)
-    return quantize_model(model, Dataset.from_arrays([samples], "positive"), options)
+    return quantize_loaded(model, Dataset.from_arrays([samples], "positive"), options)
 
 
 @pytest.mark.parametrize("op_type", LAYER_TYPES)

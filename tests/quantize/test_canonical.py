@@ -13,7 +13,7 @@ from qtool.model.graph import Operator
 from qtool.model.types import Padding
 from qtool.numerics import sqnr_db
 from qtool.prepare.canonical import canonicalize
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
 from tests.litert import run_litert_samples
 
 SAME, VALID = 1, 2  # TfLitePadding, as the custom op's options store it
@@ -75,7 +75,7 @@ def check_rewrite(model: Model, x: np.ndarray, into: str) -> None:
     reference = run_litert_samples(model_to_bytes(model), [x], reference=False)[0]
     got = run_litert_samples(model_to_bytes(rewritten), [x], reference=False)[0]
     np.testing.assert_allclose(got, reference, rtol=0, atol=1e-5 * np.abs(reference).max())
-    result = quantize_model(
+    result = quantize_loaded(
         model, Dataset.from_arrays([x], "normal"), QuantizeOptions(calibration="minmax")
     )
     assert result.float_ops == []

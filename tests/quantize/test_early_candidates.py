@@ -11,7 +11,7 @@ from qtool.calibrate import Dataset
 from qtool.calibrate.collect import collect
 from qtool.model import load_model
 from qtool.quantize import QuantizeOptions, evaluation, litert_worker, planner
-from qtool.quantize.quantizer import calibrate_model
+from qtool.quantize.quantizer import calibrate_loaded
 from tests.conftest import DATA, MODELS
 
 CNN = MODELS / "cnn.tflite"
@@ -64,11 +64,11 @@ def test_auto_runs_each_candidate_once_and_scores_as_without_early_runs(monkeypa
 
     monkeypatch.setattr(evaluation, "submit_model", counted)
     data = Dataset.from_arrays([samples()])
-    early = calibrate_model(load_model(CNN), data, QuantizeOptions())
+    early = calibrate_loaded(load_model(CNN), data, QuantizeOptions())
     assert len(submitted) == len(early.method_scores)  # started early or late, each once
     assert all(not planner._started for planner in early.planners.values())
 
     monkeypatch.setattr(planner.Planner, "start_measuring", lambda *args: None)
-    late = calibrate_model(load_model(CNN), data, QuantizeOptions())
+    late = calibrate_loaded(load_model(CNN), data, QuantizeOptions())
     assert early.method_scores == late.method_scores
     assert early.start == late.start

@@ -9,7 +9,7 @@ import pytest
 from qtool.calibrate import Dataset
 from qtool.model import model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
-from qtool.quantize import QuantizeOptions, litert_worker, quantize_model
+from qtool.quantize import QuantizeOptions, litert_worker, quantize_loaded
 from qtool.quantize.litert_worker import litert_outputs
 from tests.litert import run_litert_samples
 
@@ -22,7 +22,7 @@ def _greater_than_zero() -> tuple[bytes, np.ndarray]:
     mask = builder.op("GREATER", [x, zero], output_shape=[1, 8], output_dtype=np.bool_)
     model = builder.finish([builder.op("SELECT", [mask, x, zero], output_shape=[1, 8])])
     samples = np.random.default_rng(0).uniform(-1, 1, (16, 8)).astype(np.float32)
-    result = quantize_model(model, Dataset.from_arrays([samples]), QuantizeOptions())
+    result = quantize_loaded(model, Dataset.from_arrays([samples]), QuantizeOptions())
     return model_to_bytes(result.model), samples
 
 

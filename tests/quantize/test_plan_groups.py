@@ -10,7 +10,7 @@ from qtool.check.audit import audit_model
 from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import activation_params, sqnr_db
-from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
+from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.plan import INT8, INT16
 from tests.litert import run_litert_samples
 
@@ -26,7 +26,7 @@ def finished(builder: GraphBuilder, outputs: list[int]) -> Model:
 
 def quantized_with(model: Model, samples: np.ndarray, activations: str) -> QuantizeResult:
     options = QuantizeOptions(calibration="minmax", activations=activations)
-    return quantize_model(model, Dataset.from_arrays([samples], "uniform"), options)
+    return quantize_loaded(model, Dataset.from_arrays([samples], "uniform"), options)
 
 
 def uniform(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:

@@ -15,7 +15,7 @@ from qtool.model import load_model
 from qtool.quantize import QuantizeOptions
 from qtool.quantize.plan import Plan
 from qtool.quantize.planner import Planner, Recipe
-from qtool.quantize.quantizer import calibrate_model
+from qtool.quantize.quantizer import calibrate_loaded
 from tests.conftest import DATA, MODELS
 
 MLP = MODELS / "mlp.tflite"
@@ -45,13 +45,13 @@ def fresh_plan(planner: Planner, statistics: SubgraphStatistics, recipe: Recipe)
 
 def test_copies_and_recycled_statistics_objects_get_their_own_plans() -> None:
     x = samples()
-    calibrated = calibrate_model(
+    calibrated = calibrate_loaded(
         load_model(MLP), Dataset.from_arrays([x]), QuantizeOptions(calibration="minmax")
     )
     planner, recipe = calibrated.planners[0], calibrated.start
     assert recipe.bias_correction  # the bias shifts are cached by statistics too
-    few = qtool.calibrate(MLP, x[:2]).subgraphs[0]
-    every = qtool.calibrate(MLP, x).subgraphs[0]
+    few = qtool.calibrate_model(MLP, x[:2]).subgraphs[0]
+    every = qtool.calibrate_model(MLP, x).subgraphs[0]
     want_few, want_every = fresh_plan(planner, few, recipe), fresh_plan(planner, every, recipe)
     assert want_few != want_every
 

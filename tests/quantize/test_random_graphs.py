@@ -18,7 +18,7 @@ from qtool.check.audit import audit_model
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
-from qtool.quantize import quantize_model
+from qtool.quantize import quantize_loaded
 from tests.litert import run_litert_samples
 
 SAME, VALID = 0, 1
@@ -219,7 +219,7 @@ def test_random_network_quantizes_audits_and_runs(seed: int) -> None:
     rng = np.random.default_rng(1000 + seed)
     calibration = rng.uniform(0, 1, (32, 8, 8, 3)).astype(np.float32)
     holdout = rng.uniform(0, 1, (16, 8, 8, 3)).astype(np.float32)
-    result = quantize_model(model, Dataset.from_arrays([calibration], "random"))
+    result = quantize_loaded(model, Dataset.from_arrays([calibration], "random"))
     assert result.float_ops == []
     findings = audit_model(result.model)
     assert [f for f in findings if f.severity == "error"] == [], [f.message for f in findings]

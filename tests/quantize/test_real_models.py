@@ -16,7 +16,7 @@ from qtool.calibrate import Dataset
 from qtool.check.audit import audit_model
 from qtool.model import load_model, model_to_bytes
 from qtool.numerics import sqnr_db
-from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
+from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.simulate import Simulator
 from tests.conftest import FIXTURES
 from tests.litert import run_litert_samples
@@ -52,7 +52,7 @@ def images(name: str, count: int, seed: int) -> np.ndarray:
 def quantized(name: str, activations: str = "int8") -> QuantizeResult:
     model = load_model(REAL / f"{name}.tflite")
     data = Dataset.from_arrays([images(name, 24, 1)], name)
-    return quantize_model(model, data, QuantizeOptions(engine="numpy", activations=activations))
+    return quantize_loaded(model, data, QuantizeOptions(engine="numpy", activations=activations))
 
 
 @pytest.mark.parametrize("name", sorted(RANGES))

@@ -13,7 +13,7 @@ from qtool.numerics import symmetric_params
 from qtool.quantize import QuantizeOptions
 from qtool.quantize.adaround import DAMPING, gather_moments, optimise_rounding
 from qtool.quantize.planner import Planner, Recipe
-from qtool.quantize.quantizer import calibrate_model
+from qtool.quantize.quantizer import calibrate_loaded
 from qtool.quantize.simulate import Parts, Simulator
 from qtool.quantize.weights import nearest
 from qtool.runtime import Engine
@@ -155,7 +155,7 @@ def test_optimised_rounding_lowers_the_output_error_on_calibration_data() -> Non
     noise = rng.standard_normal((64, 8, 10, 3)).astype(np.float32)
     samples = (noise[:, :-1, :-1] + noise[:, 1:, :-1] + noise[:, :-1, 1:] + noise[:, 1:, 1:]) / 2
     data = Dataset.from_arrays([samples], "smooth")
-    calibrated = calibrate_model(model, data, QuantizeOptions(calibration="minmax"))
+    calibrated = calibrate_loaded(model, data, QuantizeOptions(calibration="minmax"))
     planner: Planner = calibrated.planners[0]
     statistics = calibrated.collected[0].statistics
     reference = Engine(calibrated.prepared.model).run([samples])[0]

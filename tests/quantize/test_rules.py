@@ -10,7 +10,7 @@ from qtool.check.audit import audit_model
 from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.spec import load_spec
 from tests.conftest import float_model_names
 from tests.litert import make_interpreter, run_litert_samples
@@ -143,7 +143,7 @@ def fc_exp_fc_model() -> Model:
 def test_unsupported_op_stays_float_between_converters() -> None:
     model = fc_exp_fc_model()
     data = np.random.default_rng(1).uniform(-0.5, 0.5, (32, 8)).astype(np.float32)
-    result = quantize_model(model, single_input_dataset(data))
+    result = quantize_loaded(model, single_input_dataset(data))
     assert [(f.index, f.op_type) for f in result.float_ops] == [(1, "EXP")]
     assert "int8 spec" in result.float_ops[0].reason
     types = [result.model.op_type(op) for op in result.model.subgraphs[0].operators]
@@ -220,7 +220,7 @@ def test_concat_of_fixed_output_is_requantized() -> None:
     )
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = np.random.default_rng(2).uniform(-2, 2, (32, 4)).astype(np.float32)
-    result = quantize_model(model, single_input_dataset(data))
+    result = quantize_loaded(model, single_input_dataset(data))
     out = reparsed(result)
     types = [out.op_type(op) for op in out.subgraphs[0].operators]
     assert types.count("QUANTIZE") == 2  # model input, and the requantization of the sigmoid
@@ -247,7 +247,7 @@ def test_bias_overflow_enlarges_weight_scale() -> None:
     y = builder.fully_connected(x, weights, np.array([5e4, 1e-6], np.float32), "fc")
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = rng.uniform(-1e-3, 1e-3, (16, 4)).astype(np.float32)
-    result = quantize_model(model, single_input_dataset(data))
+    result = quantize_loaded(model, single_input_dataset(data))
     assert result.notes.enlarged_weight_scales[0]["channels"] == [0]
     out = reparsed(result)
     (op,) = ops_of(out, "FULLY_CONNECTED")
@@ -266,7 +266,7 @@ def test_shared_bias_is_duplicated_per_op() -> None:
     y = builder.fully_connected(h, rng.standard_normal((4, 4)) * 3, b, "fc2")
     model = parse_model(model_to_bytes(builder.finish([y])))
     data = rng.standard_normal((16, 4)).astype(np.float32)
-    out = reparsed(quantize_model(model, single_input_dataset(data), QuantizeOptions()))
+    out = reparsed(quantize_loaded(model, single_input_dataset(data), QuantizeOptions()))
     first, second = ops_of(out, "FULLY_CONNECTED")
     assert first.inputs[2] != second.inputs[2]
     make_interpreter(model_to_bytes(out)).invoke()
@@ -310,7 +310,7 @@ def test_integer_model_input_feeds_an_int8_embedding_lookup() -> None:
     model = parse_model(model_to_bytes(builder.finish([logits])))
     calibration = rng.integers(0, 50, (32, 6)).astype(np.int32)
     holdout = rng.integers(0, 50, (16, 6)).astype(np.int32)
-    out = reparsed(quantize_model(model, Dataset.from_arrays([calibration], "ids")))
+    out = reparsed(quantize_loaded(model, Dataset.from_arrays([calibration], "ids")))
     (gather,) = ops_of(out, "GATHER")
     tensors = out.subgraphs[0].tensors
     assert tensors[gather.inputs[1]].dtype == TensorType.INT32

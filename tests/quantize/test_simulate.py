@@ -11,7 +11,7 @@ from qtool.calibrate import Dataset
 from qtool.model import load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
-from qtool.quantize import QuantizeOptions, quantize_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.quantize.simulate import Parts, Simulator
 from qtool.runtime import Engine
 from tests.conftest import float_model_names
@@ -83,7 +83,7 @@ def test_comparisons_are_simulated_as_litert_computes_them(activations: str) -> 
     top = np.float32(0.4995 * 255 / 100)  # int8 scale top / 255: 0.4995 is the 100th step
     calibration = np.tile(np.array([0.0, 0.25, 0.75, top], np.float32), (16, 1))
     options = QuantizeOptions(calibration="minmax", activations=activations)
-    result = quantize_model(model, Dataset.from_arrays([calibration], "ties"), options)
+    result = quantize_loaded(model, Dataset.from_arrays([calibration], "ties"), options)
     x = np.array([[0.4995, 0.4996, 0.5, 0.3]], np.float32).repeat(4, axis=0)
     litert = run_litert_samples(model_to_bytes(result.model), [x], reference=False)[0]
     simulated = Simulator(result.float_model, result.plans[0]).run([x])[0]

@@ -10,7 +10,7 @@ from qtool.calibrate import Dataset
 from qtool.cli import main
 from qtool.model import Model, model_to_bytes
 from qtool.numerics import sqnr_db
-from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_model
+from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.targets.placement import CANNOT_RUN, FALLBACK, ON_TARGET, place_model
 from tests.check.oracles import litert_reference_outputs, tflm_result
 from tests.check.target_models import BUILDERS
@@ -28,7 +28,7 @@ def samples(model: Model, seed: int = 3) -> np.ndarray:
 def quantized(name: str, target: str | None) -> tuple[Model, QuantizeResult]:
     model = BUILDERS[name]()
     data = Dataset.from_arrays([samples(model)])
-    return model, quantize_model(model, data, QuantizeOptions(target=target))
+    return model, quantize_loaded(model, data, QuantizeOptions(target=target))
 
 
 def test_tflm_keeps_the_op_it_has_no_int8_kernel_for_in_float() -> None:

@@ -32,7 +32,7 @@ def awkward_quantization() -> qtool.Quantized:
     model = load_model(MODELS / "multi_io.tflite")
     for t, name in AWKWARD_NAMES.items():
         model.subgraphs[0].tensors[t].name = name
-    return qtool.quantize(
+    return qtool.quantize_model(
         model_to_bytes(model),
         fixture_data("multi_io"),
         holdout=fixture_data("multi_io", "holdout"),

@@ -74,7 +74,7 @@ def test_the_page_lists_the_float_ops_and_the_remedies() -> None:
 
 def test_histograms_are_those_of_the_samples() -> None:
     samples = fixture_data("mlp")["serving_default_features:0"]
-    result = qtool.quantize(MODELS / "mlp.tflite", samples, calibration="percentile:99")
+    result = qtool.quantize_model(MODELS / "mlp.tflite", samples, calibration="percentile:99")
     view = quantize_pictures(result.result)["tensors"][0]
     assert view["name"] == "serving_default_features:0" and view["op"] == "input"
     assert view["data"] == [float(samples.min()), float(samples.max())]
@@ -92,7 +92,7 @@ def test_histograms_are_those_of_the_samples() -> None:
 def test_the_output_layer_sqnr_is_the_output_sqnr() -> None:
     data = fixture_data("cnn")
     holdout = {k: v[:16] for k, v in fixture_data("cnn", "holdout").items()}
-    result = qtool.quantize(MODELS / "cnn.tflite", data, holdout=holdout, layer_sqnr=True)
+    result = qtool.quantize_model(MODELS / "cnn.tflite", data, holdout=holdout, layer_sqnr=True)
     layers = {row["tensor"]: row["sqnr_db"] for row in quantize_pictures(result.result)["layers"]}
     ((name, output_db),) = result.accuracy.items()
     # Layers are simulated; the reported accuracy is the int8 model's in LiteRT (kernel
@@ -103,7 +103,7 @@ def test_the_output_layer_sqnr_is_the_output_sqnr() -> None:
 
 
 def test_quantize_and_analyze_measure_layers_alike() -> None:
-    result = qtool.quantize(
+    result = qtool.quantize_model(
         MODELS / "cnn.tflite", fixture_data("cnn"), analyze=True, layer_sqnr=True
     )
     layers = {row["tensor"]: row["sqnr_db"] for row in quantize_pictures(result.result)["layers"]}
@@ -112,7 +112,7 @@ def test_quantize_and_analyze_measure_layers_alike() -> None:
 
 
 def test_the_analysis_page_from_the_api_dict() -> None:
-    analysis = qtool.analyze(MODELS / "mixed_ops.tflite", fixture_data("mixed_ops"))
+    analysis = qtool.analyze_model(MODELS / "mixed_ops.tflite", fixture_data("mixed_ops"))
     page = analysis_html(analysis)
     outline = PageOutline(page)
     assert list(outline.svgs) == ["outputs", "layers", "places"]  # no histograms given

@@ -1,4 +1,5 @@
-"""The engine's heap setting outlives its run without slowing what comes after."""
+"""The engine's heap setting: only in a process that asked for it (the qtool program), and it
+outlives its run without slowing what comes after."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 AFTER_A_RUN = """
 import resource
 import numpy as np
-from qtool.runtime.heap import retained_heap
+from qtool.heap import retained_heap, tune_heap_for_runs
+tune_heap_for_runs()  # as the qtool program does
 with retained_heap():
     pass
 np.ones(1 << 20, np.float32)
@@ -32,3 +34,20 @@ def test_megabyte_temporaries_after_a_run_come_from_the_heap() -> None:
         [sys.executable, "-c", AFTER_A_RUN], capture_output=True, text=True, check=True
     )
     assert int(out.stdout) < 1000  # 20 temporaries, not 20,000 faults
+
+
+def test_a_library_user_keeps_the_allocator_as_it_was(monkeypatch) -> None:
+    """Importing qtool and running its engine changes no process-wide allocator setting unless
+    the program opted in (the qtool program does, in its entry point)."""
+    from qtool import heap
+
+    calls = []
+    monkeypatch.setattr(heap, "_tuning_allowed", False)
+    monkeypatch.setattr(heap, "_load_mallopt", lambda: lambda *args: calls.append(args))
+    with heap.retained_heap():
+        pass
+    assert calls == []
+    monkeypatch.setattr(heap, "_tuning_allowed", True)
+    with heap.retained_heap():
+        pass
+    assert [what for what, _ in calls] == [heap._M_MMAP_THRESHOLD, heap._M_TRIM_THRESHOLD] * 2

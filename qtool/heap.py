@@ -11,14 +11,16 @@ twice that for trimming), not to the 128 KB they start at: setting a threshold s
 adaptation off for good, and at 128 KB every later temporary of a megabyte or more was a fresh
 mmap (quantize's statistics after a numpy-engine run: 183 -> 68 samples/s on face_detection).
 Elsewhere than glibc it does nothing.
+
+The thresholds are the whole process's, and glibc cannot give back its adaptive behaviour once
+they are set: so they are only touched in a process that asked for it. The `qtool` program does
+(`qtool.entry`); a program using qtool as a library keeps its allocator as it was unless it
+calls `tune_heap_for_runs()` itself.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
-import platform
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -31,10 +33,24 @@ _RETAIN = 1 << 30  # allocations below this come from the heap, which never shri
 
 _lock = threading.Lock()
 _active = 0
+_tuning_allowed = False
+
+
+def tune_heap_for_runs() -> None:
+    """Let engine runs raise glibc's heap thresholds in this process (see the module's text):
+    faster calibration, at the price of a process-wide allocator setting that stays."""
+    global _tuning_allowed
+    _tuning_allowed = True
 
 
 @functools.cache
 def _load_mallopt():
+    # Imported here: the qtool program opts in at start-up, before it knows whether any engine
+    # will run (`qtool --help` loads no ctypes).
+    import ctypes
+    import ctypes.util
+    import platform
+
     if platform.libc_ver()[0] != "glibc":
         return None
     try:
@@ -50,8 +66,10 @@ def _load_mallopt():
 
 @contextmanager
 def retained_heap() -> Iterator[None]:
+    """Freed buffers stay in the heap while the block runs (where `tune_heap_for_runs` allowed
+    it; otherwise nothing changes)."""
     global _active
-    mallopt = _load_mallopt()
+    mallopt = _load_mallopt() if _tuning_allowed else None
     with _lock:
         if _active == 0 and mallopt is not None:
             mallopt(_M_MMAP_THRESHOLD, _RETAIN)
