@@ -125,6 +125,14 @@ def load_op_facts() -> OpTable:
     )
 
 
+@functools.cache
+def type_class(name: str) -> frozenset[str]:
+    """The tensor type names of one of `schemas/ops.json`'s type classes: "floating" (every
+    floating-point type, what computes in float), "quantized" (the integer types only quantized
+    tensors use), ... One list for the validator, the audit and the planner."""
+    return frozenset(raw_facts()["type_classes"][name])
+
+
 def options_table(op_type: str) -> str | None:
     """The options table an operator type takes (None when it has none or qtool lacks facts)."""
     facts = load_op_facts().facts(op_type)

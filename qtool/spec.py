@@ -214,3 +214,35 @@ def default_min_sqnr() -> float:
     """The accuracy gate's default threshold (dB): `qtool check --min-sqnr`, and the line
     between a fair and a poor output on the HTML pages."""
     return float(raw_spec()["check"]["accuracy"]["min_sqnr_db"])
+
+
+@dataclass(frozen=True)
+class WeightedOperands:
+    """Where a weighted op (convolutions, FULLY_CONNECTED) keeps its operands, from the op table:
+    the activation its bias scale multiplies, the weights and their channel axis, the bias."""
+
+    activation: int
+    weights: int
+    axis: int | None  # the per-axis weights' quantized dimension (output channels)
+    bias: int | None
+
+
+@functools.cache
+def weighted_operands(op_type: str) -> WeightedOperands | None:
+    """The operand positions of `op_type` if its int8 form has weights, else None."""
+    rule = load_spec().rule(op_type)
+    weight = None if rule is None else rule.weight_rule()
+    if weight is None:
+        return None
+    bias = rule.bias_rule()
+    activation = (
+        bias.bias_scale_inputs[0]
+        if bias is not None and bias.bias_scale_inputs
+        else next(int(r.index) for r in rule.inputs if r.role == "activation")
+    )
+    return WeightedOperands(
+        activation=int(activation),
+        weights=int(weight.index),
+        axis=weight.axis,
+        bias=None if bias is None else int(bias.index),
+    )

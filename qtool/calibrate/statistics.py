@@ -23,11 +23,10 @@ from qtool.calibrate.ranges import MINMAX, Method
 from qtool.errors import DataError
 from qtool.files import open_regular, os_reason, write_atomic
 from qtool.model import Model, TensorType
+from qtool.spec import weighted_operands
 
 STATISTICS_FORMAT = "qtool-calibration-statistics"
 STATISTICS_VERSION = 1
-# Operators whose weights may be corrected, and the input position of their activation.
-WEIGHT_OP_INPUTS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 0, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 2}
 
 
 def model_fingerprint(model: Model) -> str:
@@ -52,7 +51,8 @@ def corrected_inputs(model: Model, subgraph_index: int) -> list[int]:
     subgraph = model.subgraphs[subgraph_index]
     inputs = []
     for op in subgraph.operators:
-        position = WEIGHT_OP_INPUTS.get(model.op_type(op))
+        operands = weighted_operands(model.op_type(op))
+        position = None if operands is None else operands.activation
         if position is None or position >= len(op.inputs) or op.inputs[position] < 0:
             continue
         tensor = subgraph.tensors[op.inputs[position]]

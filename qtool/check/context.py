@@ -16,13 +16,13 @@ from qtool.check.qparams import param_problems
 from qtool.check.rulebook import RuleInfo
 from qtool.check.settings import load_settings
 from qtool.model import Model, Tensor, TensorType, dtype_name
+from qtool.model.types import tensor_types
+from qtool.op_facts import type_class
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 
-FLOAT_TYPES = frozenset(
-    {TensorType.FLOAT32, TensorType.FLOAT16, TensorType.FLOAT64, TensorType.BFLOAT16}
-)
+FLOAT_TYPES = tensor_types(type_class("floating"))
 # Integer types that only quantized tensors use; their presence makes an op an int8 op.
-QUANTIZED_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT16, TensorType.INT4})
+QUANTIZED_TYPES = tensor_types(type_class("quantized"))
 
 # Activation types of the schemes: a QUANTIZE may convert between any two of them.
 ACTIVATION_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT16})

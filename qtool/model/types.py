@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -14,13 +15,16 @@ __all__ = [
     "DimensionType",
     "Padding",
     "TensorType",
+    "activation_name",
     "builtin_code",
     "dtype_name",
     "known_builtin",
     "known_tensor_type",
     "numpy_dtype",
     "op_type_name",
+    "padding_name",
     "tensor_type",
+    "tensor_types",
 ]
 
 
@@ -42,6 +46,8 @@ def _enum_names(enum_cls: type) -> dict[int, str]:
 
 _OPERATOR_NAMES = _enum_names(BuiltinOperator)
 _TYPE_NAMES = _enum_names(TensorType)
+_ACTIVATION_NAMES = _enum_names(ActivationFunctionType)
+_PADDING_NAMES = _enum_names(Padding)
 
 _NUMPY_DTYPES: dict[int, np.dtype] = {
     TensorType.FLOAT32: np.dtype("<f4"),
@@ -62,6 +68,21 @@ _NUMPY_DTYPES: dict[int, np.dtype] = {
     TensorType.INT4: np.dtype("u1"),
     TensorType.BFLOAT16: np.dtype("<u2"),
 }
+
+
+def tensor_types(names: Iterable[str]) -> frozenset[int]:
+    """The TensorType codes of type names (a type class of `schemas/ops.json`, say)."""
+    return frozenset(getattr(TensorType, name) for name in names)
+
+
+def activation_name(code: int) -> str:
+    """The schema's name of a fused activation function code ("RELU6")."""
+    return _ACTIVATION_NAMES.get(code, str(code))
+
+
+def padding_name(code: int) -> str:
+    """The schema's name of a Padding code ("SAME")."""
+    return _PADDING_NAMES.get(code, str(code))
 
 
 def known_builtin(code: int) -> bool:

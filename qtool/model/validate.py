@@ -34,13 +34,14 @@ from qtool.model.types import (
     known_builtin,
     known_tensor_type,
     numpy_dtype,
+    tensor_types,
 )
-from qtool.op_facts import OpFacts, load_op_facts
+from qtool.op_facts import OpFacts, load_op_facts, type_class
 
 SCHEMA_VERSION = 3
 MAX_PROBLEMS = 50
 _OPAQUE = (TensorType.STRING, TensorType.RESOURCE, TensorType.VARIANT)
-_FLOATS = (TensorType.FLOAT32, TensorType.FLOAT16, TensorType.FLOAT64)
+_FLOATS = tensor_types(type_class("floating"))
 
 
 @dataclass(frozen=True)

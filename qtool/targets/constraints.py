@@ -197,8 +197,7 @@ def weight_sum(op: TargetOp, max: int) -> str | None:
     q = weights.quantization
     zero = q.zero_point.reshape(-1)[0] if q.zero_point.size == 1 else 0
     magnitudes = np.abs(values.astype(np.int64) - int(zero))
-    # Output channels are the last axis of depthwise weights and the first of the others.
-    axis = values.ndim - 1 if op.type == "DEPTHWISE_CONV_2D" else 0
+    axis = op.weight_axis or 0  # output channels: the spec's per-axis dimension
     sums = magnitudes.sum(axis=tuple(d for d in range(values.ndim) if d != axis))
     largest = int(sums.max()) if sums.size else 0
     return f"a channel sums to {largest}" if largest > max else None

@@ -8,18 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.model import Model, Operator, Tensor, dtype_name
+from qtool.model.types import activation_name, padding_name
+from qtool.spec import weighted_operands
 
-PADDING = {0: "SAME", 1: "VALID"}
-ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6", 4: "TANH", 5: "SIGN_BIT"}
-# Where the weights of the weighted ops sit among the inputs.
-WEIGHT_INPUT = {
-    "CONV_2D": 1,
-    "DEPTHWISE_CONV_2D": 1,
-    "FULLY_CONNECTED": 1,
-    "TRANSPOSE_CONV": 1,
-    "CONV_3D": 1,
-}
-BIAS_INPUT = {"CONV_2D": 2, "DEPTHWISE_CONV_2D": 2, "FULLY_CONNECTED": 2, "TRANSPOSE_CONV": 3}
 POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D")
 
 
@@ -64,13 +55,19 @@ class TargetOp:
 
     @property
     def weights(self) -> Tensor | None:
-        position = WEIGHT_INPUT.get(self.type)
-        return None if position is None else self.input(position)
+        operands = weighted_operands(self.type)
+        return None if operands is None else self.input(operands.weights)
 
     @property
     def bias(self) -> Tensor | None:
-        position = BIAS_INPUT.get(self.type)
-        return None if position is None else self.input(position)
+        operands = weighted_operands(self.type)
+        return None if operands is None or operands.bias is None else self.input(operands.bias)
+
+    @property
+    def weight_axis(self) -> int | None:
+        """The output-channel axis of the op's weights (the spec's per-axis dimension)."""
+        operands = weighted_operands(self.type)
+        return None if operands is None else operands.axis
 
     @functools.cached_property
     def feature_maps(self) -> tuple[Tensor, ...]:
@@ -112,11 +109,11 @@ class TargetOp:
     @property
     def padding(self) -> str | None:
         value = self.option("padding")
-        return None if value is None else PADDING.get(int(value), str(value))
+        return None if value is None else padding_name(int(value))
 
     @property
     def activation(self) -> str:
-        return ACTIVATIONS.get(int(self.option("fused_activation_function", 0) or 0), "NONE")
+        return activation_name(int(self.option("fused_activation_function", 0) or 0))
 
     @property
     def pads_nothing(self) -> bool:
