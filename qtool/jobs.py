@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,23 +77,50 @@ def target_failure(result) -> str | None:
 
 
 @dataclass
-class QuantizeJob:
+class ModelJob:
+    """What every command reads: the float model, its data (or statistics), and the options."""
+
     model_path: str
-    output_path: str | None = None
-    report_path: str | None = None
+    _: KW_ONLY
     data: tuple[str, ...] = ()
     holdout: tuple[str, ...] = ()  # held-out samples: accuracy is measured on them only
     statistics: tuple[str, ...] = ()  # calibration statistics files (merged) instead of data
     synthetic: bool = False
     samples: int | None = None
     seed: int = 0
+    custom_ops: str | None = None
+    options: QuantizeOptions = field(default_factory=QuantizeOptions)
+
+
+@dataclass
+class QuantizeJob(ModelJob):
+    """`qtool quantize`: the model, report and page it writes, and what it checks first."""
+
+    output_path: str | None = None
+    report_path: str | None = None
+    _: KW_ONLY
     strict: bool = False
     force: bool = False
-    custom_ops: str | None = None
     layer_errors: bool = False  # measure every layer's SQNR (needs ai-edge-litert)
     analyze: bool = False  # where the error comes from (simulated), in the report
     html_path: str | None = None  # the HTML page of the run, written with the other outputs
-    options: QuantizeOptions = field(default_factory=QuantizeOptions)
+
+
+@dataclass
+class AnalyzeJob(ModelJob):
+    """`qtool analyze`: the analysis, and the page it may write."""
+
+    _: KW_ONLY
+    html_path: str | None = None
+
+
+@dataclass
+class CalibrateJob(ModelJob):
+    """`qtool calibrate`: the statistics file it writes."""
+
+    output_path: str = ""
+    _: KW_ONLY
+    force: bool = False
 
 
 @dataclass
@@ -127,7 +154,7 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     return output, report
 
 
-def _job_inputs(job: QuantizeJob) -> list[str]:
+def _job_inputs(job: ModelJob) -> list[str]:
     """Every file the job reads (module:function data sources name no file and match none)."""
     return [job.model_path, *job.data, *job.holdout, *job.statistics]
 
@@ -141,7 +168,7 @@ def _check_destinations(job: QuantizeJob, *paths: Path) -> None:
         raise UsageError("the model, the report and the page must be written to different files")
 
 
-def load_job_inputs(job: QuantizeJob) -> tuple[Model, dict[int, Dataset], dict[int, Dataset]]:
+def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int, Dataset]]:
     """The model, its calibration datasets and its held-out datasets, per subgraph."""
     if job.samples is not None and job.samples < 1:
         raise UsageError("`samples` must be at least 1")
@@ -176,11 +203,11 @@ def merged_statistics(paths: tuple[str, ...]) -> CalibrationStatistics | None:
 
 
 def calibrate_file(
-    job: QuantizeJob, output: str, progress: Callable[[int], None] | None = None
+    job: CalibrateJob, progress: Callable[[int], None] | None = None
 ) -> CalibrationStatistics:
-    """Run `qtool calibrate`: the statistics of the job's data, written to `output`."""
-    refuse_input_overwrite(output, [job.model_path, *job.data])
-    target = Path(output)
+    """Run `qtool calibrate`: the statistics of the job's data, written to its output path."""
+    refuse_input_overwrite(job.output_path, _job_inputs(job))
+    target = Path(job.output_path)
     if target.exists() and not job.force:
         raise UsageError(f"{target}: already exists (use `force=True` to replace it)")
     model, datasets, _ = load_job_inputs(job)
@@ -189,7 +216,7 @@ def calibrate_file(
     return statistics
 
 
-def analyze_file(job: QuantizeJob, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+def analyze_file(job: AnalyzeJob, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run `qtool analyze`: the analysis report of the plan `quantize_file` would make."""
     html = Path(job.html_path) if job.html_path else None
     if html is not None:

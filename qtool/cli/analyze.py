@@ -17,7 +17,7 @@ from qtool.cli.planning import (
 )
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
 from qtool.errors import UsageError
-from qtool.jobs import QuantizeJob, analyze_file
+from qtool.jobs import AnalyzeJob, analyze_file
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions
@@ -71,7 +71,7 @@ def analyze_command(
         refuse_input_overwrite(output, [model_path, *data, *holdout])
         if html_path and Path(output).absolute() == Path(html_path).absolute():
             raise UsageError("the analysis and the page must be written to different files")
-    job = QuantizeJob(
+    job = AnalyzeJob(
         model_path=model_path,
         data=data,
         holdout=holdout,

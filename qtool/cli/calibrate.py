@@ -17,7 +17,7 @@ from qtool.cli.planning import (
     samples_option,
 )
 from qtool.cli.render import print_fields, print_json, progress, stderr, stdout
-from qtool.jobs import QuantizeJob, calibrate_file
+from qtool.jobs import CalibrateJob, calibrate_file
 from qtool.quantize import QuantizeOptions
 
 
@@ -47,8 +47,9 @@ def calibrate_command(
     Every histogram and mean in it merges exactly with those of other shards of the same
     model's data (same result whatever the split or order).
     """
-    job = QuantizeJob(
+    job = CalibrateJob(
         model_path=model_path,
+        output_path=output,
         data=data,
         samples=samples,
         custom_ops=custom_ops,
@@ -56,7 +57,7 @@ def calibrate_command(
         options=QuantizeOptions(engine=engine),
     )
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
-        statistics = calibrate_file(job, output, progress=advance)
+        statistics = calibrate_file(job, progress=advance)
     summary = {
         "output": output,
         "samples": statistics.samples,

@@ -189,10 +189,3 @@ class Analyzer:
     def full(self) -> list[float]:
         """Output SQNR of the whole plan."""
         return self.output_sqnr(Simulator(self.model, self.plan).run(self.inputs))
-
-
-def analyze_places(model: Model, plan: Plan, inputs: Sequence[np.ndarray]) -> list[Sensitivity]:
-    """Every place's sensitivity, most damaging first."""
-    analyzer = Analyzer(model, plan, inputs)
-    found = [analyzer.measure(place) for place in places(model, plan)]
-    return sorted(found, key=lambda s: s.worst_db)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from qtool.jobs import QuantizeJob, analyze_file
+from qtool.jobs import AnalyzeJob, analyze_file
 from tests.conftest import DATA, MODELS
 from tests.report.pages import awkward_quantization
 
@@ -91,7 +91,7 @@ def test_the_quantize_page_renders_without_console_errors(tmp_path: Path, blank_
 
 def test_the_analyze_page_renders_without_console_errors(tmp_path: Path, blank_size: int) -> None:
     page = tmp_path / "analysis.html"
-    job = QuantizeJob(
+    job = AnalyzeJob(
         model_path=str(MODELS / "mixed_ops.tflite"),
         data=(str(DATA / "mixed_ops_calib.npz"),),
         html_path=str(page),
