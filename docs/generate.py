@@ -151,7 +151,7 @@ def _treatment(op: dict[str, Any], defaults: dict[str, Any]) -> str:
     if op.get("same_scale"):
         parts.append("inputs and outputs share one scale and zero point")
     if not op["outputs"]:
-        parts.append("no quantized output (an integer or boolean result)")
+        parts.append("no quantized output")
     if "note" in op:
         parts.append(markdown_text(op["note"]))
     rules = "; ".join(parts) if parts else "plain operands"
@@ -314,7 +314,8 @@ def ops_page() -> str:
         "In the summary, **int8**: `op table` (the spec's normative table), `kernel` (an int8 "
         "kernel of LiteRT the table does not list), `float` (kept in float). **int16x8**: "
         "`converter` (TensorFlow's 16x8 mode quantizes it), `kernel` (LiteRT has a 16x8 kernel "
-        "the converter does not use), `no kernel` and `-` (not in the table): both stay int8. "
+        "the converter does not use), `no kernel` (checked to have none) and `-` (not in the table): "
+        "with `--activations int16` the op stays int8 (float where int8 has no rule either). "
         "**Devices**: `yes` (on the accelerator), `yes, if` (on the accelerator when the op "
         "meets the constraints listed below; otherwise where an unlisted op runs), `float32 only` "
         "(the accelerator takes the op only with those feature-map types), `CPU` (the "
