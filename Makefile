@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test demo lint bench fuzz clean
+.PHONY: install browser test demo lint docs bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,8 +35,13 @@ demo: $(STAMP)
 	@echo "report: build/cnn_int8.report.json (qtool inspect build/cnn_int8.tflite shows the model)"
 
 lint: $(STAMP)
-	$(BIN)/ruff check qtool tests fixtures bench
-	$(BIN)/ruff format --check qtool tests fixtures bench
+	$(BIN)/ruff check qtool tests fixtures bench docs
+	$(BIN)/ruff format --check qtool tests fixtures bench docs
+
+# The generated pages of docs/ (rules.md, ops.md), from the rule catalogue and schemas/; the
+# tests fail when they are not current (tests/docs/test_generated.py).
+docs: $(STAMP)
+	$(BIN)/python -m docs.generate
 
 $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
@@ -48,7 +53,7 @@ bench: $(VENV)/.bench-installed
 	$(BIN)/python -m compileall -q qtool
 	$(BIN)/python -m bench
 
-# The long robustness campaign (README "Robustness"): >= 10,000 mutated models, bad data, output
+# The long robustness campaign (docs/robustness.md): >= 10,000 mutated models, bad data, output
 # paths, signals. The MediaPipe models are fetched once (pip download); offline, fixtures only.
 fuzz: $(STAMP)
 	-$(BIN)/python -c "from bench.real_models import fetch_models; fetch_models()"

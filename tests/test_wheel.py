@@ -26,7 +26,7 @@ import pytest
 from tests.check.validators import validate_junit, validate_sarif
 from tests.conftest import DATA, MODELS, ROOT
 from tests.report.pages import PageOutline
-from tests.test_readme_examples import EXAMPLES
+from tests.test_readme_examples import EXAMPLE_NAMES, EXAMPLES
 
 CNN, CNN_DATA = str(MODELS / "cnn.tflite"), str(DATA / "cnn_calib.npz")
 
@@ -157,11 +157,11 @@ def test_check_writes_junit_and_sarif_files(installed: Installed, merged: Path) 
     validate_sarif(sarif)  # last: a skip where the schema's package is missing (Python 3.10)
 
 
-@pytest.mark.parametrize("number", range(len(EXAMPLES)))
+@pytest.mark.parametrize("number", range(len(EXAMPLES)), ids=EXAMPLE_NAMES)
 def test_readme_example_runs_on_the_installed_package(
     installed: Installed, tmp_path: Path, number: int
 ) -> None:
-    """Each README example as a script, in a folder outside the repository holding the files it
+    """Each Python example of the docs as a script, in a folder outside the repository holding the files it
     names (as the repository root does), run by the installed package."""
     example = EXAMPLES[number]
     for name in set(re.findall(r"fixtures/[\w/.-]+", example)):

@@ -2,8 +2,8 @@
 
 Two engines can do the running: qtool's numpy engine (batched and threaded, always available)
 and, where the `ai-edge-litert` package is installed, LiteRT (qtool.runtime.litert). `auto`
-takes LiteRT when it can run the model and numpy otherwise (README: "Choosing the calibration
-engine" gives the measurements behind this rule).
+takes LiteRT when it can run the model and numpy otherwise ("Choosing the calibration engine"
+in docs/performance.md gives the measurements behind this rule).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
 
 def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     """The engine a calibration runs on: `requested`, or for "auto" the fastest that can run
-    the model (README: "Choosing the calibration engine")."""
+    the model (docs/performance.md: "Choosing the calibration engine")."""
     if requested not in ENGINES:
         raise UsageError(f"`engine` must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "litert" and not litert_available():

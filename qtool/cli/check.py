@@ -47,8 +47,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
 @click.option(
     "--per-tensor-fc",
     is_flag=True,
-    help="Target runtimes that need per-tensor FULLY_CONNECTED weights "
-    "(TFLite Micro, NNAPI, Ethos-U): per-axis FC weights become errors.",
+    help="Target runtimes that need per-tensor FULLY_CONNECTED weights (older TFLite Micro, "
+    "NNAPI): per-axis FC weights become errors.",
 )
 @click.option(
     "--target",
@@ -65,7 +65,8 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
     "--data",
     "data",
     multiple=True,
-    help="Samples for --reference: .npy/.npz file, directory, or module:function (repeatable).",
+    help="Samples for --reference: .npy/.npz file, directory, or a generator (module:function "
+    "or file.py:function). Repeatable.",
 )
 @click.option(
     "--min-sqnr",

@@ -27,8 +27,8 @@ from qtool.targets import target_names
 @click.argument("model_path", metavar="MODEL")
 @click.option("-o", "--output", help="Output model (default: <stem>_int8.tflite beside MODEL).")
 @data_option(
-    "Calibration data: .npy, .npz, a directory of them, or module:function "
-    "(a generator of samples). Repeatable. A model with several signatures takes "
+    "Calibration data: .npy, .npz, a directory of them, or a generator of samples "
+    "(module:function or file.py:function). Repeatable. A model with several signatures takes "
     "KEY=PATH per signature."
 )
 @click.option(
@@ -55,7 +55,8 @@ from qtool.targets import target_names
 @click.option(
     "--per-tensor-fc",
     is_flag=True,
-    help="Per-tensor FULLY_CONNECTED weights (TFLite Micro, NNAPI, Arm Ethos-U).",
+    help="Per-tensor FULLY_CONNECTED weights, for runtimes that refuse per-axis ones (older "
+    "TFLite Micro, NNAPI).",
 )
 @click.option(
     "--target",
@@ -123,8 +124,9 @@ def quantize_command(
 ) -> None:
     """Quantize a float .tflite MODEL to int8 following the TFLite int8 spec.
 
-    Exit codes: 0 written and compliant, 1 impossible under the options (--strict) or the
-    written model fails the audit, 2 bad input or usage.
+    Exit codes: 0 written and compliant; 1 impossible under the options (--strict, an
+    unreachable --target-sqnr), or the written model fails the audit or its read-back (nothing
+    written); 2 bad input or usage; 3 an internal error; 128 + N when signal N ended the run.
     """
     job = QuantizeJob(
         model_path=model_path,

@@ -52,7 +52,7 @@ DEFAULT_CALIBRATION = AUTO
 @dataclass(frozen=True)
 class QuantizeOptions:
     io: str = "float"  # model boundary: float, int8 or uint8
-    per_tensor_fc: bool = False  # per-tensor FULLY_CONNECTED weights (TFLM, NNAPI, Ethos-U)
+    per_tensor_fc: bool = False  # per-tensor FULLY_CONNECTED weights (older TFLM, NNAPI)
     keep_float: tuple[str, ...] = ()  # op types or tensor-name globs kept in float on purpose
     engine: str = "auto"
     calibration: str = DEFAULT_CALIBRATION  # a method of qtool.calibrate.ranges, or "auto"

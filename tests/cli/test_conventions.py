@@ -1,5 +1,6 @@
 """Project conventions: licence, one version, extras, the pre-commit hook, shell completion, and
-the README's CI recipes (they must run the options qtool has and upload the file it writes)."""
+the documentation's CI recipes (they must run the options qtool has and upload the file it
+writes)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ import qtool
 from qtool.cli import main
 from tests.check.helpers import TF_INT8
 from tests.conftest import MODELS, ROOT
+from tests.docs.pages import PAGES
 
-README = (ROOT / "README.md").read_text()
+# README.md and the pages of docs/, where the completion, CI and configuration recipes live.
+DOCS = "\n".join(page.read_text() for page in PAGES)
 
 
 # The console script pip installed (shell completion keys on its name).
@@ -86,7 +89,7 @@ def test_pre_commit_hook(tmp_path) -> None:
 def test_shell_completion() -> None:
     script = qtool_cli(env={"_QTOOL_COMPLETE": "bash_source"})
     assert "complete " in script.stdout and "_QTOOL_COMPLETE=bash_complete" in script.stdout
-    assert "_QTOOL_COMPLETE=bash_source qtool" in README
+    assert "_QTOOL_COMPLETE=bash_source qtool" in DOCS
 
     def complete(line: str) -> list[str]:
         words = line.split(" ")
@@ -103,7 +106,7 @@ def test_shell_completion() -> None:
 
 
 def _readme_yaml(marker: str) -> dict:
-    blocks = re.findall(r"```yaml\n(.*?)```", README, re.DOTALL)
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS, re.DOTALL)
     (block,) = [b for b in blocks if marker in b]
     return yaml.safe_load(block)
 
@@ -144,13 +147,13 @@ def test_readme_ci_recipes(ci) -> None:
 def test_readme_config_example_is_valid(tmp_path) -> None:
     from qtool.cli.config import command_defaults
 
-    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", README, re.DOTALL) if "tool.qtool" in b]
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", DOCS, re.DOTALL) if "tool.qtool" in b]
     sections = tomllib.loads(block)["tool"]["qtool"]
     assert set(sections) == {"check", "quantize"}
     ctx = click.Context(main)
     for name, table in sections.items():
         command = main.get_command(ctx, name)
-        defaults = command_defaults(ctx, command, table, f"README [tool.qtool.{name}]", tmp_path)
+        defaults = command_defaults(ctx, command, table, f"docs [tool.qtool.{name}]", tmp_path)
         # The values go through the options' own types, as they do when qtool runs.
         parsed = command.make_context(name, ["model.tflite"], default_map=defaults).params
         for key, value in table.items():

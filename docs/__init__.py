@@ -1,0 +1,1 @@
+"""The documentation's generated pages (`python -m docs.generate`); see generate.py."""
