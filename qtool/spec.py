@@ -246,3 +246,10 @@ def weighted_operands(op_type: str) -> WeightedOperands | None:
         axis=weight.axis,
         bias=None if bias is None else int(bias.index),
     )
+
+
+@functools.cache
+def sparse_int8_consumers() -> frozenset[str]:
+    """The ops whose int8 kernels read weights that a DENSIFY expands from an int8 sparse
+    constant, in LiteRT's builtin kernels and XNNPACK (the spec file's `sparse_weights`)."""
+    return frozenset(raw_spec()["sparse_weights"]["int8_consumers"])

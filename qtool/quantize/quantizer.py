@@ -29,7 +29,7 @@ from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
-from qtool.prepare.fold import FoldedOp
+from qtool.prepare.fold import FoldedOp, StoredForm
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
@@ -315,7 +315,8 @@ def quantize_loaded(
             options.target,
         )
     plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
-    work, notes = rewritten(prepared.model, plans, precision.specs, options.io)
+    forms = _stored_forms(prepared, options.target)
+    work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms)
     float_ops = [
         FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
         for s, plan in plans.items()
@@ -343,7 +344,7 @@ def quantize_loaded(
             for s, found in collected.items()
         }
         baseline_size = len(
-            model_to_bytes(rewritten(prepared.model, plain, precision.specs, options.io)[0])
+            model_to_bytes(rewritten(prepared.model, plain, precision.specs, options.io, forms)[0])
         )
     return QuantizeResult(
         model=work,
@@ -367,6 +368,17 @@ def quantize_loaded(
         warnings=_warnings(work, collected, calibrated.datasets, notes),
         layer_sqnr=layers,
     )
+
+
+def _stored_forms(prepared: FloatModel, target: str | None) -> dict[int, dict[str, StoredForm]]:
+    """How the written model stores folded weights: as the source did (float16, sparse), except
+    on a device whose profile lacks the ops that expand them (DENSIFY, DEQUANTIZE), where they
+    are written plain."""
+    if target is not None:
+        runs = load_target(target).ops
+        if not {"DENSIFY", "DEQUANTIZE"} <= set(runs):
+            return {}
+    return prepared.stored_forms
 
 
 def _estimated(found: Collected) -> SubgraphStatistics:
