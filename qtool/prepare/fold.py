@@ -19,6 +19,9 @@ from qtool.runtime.registry import lookup
 
 @dataclass(frozen=True)
 class FoldedOp:
+    """An operator replaced by constants because all its inputs were constant; `outputs` names
+    the tensors it produced."""
+
     subgraph: int
     index: int  # operator index in the original subgraph
     op_type: str
