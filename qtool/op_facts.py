@@ -102,7 +102,7 @@ class OpTable:
 
 
 def raw_facts() -> dict[str, Any]:
-    """`schemas/ops.json` as shipped (the package's copy), parsed."""
+    """`schemas/ops.json` as the package ships it (`qtool/_schemas`), parsed."""
     text = resources.files("qtool").joinpath("_schemas", FACTS_FILE).read_text()
     return json.loads(text)
 

@@ -128,7 +128,7 @@ class Histogram:
         return every_finite
 
     def merge(self, other: Histogram) -> None:
-        """Add another histogram's counts and widen min/max to its (exact, in any order)."""
+        """Add another histogram's counts and widen min/max to include its (exact, in any order)."""
         self.counts += other.counts
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)
 
