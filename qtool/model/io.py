@@ -296,6 +296,8 @@ def _align(n: int) -> int:
 
 
 def model_to_bytes(model: Model, inline_limit: int = INLINE_BUFFER_LIMIT) -> bytes:
+    """The model as the bytes of a .tflite file; models with more weight bytes than
+    `inline_limit` keep their buffers after the flatbuffer (see `serialize_model`)."""
     return b"".join(bytes(c) for c in serialize_model(model, inline_limit))
 
 

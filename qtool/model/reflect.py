@@ -49,6 +49,12 @@ class DecodeError(ValueError):
 
 @dataclass(frozen=True)
 class Field:
+    """One field of a table as the codec reads it.
+
+    Attributes:
+        slot: its position in the table's vtable.
+    """
+
     name: str  # snake_case key in decoded dicts
     slot: int
     kind: str  # scalar | string | table | union | scalar_vector | string_vector | table_vector
@@ -63,6 +69,8 @@ def scalar_dtype(flatbuffers_type: str) -> np.dtype:
 
 
 def snake_case(name: str) -> str:
+    """The decoded dict key of a flatc accessor name: "FusedActivationFunction" ->
+    "fused_activation_function", with digits split off ("PotScaleInt16" -> "pot_scale_int_16")."""
     snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
     snake = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", snake)
     return re.sub(r"(?<=[a-zA-Z])(\d+)", r"_\1", snake).lower()
@@ -82,6 +90,7 @@ def enum_members(enum_name: str) -> dict[str, int]:
 
 @functools.cache
 def union_members(enum_name: str) -> dict[int, str]:
+    """A union enum's type codes -> the table each names (NONE left out)."""
     return {code: key for key, code in enum_members(enum_name).items() if key != "NONE"}
 
 
@@ -93,6 +102,7 @@ def enum_values(enum_name: str) -> frozenset[int]:
 
 @functools.cache
 def union_codes(enum_name: str) -> dict[str, int]:
+    """The inverse of `union_members`: table name -> the union's type code."""
     return {member: code for code, member in union_members(enum_name).items()}
 
 

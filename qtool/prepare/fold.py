@@ -34,6 +34,9 @@ _STORAGE_OPS = ("DENSIFY", "DEQUANTIZE")
 
 @dataclass(frozen=True)
 class FoldedOp:
+    """An operator replaced by constants because all its inputs were constant; `outputs` names
+    the tensors it produced."""
+
     subgraph: int
     index: int  # operator index in the original subgraph
     op_type: str

@@ -47,6 +47,14 @@ _BIAS_TYPES = {np.dtype(np.int32): TensorType.INT32, np.dtype(np.int64): TensorT
 
 @dataclass
 class RewriteNotes:
+    """What the rewriter reports beside the model.
+
+    Attributes:
+        warnings: one line for each thing the user should know (bias overflows avoided, ...).
+        enlarged_weight_scales: the layers whose weight scales were enlarged so that the bias fits,
+            each {"subgraph", "op_index", "tensor", "channels"}.
+    """
+
     warnings: list[str] = field(default_factory=list)
     enlarged_weight_scales: list[dict] = field(default_factory=list)
     # Per rewritten subgraph, for each operator of the result in order: the index of the planned

@@ -56,6 +56,8 @@ def _multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int, shift: int
 
 @kernel("DEQUANTIZE")
 def dequantize(ctx: OpContext) -> np.ndarray:
+    """DEQUANTIZE: (q - zero_point) * scale per tensor or per axis, rounded once to float32; a
+    float input (float16 weights) is only cast; constant INT4 is unpacked first."""
     x = ctx.inputs[0]
     tensor = ctx.input_tensor(0)
     if np.issubdtype(x.dtype, np.floating):
@@ -68,6 +70,8 @@ def dequantize(ctx: OpContext) -> np.ndarray:
 
 @kernel("QUANTIZE")
 def quantize(ctx: OpContext) -> np.ndarray:
+    """QUANTIZE: float to integer as TFLite's AffineQuantize (round half away from zero,
+    saturate), or integer to integer by a fixed-point multiplier (per-tensor parameters only)."""
     x = ctx.inputs[0]
     out_dtype = ctx.output_dtype()
     out_scale, out_zero, out_axis = _affine_params(ctx.output_tensor(), _where(ctx))
@@ -90,6 +94,8 @@ def quantize(ctx: OpContext) -> np.ndarray:
 
 @kernel("DENSIFY")
 def densify_op(ctx: OpContext) -> np.ndarray:
+    """DENSIFY: a sparse constant's stored values expanded to its dense shape; ModelError when
+    the input is not sparse."""
     tensor = ctx.input_tensor(0)
     if tensor.sparsity is None:
         raise ModelError(f"{_where(ctx)}: input {tensor.name!r} is not a sparse tensor")
