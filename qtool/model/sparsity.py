@@ -136,3 +136,72 @@ def sparsity_nbytes(sparsity: dict[str, Any]) -> int:
             if vector and vector.get("values") is not None:
                 total += np.asarray(vector["values"]).nbytes
     return total
+
+
+# Index vectors of the narrowest type that holds their values: the schema's SparseIndexVector
+# union (1 Int32Vector, 2 Uint16Vector, 3 Uint8Vector).
+_INDEX_TYPES = ((np.uint8, 3), (np.uint16, 2), (np.int32, 1))
+
+
+def _narrowest_vector(values: np.ndarray) -> tuple[int, dict[str, np.ndarray]]:
+    top = int(values.max(initial=0))
+    for dtype, code in _INDEX_TYPES:
+        if top <= np.iinfo(dtype).max:
+            return code, {"values": values.astype(dtype)}
+    raise ModelError(f"a sparse index of {top} does not fit int32")
+
+
+def _index_width(top: int) -> int:
+    return next(np.dtype(t).itemsize for t, _ in _INDEX_TYPES if top <= np.iinfo(t).max)
+
+
+def compact_sparsity(dense: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+    """`dense` encoded with its nonzero elements only, as compactly as TFLite's format allows
+    for unstructured sparsity: one dimension SPARSE_CSR, traversed last, the others DENSE in
+    their order. The sparse dimension is the one that costs least (its indices fit a byte
+    when it has at most 256 elements; segments number the positions of the others), so a
+    [192, 1, 1, 1152] kernel is stored along its 192 output channels, not its 1152 inputs.
+    Returns the stored values and the sparsity parameters (`densify` gives `dense` back)."""
+    shape = dense.shape
+    nonzero = int(np.count_nonzero(dense))
+    total = int(np.prod(shape, dtype=np.int64))
+
+    def cost(d: int) -> int:
+        outer = total // max(shape[d], 1)
+        return nonzero * _index_width(shape[d] - 1) + (outer + 1) * _index_width(nonzero)
+
+    sparse_dim = min(reversed(range(len(shape))), key=cost)  # ties: the last dimension
+    order = [d for d in range(len(shape)) if d != sparse_dim] + [sparse_dim]
+    rows = dense.transpose(order).reshape(-1, shape[sparse_dim])
+    present = rows != 0
+    segments = np.concatenate([[0], np.cumsum(present.sum(axis=1))]).astype(np.int64)
+    indices = np.nonzero(present)[1].astype(np.int64)
+    levels: list[dict[str, Any]] = [
+        {
+            "format": DimensionType.DENSE,
+            "dense_size": int(shape[d]),
+            "array_segments_type": 0,
+            "array_segments": None,
+            "array_indices_type": 0,
+            "array_indices": None,
+        }
+        for d in order[:-1]
+    ]
+    segments_type, segments_vector = _narrowest_vector(segments)
+    indices_type, indices_vector = _narrowest_vector(indices)
+    levels.append(
+        {
+            "format": DimensionType.SPARSE_CSR,
+            "dense_size": 0,
+            "array_segments_type": segments_type,
+            "array_segments": segments_vector,
+            "array_indices_type": indices_type,
+            "array_indices": indices_vector,
+        }
+    )
+    sparsity = {
+        "traversal_order": np.array(order, np.int32),
+        "block_map": None,
+        "dim_metadata": levels,
+    }
+    return np.ascontiguousarray(rows[present]), sparsity

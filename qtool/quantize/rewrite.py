@@ -25,7 +25,7 @@ import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model, remove_unused
-from qtool.model.sparsity import sparsity_nbytes, stored_values
+from qtool.model.sparsity import compact_sparsity, sparsity_nbytes, stored_values
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.prepare.fold import StoredForm
@@ -306,7 +306,10 @@ class _Rewriter:
         the layer its dense weights; None where the sparse form would not be smaller."""
         if (t, *key, "dense") in self.constant_copies:
             return self.constant_copies[(t, *key, "dense")]
-        stored = stored_values(values, sparsity)
+        # The source's own encoding, or one from the int8 values (weights rounded to 0 drop
+        # out; indices narrowed to a byte): whichever is smaller, if smaller than dense.
+        candidates = [(stored_values(values, sparsity), sparsity), compact_sparsity(values)]
+        stored, sparsity = min(candidates, key=lambda c: c[0].nbytes + sparsity_nbytes(c[1]))
         if stored.nbytes + sparsity_nbytes(sparsity) >= values.nbytes:
             return None
         original = self.subgraph.tensors[t]
