@@ -117,6 +117,7 @@ def quantize_model(
     strict: bool = False,
     analyze: bool = False,
     layer_sqnr: bool = False,
+    max_size: str | int | None = None,
     progress: Callable[[int], None] | None = None,
     **options: Any,
 ) -> Quantized:
@@ -125,11 +126,12 @@ def quantize_model(
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
     optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
     target, engine. `layer_sqnr` also measures each quantized activation's SQNR along the graph
-    (simulated on the held-out samples, for `Quantized.html()`). Raises QtoolError subclasses
-    for bad input; `strict` and an unreachable `target_sqnr` raise too (exit code 1 on the
-    command line).
+    (simulated on the held-out samples, for `Quantized.html()`). `max_size` (bytes, or a
+    ratio of the input's size as "0.5x") refuses a bigger result. Raises QtoolError
+    subclasses for bad input; `strict`, `max_size` and an unreachable `target_sqnr` raise too
+    (exit code 1 on the command line).
     """
-    from qtool.jobs import finish_quantization
+    from qtool.jobs import SizeLimit, finish_quantization
 
     loaded = load_model(model)
     settings = QuantizeOptions(**options)
@@ -154,6 +156,7 @@ def quantize_model(
         data_sources=[_describe(data)],
         samples_limit=samples,
         measure_layer_sqnr=layer_sqnr,
+        max_size=None if max_size is None else SizeLimit.parse(max_size),
     )
     return Quantized(result, report, blob)
 

@@ -10,6 +10,7 @@ report stay as they were, and any failure (or SIGINT/SIGTERM) removes the tempor
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
@@ -52,6 +53,47 @@ class TargetNotReachedError(QtoolError):
     """A target SQNR that the allowed remedies cannot reach: exit code 1, nothing written."""
 
     exit_code = 1
+
+
+class SizeLimitError(QtoolError):
+    """The quantized model exceeds `max_size`: exit code 1, nothing written."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class SizeLimit:
+    """The largest model a run may write: a number of bytes, or a ratio of the input's size
+    (`--max-size 1500000`, `--max-size 0.5x`)."""
+
+    value: float
+    ratio: bool
+
+    @classmethod
+    def parse(cls, text: str | int | float) -> SizeLimit:
+        """`BYTES` (a whole number) or `RATIOx` (a positive number then x); UsageError else."""
+        raw = str(text).strip()
+        ratio = raw.lower().endswith("x")
+        number = raw[:-1] if ratio else raw
+        try:
+            value = float(number) if ratio else int(number)
+        except ValueError:
+            value = -1
+        if not (value > 0 and math.isfinite(value)):
+            raise UsageError(
+                f"`max_size={raw!r}` is neither a number of bytes (1500000) nor a positive "
+                "ratio of the input's size (0.5x)"
+            )
+        return cls(float(value), ratio)
+
+    def bytes_for(self, input_bytes: int) -> int:
+        """The limit in bytes for an input of `input_bytes`."""
+        return int(self.value * input_bytes) if self.ratio else int(self.value)
+
+    def describe(self, input_bytes: int) -> str:
+        """The limit as a message says it: "1,000 bytes", or "0.5x the input: 37,184 bytes"."""
+        limit = f"{self.bytes_for(input_bytes):,} bytes"
+        return f"{self.value:g}x the input: {limit}" if self.ratio else limit
 
 
 class OutputCheckError(QtoolError):
@@ -104,6 +146,7 @@ class QuantizeJob(ModelJob):
     layer_errors: bool = False  # measure every layer's SQNR (needs ai-edge-litert)
     analyze: bool = False  # where the error comes from (simulated), in the report
     html_path: str | None = None  # the HTML page of the run, written with the other outputs
+    max_size: SizeLimit | None = None  # refuse to write a bigger model
 
 
 @dataclass
@@ -258,6 +301,7 @@ def finish_quantization(
     seed: int | None = None,
     measure_layers: bool = False,
     measure_layer_sqnr: bool = False,
+    max_size: SizeLimit | None = None,
 ) -> tuple[QuantizeResult, dict[str, Any], bytes]:
     """Quantize in memory, refuse what the options forbid, audit, and build the report:
     (result, report, model bytes). Nothing is written. `measure_layers` runs both models in
@@ -307,6 +351,15 @@ def finish_quantization(
         audit=audit,
         layer_errors=errors,
     )
+    if max_size is not None:
+        limit = max_size.bytes_for(report["input_model"]["size_bytes"])
+        if len(blob) > limit:
+            grew = ", ".join(f"{r['part']} {r['bytes']:+,}" for r in report["size"]["grew"][:3])
+            raise SizeLimitError(
+                f"the quantized model is {len(blob):,} bytes, over `max_size` "
+                f"({max_size.describe(report['input_model']['size_bytes'])}); nothing written"
+                + (f" (grew: {grew})" if grew else "")
+            )
     return result, report, blob
 
 
@@ -340,6 +393,7 @@ def quantize_file(
         seed=job.seed if job.synthetic else None,
         measure_layers=job.layer_errors,
         measure_layer_sqnr=bool(html),
+        max_size=job.max_size,
     )
     pages = [(path, quantize_html(report, quantize_pictures(result))) for path in html]
     write_pair(output, blob, report_path, report, job.force, pages)

@@ -253,13 +253,14 @@ def weighted_operands(op_type: str) -> WeightedOperands | None:
     """The operand positions of `op_type` if its int8 form has weights, else None."""
     rule = load_spec().rule(op_type)
     weight = None if rule is None else rule.weight_rule()
-    if weight is None:
+    activations = [] if rule is None else [r for r in rule.inputs if r.role == "activation"]
+    if weight is None or not activations:  # no weights, or only stores them (DENSIFY)
         return None
     bias = rule.bias_rule()
     activation = (
         bias.bias_scale_inputs[0]
         if bias is not None and bias.bias_scale_inputs
-        else next(int(r.index) for r in rule.inputs if r.role == "activation")
+        else int(activations[0].index)
     )
     return WeightedOperands(
         activation=int(activation),

@@ -17,7 +17,7 @@ from qtool.cli.planning import (
 )
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
 from qtool.display import printable
-from qtool.jobs import QuantizeJob, QuantizeOutcome, quantize_file
+from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
 from qtool.report import summary_counts
 from qtool.targets import target_names
@@ -72,6 +72,19 @@ from qtool.targets import target_names
     "names of the tensors an op produces. Repeatable.",
 )
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any op has to stay float.")
+@click.option(
+    "--sparsify",
+    is_flag=True,
+    help="Also store dense weights that are mostly zero (pruned) sparse, behind a DENSIFY, "
+    "where that is smaller and LiteRT runs it (weights stored sparse in the source stay "
+    "sparse anyway).",
+)
+@click.option(
+    "--max-size",
+    metavar="BYTES|RATIOx",
+    help="Fail (exit 1, nothing written) if the quantized model is bigger than this: a number "
+    "of bytes (1500000) or a ratio of the input's size (0.5x).",
+)
 @click.option("--report", "report_path", help="Report file (default: <output stem>.report.json).")
 @click.option(
     "--html",
@@ -110,6 +123,8 @@ def quantize_command(
     target: str | None,
     keep_float: tuple[str, ...],
     strict: bool,
+    sparsify: bool,
+    max_size: str | None,
     report_path: str | None,
     html_path: str | None,
     engine: str,
@@ -130,6 +145,7 @@ def quantize_command(
     """
     job = QuantizeJob(
         model_path=model_path,
+        max_size=None if max_size is None else SizeLimit.parse(max_size),
         output_path=output,
         report_path=report_path,
         data=data,
@@ -150,6 +166,7 @@ def quantize_command(
             keep_float=keep_float,
             engine=engine,
             target=target,
+            sparsify=sparsify,
             **options_from(planning),
         ),
     )

@@ -72,6 +72,8 @@ class QuantizeOptions:
     # A device profile (schemas/targets/): plan with its spec profiles, and keep in float the
     # ops the device runs only in float (qtool/quantize/targeting.py).
     target: str | None = None
+    # Also store dense weights sparse (int8 behind a DENSIFY) where that is smaller.
+    sparsify: bool = False
 
     def __post_init__(self) -> None:
         if self.io not in IO_MODES:
@@ -348,7 +350,8 @@ def quantize_loaded(
         )
     plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
     forms = _stored_forms(prepared, options.target)
-    work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms)
+    sparsify = options.sparsify and forms is prepared.stored_forms
+    work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms, sparsify)
     float_ops = [
         FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
         for s, plan in plans.items()
@@ -376,7 +379,9 @@ def quantize_loaded(
             for s, found in collected.items()
         }
         baseline_size = len(
-            model_to_bytes(rewritten(prepared.model, plain, precision.specs, options.io, forms)[0])
+            model_to_bytes(
+                rewritten(prepared.model, plain, precision.specs, options.io, forms, sparsify)[0]
+            )
         )
     return QuantizeResult(
         model=work,

@@ -88,9 +88,11 @@ class _Rewriter:
         io: str,
         notes: RewriteNotes,
         stored_forms: Mapping[str, StoredForm],
+        sparsify: bool = False,
     ) -> None:
         self.model = model
         self.stored_forms = stored_forms  # how the source stored folded constants, by name
+        self.sparsify = sparsify  # dense weights stored sparse too where that is smaller
         self.plan = plan
         self.specs = specs
         self.io = io
@@ -248,14 +250,12 @@ class _Rewriter:
         # they quantize it alike (rounding optimisation may make them differ).
         key = ("weight", _digest(layer.values), layer.scale.tobytes(), layer.quantized_dimension)
         form = self.stored_forms.get(self.subgraph.tensors[t].name)
-        if (
-            form is not None
-            and form.sparsity is not None
-            and self.model.op_type(op) in sparse_int8_consumers()
+        source_sparsity = None if form is None else form.sparsity
+        dense = None
+        if (source_sparsity is not None or self.sparsify) and (
+            self.model.op_type(op) in sparse_int8_consumers()
         ):
-            dense = self._sparse_weights(t, key, layer.values, params, form.sparsity)
-        else:
-            dense = None
+            dense = self._sparse_weights(t, key, layer.values, params, source_sparsity)
         op.inputs[layer.weight_position] = (
             dense
             if dense is not None
@@ -300,15 +300,17 @@ class _Rewriter:
         )
 
     def _sparse_weights(
-        self, t: int, key: tuple, values: np.ndarray, params: QuantParams, sparsity: dict
+        self, t: int, key: tuple, values: np.ndarray, params: QuantParams, sparsity: dict | None
     ) -> int | None:
-        """Int8 weights stored as the source stored them, sparse, behind a DENSIFY that gives
-        the layer its dense weights; None where the sparse form would not be smaller."""
+        """Int8 weights stored sparse behind a DENSIFY that gives the layer its dense weights;
+        None where the sparse form would not be smaller."""
         if (t, *key, "dense") in self.constant_copies:
             return self.constant_copies[(t, *key, "dense")]
         # The source's own encoding, or one from the int8 values (weights rounded to 0 drop
         # out; indices narrowed to a byte): whichever is smaller, if smaller than dense.
-        candidates = [(stored_values(values, sparsity), sparsity), compact_sparsity(values)]
+        candidates = [compact_sparsity(values)]
+        if sparsity is not None:
+            candidates.append((stored_values(values, sparsity), sparsity))
         stored, sparsity = min(candidates, key=lambda c: c[0].nbytes + sparsity_nbytes(c[1]))
         if stored.nbytes + sparsity_nbytes(sparsity) >= values.nbytes:
             return None
@@ -466,15 +468,18 @@ def rewrite(
     io: str = FLOAT,
     notes: RewriteNotes | None = None,
     stored_forms: Mapping[str, StoredForm] | None = None,
+    sparsify: bool = False,
 ) -> RewriteNotes:
     """Turn a planned float subgraph (in place) into its integer form.
 
     Tensor indices stay valid (the float originals remain, unused) so that several subgraphs can
     be rewritten one after the other; `remove_unused` drops the leftovers at the end.
     `stored_forms` (by tensor name: `prepare.fold`) lets folded float16 and sparse weights be
-    stored that way again.
+    stored that way again; `sparsify` stores dense weights sparse too where that is smaller.
     """
-    rewriter = _Rewriter(model, plan, specs, io, notes or RewriteNotes(), stored_forms or {})
+    rewriter = _Rewriter(
+        model, plan, specs, io, notes or RewriteNotes(), stored_forms or {}, sparsify
+    )
     return rewriter.run()
 
 
@@ -484,13 +489,14 @@ def rewrite_plans(
     specs: Mapping[str, QuantSpec],
     io: str = FLOAT,
     stored_forms: StoredForms | None = None,
+    sparsify: bool = False,
 ) -> RewriteNotes:
     """Rewrite every planned subgraph of `work` in place, then drop the unused float originals
     (operators stay: `RewriteNotes.origins` maps the result's operators to the plans')."""
     notes = RewriteNotes()
     forms = stored_forms or {}
     for s, plan in plans.items():
-        rewrite(work, plan, specs, io=io, notes=notes, stored_forms=forms.get(s))
+        rewrite(work, plan, specs, io, notes, forms.get(s), sparsify)
     remove_unused(work)
     return notes
 
@@ -501,10 +507,11 @@ def rewritten(
     specs: Mapping[str, QuantSpec],
     io: str = FLOAT,
     stored_forms: StoredForms | None = None,
+    sparsify: bool = False,
 ) -> tuple[Model, RewriteNotes]:
     """A copy of `model` with every planned subgraph rewritten, unused parts dropped."""
     work = clone_model(model)
-    return work, rewrite_plans(work, plans, specs, io, stored_forms)
+    return work, rewrite_plans(work, plans, specs, io, stored_forms, sparsify)
 
 
 def _digest(values: np.ndarray) -> bytes:

@@ -12,6 +12,7 @@ from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
 from qtool.report.analysis_report import analysis_section
+from qtool.report.size_report import size_section, size_warning
 from qtool.spec import Mode
 from qtool.version import __version__
 
@@ -147,6 +148,10 @@ def build_report(
     """The quantization report of one run (`schemas/report.schema.json`): settings, input and
     output files, calibration, what became of each op and tensor, accuracy, the audit, and the
     sections asked for (target SQNR, analysis, layer errors)."""
+    input_file = file_facts(input_path, input_data)
+    output_file = file_facts(output_path, output_data)
+    size = size_section(source, input_file["size_bytes"], result.model, output_file["size_bytes"])
+    warnings = [*result.warnings, *filter(None, [size_warning(size)])]
     return {
         "report_version": REPORT_VERSION,
         "qtool_version": __version__,
@@ -155,6 +160,7 @@ def build_report(
             "io": options.io,
             "per_tensor_fc": options.per_tensor_fc,
             "keep_float": list(options.keep_float),
+            "sparsify": options.sparsify,
             "engine": options.engine,
             "calibration": options.calibration,
             "bias_correction": options.bias_correction,  # null: chosen (see recipe)
@@ -168,8 +174,9 @@ def build_report(
             "samples_limit": samples_limit,
             "seed": seed,
         },
-        "input_model": file_facts(input_path, input_data),
-        "output_model": file_facts(output_path, output_data),
+        "input_model": input_file,
+        "output_model": output_file,
+        "size": size,
         "calibration": _calibration_rows(result, source),
         "io": [
             {"subgraph": s, **row}
@@ -183,7 +190,7 @@ def build_report(
         ],
         "tensors": _tensor_rows(result, source),
         "enlarged_weight_scales": result.notes.enlarged_weight_scales,
-        "warnings": result.warnings,
+        "warnings": warnings,
         "accuracy": accuracy_section(result),
         "recipe": recipe_section(result),
         "target": target_section(result, options),
