@@ -60,6 +60,9 @@ class RewriteNotes:
     # Per rewritten subgraph, for each operator of the result in order: the index of the planned
     # operator it is, or None for a converter the rewrite added.
     origins: dict[int, list[int | None]] = field(default_factory=dict)
+    # Integer copies of constants and the name of the float original they replace: once the
+    # original is gone, the copy takes its name back (users know their weights by it).
+    copies: list[tuple[int, Tensor, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,11 @@ class _Rewriter:
             )
         )
         self.constant_copies[cache_key] = copy
+        self._renamable(copy, original.name)
         return copy
+
+    def _renamable(self, t: int, base: str) -> None:
+        self.notes.copies.append((self.plan.subgraph_index, self.subgraph.tensors[t], base))
 
     def _quantized_constant(self, t: int, slot: Slot) -> int:
         values = self.model.tensor_data(self.subgraph.tensors[t])
@@ -335,6 +342,7 @@ class _Rewriter:
         )
         self._emit(self._storage_op("DENSIFY", sparse, dense), None)
         self.constant_copies[(t, *key, "dense")] = dense
+        self._renamable(dense, original.name)
         return dense
 
     def _storage_op(self, op_type: str, source: int, target: int) -> Operator:
@@ -498,7 +506,20 @@ def rewrite_plans(
     for s, plan in plans.items():
         rewrite(work, plan, specs, io, notes, forms.get(s), sparsify)
     remove_unused(work)
+    _restore_names(work, notes.copies)
     return notes
+
+
+def _restore_names(model: Model, copies: list[tuple[int, Tensor, str]]) -> None:
+    """Give each integer copy of a constant its original's name where the original is gone."""
+    for s, subgraph in enumerate(model.subgraphs):
+        names = {tensor.name for tensor in subgraph.tensors}
+        present = {id(tensor) for tensor in subgraph.tensors}
+        for copy_subgraph, tensor, base in copies:
+            if copy_subgraph == s and id(tensor) in present and base not in names:
+                names.discard(tensor.name)
+                tensor.name = base
+                names.add(base)
 
 
 def rewritten(
