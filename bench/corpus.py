@@ -165,7 +165,7 @@ def graph_form(path: Path) -> dict:
             (
                 "0-d activations",
                 any(
-                    t["shape"] == [] and not t["constant"] and t["dtype"] == "FLOAT32"
+                    t["shape"] == [] and not t["constant"] and t["dtype"] != "RESOURCE"
                     for subgraph in described["subgraphs"]
                     for t in subgraph["tensors"]
                 ),

@@ -112,11 +112,19 @@ def fit(model, task: keras_data.Task, epochs: int, batch: int = 32) -> None:
 
 class Streaming(tf.Module):
     """The trained causal conv + GRU classifier run one frame per call, its state in variables:
-    the last three frames (the conv's receptive field) and the GRU's hidden state."""
+    the last three frames (the conv's receptive field) and the GRU's hidden state.
 
-    def __init__(self, conv: keras.layers.Layer, cell: keras.layers.Layer, head) -> None:
+    The trained weights enter as constants, as in streaming keyword spotters: only the state is
+    a variable. (Calling the Keras layers here would make TF's converter keep their weights as
+    uninitialised resource variables, which LiteRT cannot read.)"""
+
+    def __init__(self, conv, cell, head) -> None:
         super().__init__()
-        self.conv, self.cell, self.head = conv, cell, head
+        self.conv_kernel, self.conv_bias = (tf.constant(w.numpy()) for w in conv.weights)
+        kernel, recurrent, bias = (w.numpy() for w in cell.weights)
+        self.kernel, self.recurrent = tf.constant(kernel), tf.constant(recurrent)
+        self.input_bias, self.recurrent_bias = tf.constant(bias[0]), tf.constant(bias[1])
+        self.head_kernel, self.head_bias = (tf.constant(w.numpy()) for w in head.weights)
         self.frames = tf.Variable(tf.zeros((1, 3, keras_data.MEL_BINS)), trainable=False)
         self.hidden = tf.Variable(tf.zeros((1, UNITS)), trainable=False)
 
@@ -124,10 +132,16 @@ class Streaming(tf.Module):
     def step(self, frame):
         frames = tf.concat([self.frames[:, 1:], frame[:, None]], axis=1)
         self.frames.assign(frames)
-        features = self.conv(frames)[:, 0]
-        output, state = self.cell(features, [self.hidden])
-        self.hidden.assign(state[0] if isinstance(state, (list, tuple)) else state)
-        return {"logits": self.head(output)}
+        conv = tf.nn.conv1d(frames, self.conv_kernel, stride=1, padding="VALID")[:, 0]
+        features = tf.nn.relu(conv + self.conv_bias)
+        # Keras's GRU (reset_after=True): gates z, r and candidate h from input and state
+        x_z, x_r, x_h = tf.split(features @ self.kernel + self.input_bias, 3, axis=-1)
+        h_z, h_r, h_h = tf.split(self.hidden @ self.recurrent + self.recurrent_bias, 3, axis=-1)
+        update, reset = tf.sigmoid(x_z + h_z), tf.sigmoid(x_r + h_r)
+        candidate = tf.tanh(x_h + reset * h_h)
+        hidden = update * self.hidden + (1 - update) * candidate
+        self.hidden.assign(hidden)
+        return {"logits": hidden @ self.head_kernel + self.head_bias}
 
 
 def stream_gru(saved: Path, task: keras_data.Task) -> dict:
@@ -178,6 +192,11 @@ def mobilenet_v2(saved: Path, task: keras_data.Task) -> dict:
     model = keras.applications.MobileNetV2(
         input_shape=task.x.shape[1:], alpha=0.35, weights=None, classes=10
     )
+    # Keras's momentum 0.999 leaves the moving statistics near their initial values after the
+    # 256 steps trained here (inference then sees other activations than training did)
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.momentum = 0.9
     # softmax is part of Keras's MobileNetV2 head: train on its probabilities
     model.compile(
         optimizer=keras.optimizers.Adam(2e-3),
