@@ -242,11 +242,13 @@ def manifest(paths: dict[str, dict]) -> dict[str, dict]:
             )
         if "training" in found:
             entry["training"] = found["training"]
-        declared = entry["declared_inputs"][0]["shape"][1:]
-        if declared != entry["data_sample_shape"]:
+        (declared,) = entry["declared_inputs"]  # every corpus model has one input
+        # the shape each sample is fed at (batch 1): what `--input-shape NAME=...` would say
+        entry["input_shape"] = {declared["name"]: [1, *entry["data_sample_shape"]]}
+        if declared["shape"][1:] != entry["data_sample_shape"]:
             entry["note"] = (
                 f"data samples are {entry['data_sample_shape']}, the model declares "
-                f"{declared} (signature {entry['declared_inputs'][0]['shape_signature']})"
+                f"{declared['shape'][1:]} (signature {declared['shape_signature']})"
             )
         entries[name] = entry
     return entries
@@ -259,19 +261,46 @@ def load_manifest() -> dict[str, dict]:
     return json.loads(MANIFEST.read_text())["models"]
 
 
+def manifest_table(entries: dict[str, dict]):
+    """The manifest as a rich table: one row a model, the baselines' worst-output SQNR."""
+    from rich.table import Table
+
+    table = Table(title="real-model corpus (TF converter baselines: worst output dB, held-out)")
+    for column in ("model", "source", "role", "bytes", "data sample", "forms", *BASELINES):
+        table.add_column(column, justify="left" if column in ("model", "forms") else "right")
+    for entry in entries.values():
+        baselines = entry.get("baselines", {})
+        measured = entry.get("baseline_worst_sqnr_db", {})
+        table.add_row(
+            entry["name"],
+            f"{entry['source']['package'].split(' ')[0]} {entry['source']['version']}",
+            entry["role"],
+            f"{entry['bytes']:,}",
+            "x".join(map(str, entry["data_sample_shape"])),
+            ", ".join(entry["forms"]) or "-",
+            *[
+                f"{measured[mode]:.1f}" if mode in measured else _refusal(baselines.get(mode))
+                for mode in BASELINES
+            ],
+        )
+    return table
+
+
+def _refusal(baseline: str | None) -> str:
+    if baseline is None:
+        return "-"  # no SavedModel
+    return "crashed" if "crashed" in baseline else "refused"
+
+
 def main() -> None:
+    from rich.console import Console
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args()
     entries = manifest(build())
     MANIFEST.parent.mkdir(parents=True, exist_ok=True)
     MANIFEST.write_text(json.dumps({"cache": str(cache_root()), "models": entries}, indent=2))
-    for entry in entries.values():
-        baselines = entry.get("baseline_worst_sqnr_db", {})
-        print(
-            f"{entry['name']:34s} {entry['role']:11s} {entry['bytes']:>10,} B  "
-            f"data {entry['data_sample_shape']!s:16s} {', '.join(entry['forms']) or '-':28s} "
-            + " ".join(f"{mode} {db:.1f} dB" for mode, db in baselines.items())
-        )
+    Console(width=160).print(manifest_table(entries))
     print(f"manifest: {MANIFEST}")
 
 
