@@ -42,6 +42,10 @@ EPOCHS = 60  # recurrent models: 15 batches an epoch
 
 
 def seeded() -> None:
+    """The same weights and the same tensor names whatever was built before in this process
+    (Keras numbers layer names per session)."""
+    keras.backend.clear_session()
+    tf_keras.backend.clear_session()
     keras.utils.set_random_seed(SEED)
     tf_keras.utils.set_random_seed(SEED)
     tf.config.experimental.enable_op_determinism()

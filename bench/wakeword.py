@@ -14,9 +14,10 @@ samples are int16 values cast to float, not scaled to [-1, 1]):
 
 Audio: clips of 3 s, each one utterance spoken by espeak-ng (the five wake words and other
 phrases, several voices, speeds and pitches) at a random offset, at a random loudness, mixed with
-coloured noise at 0-30 dB SNR. Calibration and held-out clips come from disjoint voices, disjoint
+coloured noise at 5-30 dB SNR. Calibration and held-out clips come from disjoint voices, disjoint
 other phrases and different seeds; each model's samples are drawn at random from its split's
-stream.
+stream; half the heads' samples are windows that end within half a second after a wake word
+(where a head should fire), so that every head's output is measured where it matters.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ HEAD_WINDOWS = 16  # every head's input is [1, 16, 96]
 CLIP_SECONDS = 3.0
 SAMPLES = 128  # per model and split
 
-WAKE_WORDS = ("alexa", "hey jarvis", "hey mycroft", "hey rhasspy", "okay nabu")
+# As espeak-ng must spell them to be heard as the wake word: its "hey mycroft" never wakes
+# hey_mycroft (0.00 on four voices), "hay my kroft" does (1.00).
+WAKE_WORDS = ("alexa", "hey jarvis", "hay my kroft", "hey rhasspy", "okay nabu")
 # (voices, other phrases, seed) per split: no voice, phrase or seed shared.
 SPLITS = {
     "calib": (
@@ -94,17 +97,26 @@ def fetch(cache: Path) -> Path:
     return models
 
 
-def clips(split: str) -> list[np.ndarray]:
-    """Every (voice, phrase) pair of the split as a noisy 3 s clip in int16 units."""
+def clips(split: str) -> list[tuple[np.ndarray, int | None]]:
+    """Every (voice, phrase) pair of the split as a noisy 3 s clip in int16 units, with the
+    sample at which a wake word ends (None for other phrases)."""
     voices, others, seed = SPLITS[split]
     rng = np.random.default_rng(seed)
     out = []
     for voice in voices:
         for text in WAKE_WORDS + others:
             clip = place(speak(text, voice, RATE), int(CLIP_SECONDS * RATE), rng)
-            clip = mix(clip, rng.uniform(0, 30), rng) * rng.uniform(0.05, 0.6)
-            out.append((np.clip(clip, -1, 1) * 32767).astype(np.float32))
+            end = int(np.flatnonzero(clip)[-1]) + 1 if text in WAKE_WORDS else None
+            clip = mix(clip, rng.uniform(5, 30), rng) * rng.uniform(0.05, 0.6)
+            out.append(((np.clip(clip, -1, 1) * 32767).astype(np.float32), end))
     return out
+
+
+def head_window_end(first: int) -> int:
+    """The last audio sample a head window starting at embedding `first` hears: its last
+    embedding's last mel frame (frames every 160 samples, each 400 long)."""
+    last_frame = EMBEDDING_STEP * (first + HEAD_WINDOWS - 1) + EMBEDDING_FRAMES - 1
+    return last_frame * 160 + 400
 
 
 class LiteRT:
@@ -152,21 +164,23 @@ def make_data(cache: Path) -> dict[str, dict[str, Path]]:
     mel = LiteRT(models / "melspectrogram.tflite", (MEL_WINDOW,))
     embed = LiteRT(models / "embedding_model.tflite", (EMBEDDING_FRAMES, MEL_BINS, 1))
     for split in SPLITS:
-        windows, inputs, heads = [], [], []
-        for clip in clips(split):
+        windows, inputs, heads, ending = [], [], [], []
+        for clip, end in clips(split):
             clip_windows, clip_inputs, embeddings = stream(clip, mel, embed)
             windows += clip_windows
             inputs += clip_inputs
-            heads += [
-                np.stack(embeddings[i : i + HEAD_WINDOWS])
-                for i in range(len(embeddings) - HEAD_WINDOWS + 1)
-            ]
+            for first in range(len(embeddings) - HEAD_WINDOWS + 1):
+                heads.append(np.stack(embeddings[first : first + HEAD_WINDOWS]))
+                # a head fires when its wake word ends inside the last half second it hears
+                ending.append(end is not None and 0 <= head_window_end(first) - end < RATE // 2)
         rng = np.random.default_rng(SPLITS[split][2] + 1)
-        for name, samples in (
-            ("melspectrogram", windows),
-            ("embedding_model", inputs),
-            ("heads", heads),
-        ):
+        for name, samples in (("melspectrogram", windows), ("embedding_model", inputs)):
             chosen = rng.choice(len(samples), size=min(SAMPLES, len(samples)), replace=False)
             save_atomically(paths[name][split], np.stack([samples[i] for i in sorted(chosen)]))
+        # heads: half the samples end just after a wake word, half anywhere
+        aligned = np.flatnonzero(ending)
+        chosen = rng.choice(aligned, size=min(SAMPLES // 2, len(aligned)), replace=False)
+        others = np.setdiff1d(np.arange(len(heads)), chosen)
+        chosen = np.concatenate([chosen, rng.choice(others, SAMPLES - len(chosen), False)])
+        save_atomically(paths["heads"][split], np.stack([heads[i] for i in sorted(chosen)]))
     return {n: paths[n if n in FRONT_ENDS else "heads"] for n in MODELS}
