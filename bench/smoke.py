@@ -116,6 +116,8 @@ def main() -> None:
                 cells.append(cell(outcome))
                 print(f"{name} {run_name}: {cells[-1]}", flush=True)
             shape = "x".join(map(str, entry["data_sample_shape"]))
+            if "note" in entry:  # data at the shape the model is fed at, not the declared one
+                shape += f" ({entry['note']}; feed shape {entry['input_shape']})"
             lines.append(f"| {name} | {entry['role']} | {shape} | " + " | ".join(cells) + " |")
             args.out.write_text("\n".join(lines) + "\n")
 
