@@ -74,6 +74,8 @@ def run(run_name: str, entry: dict, work: Path) -> Outcome:
     except subprocess.TimeoutExpired:
         return Outcome(None, TIMEOUT, f"timed out after {TIMEOUT} s")
     seconds = time.perf_counter() - started
+    if done.returncode < 0:  # the kernel's out-of-memory killer sends SIGKILL
+        return Outcome(done.returncode, seconds, f"killed by signal {-done.returncode}")
     message = summary(done.stdout + "\n" + done.stderr, done.returncode)
     if run_name == "analyze" and done.returncode == 0:
         message = analyze_summary(done.stdout)
