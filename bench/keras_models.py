@@ -11,8 +11,8 @@ baselines written beside them (bench/tf_convert.py). Runs in the TensorFlow venv
 | keras_cnn_flatten | handwritten digits | dynamic batch [-1, 8, 8, 1], Flatten's shape arithmetic |
 | keras_mobilenet_v2 | photograph crops | MobileNetV2 alpha 0.35, 96x96, batch 1 |
 
-Training is deterministic (fixed seeds, TensorFlow's op determinism) and takes about two
-minutes on two cores.
+Training is deterministic (fixed seeds, TensorFlow's op determinism) and takes about three
+minutes on two cores (3 min measured; the converter runs add as much again).
 
     python -m bench.keras_models OUT_DIR [NAME ...]
 """
