@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.accuracy import bench_accuracy
+from bench.corpus import load_manifest, manifest_table
 from bench.speed import bench_speed
 from bench.startup import bench_startup
 from bench.targets import bench_targets
@@ -222,6 +223,7 @@ def litert_outputs(model_bytes: bytes, samples: np.ndarray) -> np.ndarray:
 
 
 if __name__ == "__main__":
+    console.print(manifest_table(load_manifest()))  # `make corpus` built it
     bench_startup()
     bench_speed()
     bench_accuracy()
