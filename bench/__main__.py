@@ -25,6 +25,7 @@ from rich.table import Table
 
 from bench.accuracy import bench_accuracy
 from bench.corpus import load_manifest, manifest_table
+from bench.size import bench_size
 from bench.speed import bench_speed
 from bench.startup import bench_startup
 from bench.targets import bench_targets
@@ -227,6 +228,7 @@ if __name__ == "__main__":
     bench_startup()
     bench_speed()
     bench_accuracy()
+    bench_size(json_path=ROOT / "build" / "size.json")
     bench_calibration()
     bench_check()
     bench_targets(ten_megabyte_model)
