@@ -27,6 +27,7 @@ from qtool.calibrate.statistics import (
 )
 from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
+from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
 from qtool.prepare.fold import FoldedOp, StoredForm
@@ -352,6 +353,8 @@ def quantize_loaded(
     forms = _stored_forms(prepared, options.target)
     sparsify = options.sparsify and forms is prepared.stored_forms
     work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms, sparsify)
+    if forms is not prepared.stored_forms:
+        notes.warnings += _densified(prepared, plans, options.target)
     float_ops = [
         FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
         for s, plan in plans.items()
@@ -416,6 +419,29 @@ def _stored_forms(prepared: FloatModel, target: str | None) -> dict[int, dict[st
         if not {"DENSIFY", "DEQUANTIZE"} <= set(runs):
             return {}
     return prepared.stored_forms
+
+
+def _densified(prepared: FloatModel, plans: Mapping[int, Plan], target: str) -> list[str]:
+    """What writing the source's sparse weights dense cost, where the device cannot expand
+    them (one warning, or none when nothing was sparse)."""
+    extra = count = 0
+    for s, plan in plans.items():
+        tensors = prepared.model.subgraphs[s].tensors
+        ops = prepared.model.subgraphs[s].operators
+        for index, layer in plan.weights.items():
+            name = tensors[ops[index].inputs[layer.weight_position]].name
+            form = prepared.stored_forms.get(s, {}).get(name)
+            if form is None or form.sparsity is None:
+                continue
+            stored, sparsity = compact_sparsity(layer.values)
+            extra += max(layer.values.nbytes - stored.nbytes - sparsity_nbytes(sparsity), 0)
+            count += 1
+    if not count:
+        return []
+    return [
+        f"{count} weight tensor(s) stored sparse in the source are written dense: the {target} "
+        f"profile runs no DENSIFY ({extra:+,} bytes)"
+    ]
 
 
 def _estimated(found: Collected) -> SubgraphStatistics:
