@@ -246,3 +246,44 @@ def weighted_operands(op_type: str) -> WeightedOperands | None:
         axis=weight.axis,
         bias=None if bias is None else int(bias.index),
     )
+
+
+@dataclass(frozen=True)
+class KernelContracts:
+    """A scheme's kernel limits beyond the op table (`kernel_contracts` in its spec file)."""
+
+    fused_bounds: dict[str, tuple[float, float]]  # fused activation -> (low, high) clamp
+    op_bounds: dict[str, tuple[float, float]]  # op type (RELU6...) -> (low, high) clamp
+    bound_limit: int  # |round(bound / scale)| + |zero point| must stay within this
+    accumulator_limit: int | None  # int32 accumulator of the weighted ops (None: int64)
+    accumulator_ops: frozenset[str]
+    comparison_ops: frozenset[str]
+    comparison_scale: tuple[float, float]  # an input scale must be in [min, max)
+    softmax_ops: frozenset[str]
+    softmax_min_beta_scale: float | None  # beta * input scale must exceed this
+
+    def min_output_scale(self, bound: tuple[float, float], zero_point: int) -> float:
+        """The smallest output scale whose clamp `bound` the kernels compute without int32
+        overflow."""
+        return max(abs(bound[0]), abs(bound[1])) / (self.bound_limit - abs(zero_point))
+
+
+@functools.cache
+def kernel_contracts(scheme: str = "int8") -> KernelContracts:
+    """The kernel contracts of a scheme ("int8" or "int16"), read by quantize and check."""
+    raw = raw_spec(scheme).get("kernel_contracts", {})
+    bounds = raw.get("activation_bounds", {})
+    accumulator = raw.get("accumulator", {})
+    comparison = raw.get("comparison_scale", {})
+    softmax = raw.get("softmax_input_scale", {})
+    return KernelContracts(
+        fused_bounds={k: tuple(v) for k, v in bounds.get("fused", {}).items()},
+        op_bounds={k: tuple(v) for k, v in bounds.get("ops", {}).items()},
+        bound_limit=int(bounds.get("limit", 2**31 - 1)),
+        accumulator_limit=accumulator.get("limit"),
+        accumulator_ops=frozenset(accumulator.get("ops", ())),
+        comparison_ops=frozenset(comparison.get("ops", ())),
+        comparison_scale=(comparison.get("min", 0.0), comparison.get("max", float("inf"))),
+        softmax_ops=frozenset(softmax.get("ops", ())),
+        softmax_min_beta_scale=softmax.get("min_beta_scale"),
+    )

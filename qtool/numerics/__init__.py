@@ -22,6 +22,7 @@ from qtool.numerics.affine import (
     quantize,
     quantize_bias,
     quantize_multiplier,
+    symmetric_activation_params,
     symmetric_params,
 )
 from qtool.numerics.directml import dml_dequantize_linear
@@ -60,6 +61,7 @@ __all__ = [
     "round_values",
     "sqnr_db",
     "sqnr_from_sums",
+    "symmetric_activation_params",
     "symmetric_params",
     "tf_quantize",
     "unpack_int4",

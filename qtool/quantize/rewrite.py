@@ -90,6 +90,7 @@ class _Rewriter:
         self.origins: list[int | None] = []  # the planned operator of each emitted one
         self.constant_copies: dict[tuple, int] = {}
         self.notes = notes
+        self.notes.warnings.extend(plan.widened)
 
     # ------------------------------------------------------------------ versions
 

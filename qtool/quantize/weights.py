@@ -26,7 +26,7 @@ from qtool.numerics import (
     quantize_bias,
     symmetric_params,
 )
-from qtool.spec import OpRule
+from qtool.spec import OpRule, kernel_contracts
 
 # Integer weights for given real weights and per-channel scales: round to nearest by default.
 Rounder = Callable[[np.ndarray, np.ndarray, int | None], np.ndarray]
@@ -101,6 +101,23 @@ def _bias_limit_dtype(bias_rule) -> type:
     return np.int64 if bias_rule is not None and bias_rule.dtype == "int64" else np.int32
 
 
+def _accumulator_reserve(
+    op_type: str, values: np.ndarray, axis: int | None, input_params: AffineParams
+) -> np.ndarray | int:
+    """Per output channel, the largest |sum of products| the kernel's int32 accumulator adds to
+    the bias (kernel_contracts.accumulator): max|input - zero point| * sum|weight codes|."""
+    contracts = kernel_contracts()
+    if op_type not in contracts.accumulator_ops:
+        return 0
+    zero = int(input_params.zero_point[0])
+    largest_input = max(zero + 128, 127 - zero)
+    magnitudes = np.abs(np.asarray(values, np.int64))
+    if axis is None:
+        return largest_input * int(magnitudes.sum())
+    other = tuple(d for d in range(magnitudes.ndim) if d != axis)
+    return largest_input * magnitudes.sum(axis=other)
+
+
 def quantize_layer(
     model: Model,
     subgraph: Subgraph,
@@ -137,14 +154,17 @@ def quantize_layer(
     wide_bias = _bias_limit_dtype(bias_rule) is np.int64
     enlarged: list[int] = []
     shift = None
-    for _ in range(2):  # a corrected bias may overflow where the original did not: once more
+    # A corrected bias may overflow where the original did not, and enlarged scales change the
+    # products the accumulator must hold: a few rounds.
+    for _ in range(4):
         values, real = cache.rounded(identity, scale, lambda s: rounder(weights, s, axis))
         layer = LayerWeights(position, values, scale, axis, bias_position)
         shift = corrector(weights, real) if corrector is not None else None
         total = bias if shift is None else (0 if bias is None else bias) + shift
         if total is None or wide_bias:
             break
-        overflow, fitted = bias_overflow(total, input_params.scale, scale)
+        reserved = _accumulator_reserve(model.op_type(op), values, weight_rule.axis, input_params)
+        overflow, fitted = bias_overflow(total, input_params.scale, scale, reserved=reserved)
         if not overflow.any():
             break
         enlarged = sorted(set(enlarged) | set(np.flatnonzero(overflow).tolist()))

@@ -109,7 +109,12 @@ def _count_outputs(data: bytes) -> int:
 @functools.cache
 def tflm_result(data: bytes) -> dict:
     """{"runs": bool, "error": str} or {"runs": True, "outputs": [...]} from TFLite Micro."""
-    feeds = _feeds(parse_model(data))
+    return tflm_run(data, _feeds(parse_model(data)))
+
+
+def tflm_run(data: bytes, feeds: list[np.ndarray]) -> dict:
+    """TFLite Micro's verdict on `data` run on `feeds`, as `tflm_result` gives it, from a forked
+    child (a failing kernel may abort the process)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
