@@ -453,9 +453,17 @@ def _group_params(
     floor, why = groups.floor.get(root, (0.0, ""))
     scale = float(params.scale[0])
     if scale < floor:
-        # Just past the floor: float32 rounding of the widened range must not fall below it.
-        factor = floor / scale * (1 + 2**-16)
-        params = params_for(span[0] * factor, span[1] * factor)
+        # The range stretched (about 0, as it stands) to a scale just past the floor: float32
+        # rounding must not fall below it.
+        low, high = min(span[0], 0.0), max(span[1], 0.0)
+        codes = (2 * qmax) if qmax is not None else int(np.iinfo(np_dtype).max - np.iinfo(np_dtype).min)
+        width = floor * codes * (1 + 2**-16)
+        if high - low <= 0:
+            low, high = 0.0, width
+        else:
+            factor = width / (high - low)
+            low, high = low * factor, high * factor
+        params = params_for(low, high)
         plan.widened.append(
             f"subgraph {plan.subgraph_index} tensor {subgraph.tensors[root[0]].name}: range "
             f"widened from scale {scale:.3g} to {float(params.scale[0]):.3g}, the smallest "

@@ -11,6 +11,7 @@ the DEQUANTIZED inputs and constants (the values the integer op really holds): t
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,23 +22,24 @@ from qtool.model import Model, model_to_bytes, numpy_dtype, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import dequantize
 from qtool.quantize import QuantizeOptions, quantize_loaded
-from qtool.spec import load_spec
+from qtool.spec import kernel_contracts, load_spec
 from tests.check.oracles import tflm_run
-from tests.quantize.op_cases import OUTPUTS, RANGES, OpCase, Operand
+from tests.quantize.op_cases import OUTPUTS, POSITIVE_RANGES, RANGES, OpCase, Operand
 
 CALIBRATION_SAMPLES = 8
+SAMPLES = 8  # samples of codes drawn over the whole range
 RESOLVERS = {
     "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
     "xnnpack": OpResolverType.AUTO,
 }
 
 
-def operand_range(operand: Operand, profile: str, position: int) -> tuple[float, float]:
+def operand_range(
+    operand: Operand, profile: str, position: int, ranges: dict | None = None
+) -> tuple[float, float]:
     """The value range of a float operand: `profile`'s for the first, the next profiles in turn
     for later ones (two inputs of one op get different ranges, so their scales differ)."""
-    from tests.quantize.op_cases import POSITIVE_RANGES
-
-    table = POSITIVE_RANGES if operand.domain == "positive" else RANGES
+    table = POSITIVE_RANGES if operand.domain == "positive" else (ranges or RANGES)
     names = list(table)
     start = names.index(profile) if profile in table else list(RANGES).index(profile) % len(names)
     return table[names[(start + position) % len(names)]]
@@ -107,24 +109,27 @@ class Measured:
 
     errors: dict[str, float] = field(default_factory=dict)
     failures: dict[str, str] = field(default_factory=dict)  # runtime -> why it did not run
-    op_params: dict = field(default_factory=dict)
+    kept_float: str | None = None  # why qtool kept the op float (a kernel contract)
     quantized: bytes = b""
 
 
-def quantized_case(case: OpCase, profile: str, scheme: str = "int8", seed: int = 0):
-    """(float model bytes, quantized model, calibration samples, constants) of a case."""
+def quantized_case(
+    case: OpCase, profile: str, scheme: str = "int8", seed: int = 0, ranges: dict | None = None
+):
+    """(float model bytes, qtool's result, calibration samples, rng) of a case; `ranges`
+    replaces the profiles of `RANGES`."""
     rng = np.random.default_rng(zlib.crc32(f"{case.op_type}{profile}{seed}".encode()))
     constants = {}
     for p, operand in enumerate(case.operands):
         if operand is None:
             continue
         if operand.kind == "const":
-            constants[p] = _draw(rng, operand, operand_range(operand, profile, p), 1)[0]
+            constants[p] = _draw(rng, operand, operand_range(operand, profile, p, ranges), 1)[0]
         elif operand.kind in ("weight", "bias"):
             constants[p] = rng.standard_normal(operand.shape).astype(np.float32)
     probe = build(case, constants)
     inputs = [
-        _draw(rng, o, operand_range(o, profile, p), CALIBRATION_SAMPLES)
+        _draw(rng, o, operand_range(o, profile, p, ranges), CALIBRATION_SAMPLES)
         for p, o in enumerate(case.operands)
         if o is not None and o.kind in ("act", "bool")
     ]
@@ -134,18 +139,31 @@ def quantized_case(case: OpCase, profile: str, scheme: str = "int8", seed: int =
     specs = model_inputs(model)
     samples = [x.reshape(CALIBRATION_SAMPLES, *s.sample_shape) for x, s in zip(inputs, specs)]
     options = QuantizeOptions(
-        calibration="minmax",
-        bias_correction=False,
-        activations=scheme,
-        engine="numpy",
+        calibration="minmax", bias_correction=False, activations=scheme, engine="numpy"
     )
     result = quantize_loaded(model, Dataset.from_arrays(samples), options)
     return data, result, inputs, rng
 
 
+def _codes(rng, operand: Operand, low: int, high: int, zero_point: int) -> np.ndarray:
+    """Codes over the operand's allowed range, both ends included; only codes of positive values
+    for an op defined on them."""
+    if operand.domain == "positive":
+        low = max(low, zero_point + 1)
+    codes = rng.integers(low, high, (SAMPLES, *operand.shape), endpoint=True)
+    codes.reshape(SAMPLES, -1)[0, :2] = (low, high)
+    return codes
+
+
 def measure(
-    case: OpCase, profile: str, scheme: str = "int8", runtimes=("builtin", "xnnpack")
+    case: OpCase,
+    profile: str,
+    scheme: str = "int8",
+    runtimes=("builtin", "xnnpack"),
+    tflm: Callable[[bytes], bool] | None = None,
 ) -> Measured:
+    """The case's errors in each runtime of `runtimes`, and in TFLite Micro when `tflm` says the
+    quantized model runs there."""
     data, result, inputs, rng = quantized_case(case, profile, scheme)
     quantized = result.model
     subgraph = quantized.subgraphs[0]
@@ -153,65 +171,68 @@ def measure(
     assert len(ops) == 1, f"{case.op_type}: {[quantized.op_type(o) for o in subgraph.operators]}"
     (op,) = ops
     out = Measured(quantized=model_to_bytes(quantized))
-    spec = load_spec((), scheme)
-    rule = spec.rule(case.op_type)
+    kept = [f.reason for f in result.float_ops if f.op_type == case.op_type]
+    if kept:
+        out.kept_float = kept[0]
+        return out
+    rule = load_spec((), scheme).rule(case.op_type)
     # Inputs: codes over the operand's whole allowed range plus the calibration samples'.
-    feeds, constants = [], {}
+    feeds, constants, real_inputs = [], {}, {}
     for p, operand in enumerate(case.operands):
         if operand is None or operand.kind == "int":
             continue
         tensor = subgraph.tensors[op.inputs[p]]
         if operand.kind == "bool":
-            feeds.append(np.concatenate([inputs[len(feeds)], rng.random((8, *operand.shape)) < 0.5]))
+            drawn = rng.random((SAMPLES, *operand.shape)) < 0.5
+            feeds.append(np.concatenate([drawn, inputs[len(feeds)]]))
             continue
         q = tensor.quantization
         if quantized.is_constant(tensor):
             axis = q.quantized_dimension if q.scale.size > 1 else None
             stored = quantized.tensor_data(tensor)
             constants[p] = dequantize(stored, q.scale, q.zero_point, axis).reshape(stored.shape)
+            real_inputs[p] = constants[p]
             continue
-        assert tensor.dtype != 0, f"{case.op_type} input {p} stayed float"
         low, high = rule.input_rule(p).range
-        codes = rng.integers(low, high, (8, *operand.shape), endpoint=True)
-        codes.reshape(8, -1)[0, :2] = (low, high)
-        calibration = inputs[len(feeds)]
-        calibrated = np.clip(
-            np.round(calibration / q.scale[0] + q.zero_point[0]), low, high
-        )
-        all_codes = np.concatenate([codes, calibrated]).astype(np.int64)
-        feeds.append(
-            dequantize(all_codes.astype(np.int32), q.scale, q.zero_point)
-        )
-        out.op_params[f"in{p}"] = (float(q.scale[0]), int(q.zero_point[0]))
-    for p, value in constants.items():
-        out.op_params[f"const{p}"] = "dequantized"
-    n = feeds[0].shape[0] if feeds else 1
-    reference_model = build(case, {**_float_constants(case), **constants}, _shapes(data))
+        scale, zero = q.scale[0], int(q.zero_point[0])
+        calibration = np.clip(np.round(inputs[len(feeds)] / scale + zero), low, high)
+        codes = np.concatenate([_codes(rng, operand, low, high, zero), calibration])
+        feeds.append(dequantize(codes.astype(np.int32), q.scale, q.zero_point))
+        real_inputs[p] = feeds[-1]
+    n = feeds[0].shape[0]
+    reference_model = build(case, constants, _shapes(data))
     reference = _per_sample(reference_model, feeds, n, RESOLVERS["builtin"])
     params = []
-    for k, t in enumerate(op.outputs):
+    for t in op.outputs:
         q = subgraph.tensors[t].quantization
         params.append(None if q is None or not q.scale.size else q)
-        if params[-1] is not None:
-            out.op_params[f"out{k}"] = (float(q.scale[0]), int(q.zero_point[0]))
+    ties = _ties(case, real_inputs, reference[0].shape, scheme)
+    if tflm is not None and tflm(out.quantized):
+        runtimes = (*runtimes, "tflm")
     for name in runtimes:
         try:
             if name == "tflm":
                 got = _tflm(out.quantized, feeds, n)
             else:
                 got = _per_sample(out.quantized, feeds, n, RESOLVERS[name])
-        except RuntimeError as exc:  # LiteRT refuses the model at prepare
-            out.failures[name] = str(exc).splitlines()[0][:200]
+        except (RuntimeError, ValueError) as exc:  # the runtime refuses the model
+            out.failures[name] = " ".join(str(exc).split())[:300]
             continue
         out.errors[name] = max(
-            _error(g, r, q, subgraph.tensors[t].dtype)
+            _error(g, r, q, subgraph.tensors[t].dtype, ties)
             for g, r, q, t in zip(got, reference, params, op.outputs, strict=True)
         )
     return out
 
 
-def _float_constants(case: OpCase) -> dict[int, np.ndarray]:
-    return {}
+def _ties(case: OpCase, real_inputs: dict, shape, scheme: str) -> np.ndarray | None:
+    """For a comparison: the elements whose inputs are closer than its kernel resolves
+    (kernel_contracts.comparison_scale: values rounded to 1/256), where either answer is right."""
+    contracts = kernel_contracts(scheme)
+    if case.op_type not in contracts.comparison_ops:
+        return None
+    first, second = (np.broadcast_to(real_inputs[p], shape) for p in sorted(real_inputs))
+    return np.abs(first.astype(np.float64) - second) <= 2 * contracts.comparison_scale[0]
 
 
 def _shapes(data: bytes) -> list[list[int]]:
@@ -221,23 +242,31 @@ def _shapes(data: bytes) -> list[list[int]]:
 
 
 def _per_sample(data: bytes, feeds, n: int, resolver) -> list[np.ndarray]:
-    runs = [run(data, [f[i] for f in feeds], resolver) for i in range(n)]
+    """Every sample invoked in one interpreter (outputs stacked)."""
+    interpreter = Interpreter(model_content=data, experimental_op_resolver_type=resolver)
+    interpreter.allocate_tensors()
+    inputs, outputs = interpreter.get_input_details(), interpreter.get_output_details()
+    runs = []
+    for i in range(n):
+        for detail, feed in zip(inputs, feeds, strict=True):
+            interpreter.set_tensor(detail["index"], np.asarray(feed[i], detail["dtype"]))
+        interpreter.invoke()
+        runs.append([interpreter.get_tensor(d["index"]).copy() for d in outputs])
     return [np.stack(parts) for parts in zip(*runs, strict=True)]
 
 
 def _tflm(data: bytes, feeds, n: int) -> list[np.ndarray]:
-    runs = []
-    for i in range(n):
-        result = tflm_run(data, [np.asarray(f[i]) for f in feeds])
-        if not result["runs"]:
-            raise RuntimeError(result["error"])
-        runs.append([np.asarray(o) for o in result["outputs"]])
+    result = tflm_run(data, [[np.asarray(f[i]) for f in feeds] for i in range(n)])
+    if not result["runs"]:
+        raise RuntimeError(result["error"])
+    runs = [[np.asarray(o) for o in outputs] for outputs in result["runs_outputs"]]
     return [np.stack(parts) for parts in zip(*runs, strict=True)]
 
 
-def _error(got: np.ndarray, reference: np.ndarray, q, dtype) -> float:
-    if q is None:  # an integer or boolean output: elements that differ
-        return float(np.count_nonzero(got != reference))
+def _error(got: np.ndarray, reference: np.ndarray, q, dtype, ties) -> float:
+    if q is None:  # an integer or boolean output: elements that differ (ties aside)
+        differ = got != reference
+        return float(np.count_nonzero(differ if ties is None else differ & ~ties))
     info = np.iinfo(numpy_dtype(dtype))
     scale, zero = float(q.scale[0]), int(q.zero_point[0])
     low, high = scale * (info.min - zero), scale * (info.max - zero)

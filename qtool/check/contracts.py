@@ -1,0 +1,188 @@
+"""Rule families for the kernel contracts of the spec files (`kernel_contracts`): limits of
+LiteRT's (and TFLite Micro's) integer kernels that the op table does not state, found by the
+op-contract tests. A model outside them is refused when the kernel prepares, aborts, or
+computes wrong values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from qtool.check.context import AuditContext, OpView
+from qtool.check.findings import Finding
+from qtool.check.qparams import num
+from qtool.check.rulebook import family, rule
+from qtool.model.types import activation_name
+from qtool.spec import kernel_contracts
+
+ACTIVATION_BOUND = rule(
+    "QT-ACTIVATION-BOUND",
+    "error",
+    title="clamp bound overflows int32 at this output scale",
+    help=(
+        "A fused RELU6/RELU_N1_TO_1 (or the RELU6/RELU_N1_TO_1 op) clamps at "
+        "zero_point + round(bound / output_scale), computed in int32: with an output scale this "
+        "small it overflows. Widen the output's range so the scale exceeds bound / 2^31."
+    ),
+    on_device=(
+        "LiteRT's builtin kernels and TFLite Micro refuse the op at prepare "
+        "(no_integer_overflow_from_quantization); the RELU6/RELU_N1_TO_1 ops compute a wrong "
+        "clamp; only XNNPACK runs it."
+    ),
+)
+
+ACCUMULATOR_OVERFLOW = rule(
+    "QT-ACCUMULATOR-OVERFLOW",
+    "warning",
+    title="bias leaves no room in the int32 accumulator",
+    help=(
+        "The int8 convolution and fully-connected kernels add the bias to an int32 sum of "
+        "(input - zero point) * weight products: with this bias, inputs far from the zero point "
+        "overflow it. Enlarge the channel's weight scale so |bias| plus the largest sum of "
+        "products fits 2^31 - 1."
+    ),
+    on_device=(
+        "LiteRT (builtin and XNNPACK), TFLite Micro and Ethos-U accumulate in int32: the sum "
+        "wraps around and the output jumps to the other end of its range."
+    ),
+)
+
+COMPARISON_RESOLUTION = rule(
+    "QT-COMPARISON-RESOLUTION",
+    "warning",
+    title="comparison input finer than its kernel resolves",
+    help=(
+        "LiteRT's quantized comparisons compare round(256 * value) of each input: with an "
+        "input scale below 1/256 several codes compare equal, and a threshold moves to the "
+        "nearest 1/256. Keep the comparison in float."
+    ),
+    on_device=(
+        "LiteRT's comparison kernels (and TFLite Micro's, which share the arithmetic) answer "
+        "'equal' for inputs closer than 1/256."
+    ),
+)
+
+SOFTMAX_INPUT_SCALE = rule(
+    "QT-SOFTMAX-INPUT-SCALE",
+    "error",
+    title="SOFTMAX input scale too small for its kernel",
+    help=(
+        "LiteRT's reference int8 SOFTMAX and TFLite Micro's need beta * input_scale * 2^26 > 1 "
+        "(PreprocessSoftmaxScaling). Widen the input's range."
+    ),
+    on_device=(
+        "LiteRT's reference kernels and TFLite Micro abort the process while preparing the op."
+    ),
+)
+
+
+@family(
+    "kernel contracts",
+    ACTIVATION_BOUND,
+    ACCUMULATOR_OVERFLOW,
+    COMPARISON_RESOLUTION,
+    SOFTMAX_INPUT_SCALE,
+)
+def check_kernel_contracts(ctx: AuditContext) -> Iterator[Finding]:
+    """The kernel_contracts of each op's scheme."""
+    for op in ctx.int8_ops():
+        contracts = kernel_contracts(op.scheme)
+        yield from _activation_bounds(ctx, op, contracts)
+        if op.type in contracts.accumulator_ops and contracts.accumulator_limit:
+            yield from _accumulator(ctx, op, contracts.accumulator_limit)
+        if op.type in contracts.comparison_ops:
+            yield from _comparison(ctx, op, contracts.comparison_scale[0])
+        if op.type in contracts.softmax_ops and contracts.softmax_min_beta_scale:
+            yield from _softmax(ctx, op, contracts.softmax_min_beta_scale)
+
+
+def _options(ctx: AuditContext, op: OpView) -> dict:
+    operator = ctx.model.subgraphs[op.subgraph].operators[op.index]
+    return operator.options or {}
+
+
+def _activation_bounds(ctx: AuditContext, op: OpView, contracts) -> Iterator[Finding]:
+    bounds = []
+    fused = _options(ctx, op).get("fused_activation_function")
+    if fused and activation_name(fused) in contracts.fused_bounds:
+        bounds.append((contracts.fused_bounds[activation_name(fused)], activation_name(fused)))
+    if op.type in contracts.op_bounds:
+        bounds.append((contracts.op_bounds[op.type], op.type))
+    output = op.output_at(0)
+    if not bounds or output is None or not ctx.sound(op, output):
+        return
+    scale = float(output.tensor.quantization.scale[0])
+    zero = int(output.tensor.quantization.zero_point[0])
+    for bound, name in bounds:
+        floor = contracts.min_output_scale(bound, zero)
+        if scale < floor:
+            yield ctx.finding(
+                ACTIVATION_BOUND,
+                f"{name} bound {max(map(abs, bound)):g} / output scale {num(scale)} overflows "
+                f"int32 (the scale must exceed {num(floor)})",
+                op,
+                output,
+            )
+
+
+def _accumulator(ctx: AuditContext, op: OpView, limit: int) -> Iterator[Finding]:
+    weights, bias = op.rule.weight_rule(), op.rule.bias_rule()
+    if weights is None or bias is None:
+        return
+    w, b, x = op.input_at(int(weights.index)), op.input_at(int(bias.index)), None
+    if bias.bias_scale_inputs:
+        x = op.input_at(int(bias.bias_scale_inputs[0]))
+    if w is None or b is None or x is None or not all(ctx.sound(op, o) for o in (w, b, x)):
+        return
+    codes = ctx.model.tensor_data(w.tensor)
+    values = ctx.model.tensor_data(b.tensor)
+    if codes is None or values is None:
+        return
+    zero = int(x.tensor.quantization.zero_point[0])
+    axis = weights.axis if weights.axis is not None else 0
+    other = tuple(d for d in range(codes.ndim) if d != axis)
+    products = max(zero + 128, 127 - zero) * np.abs(codes.astype(np.int64)).sum(axis=other)
+    total = np.abs(values.astype(np.int64)) + products
+    over = int(np.count_nonzero(total > limit))
+    if over:
+        yield ctx.finding(
+            ACCUMULATOR_OVERFLOW,
+            f"{b.label}: in {over} of {values.size} channels |bias| plus the largest sum of "
+            f"products exceeds the int32 accumulator (worst {int(total.max())})",
+            op,
+            b,
+        )
+
+
+def _comparison(ctx: AuditContext, op: OpView, resolution: float) -> Iterator[Finding]:
+    for position in range(2):
+        operand = op.input_at(position)
+        if operand is None or not ctx.sound(op, operand) or operand.tensor.quantization.per_axis:
+            continue
+        scale = float(operand.tensor.quantization.scale[0])
+        if scale < resolution:
+            yield ctx.finding(
+                COMPARISON_RESOLUTION,
+                f"{op.type} {operand.label} scale {num(scale)} is finer than the kernel's "
+                f"resolution {num(resolution)}: about {resolution / scale:.0f} codes compare "
+                "equal",
+                op,
+                operand,
+            )
+
+
+def _softmax(ctx: AuditContext, op: OpView, min_beta_scale: float) -> Iterator[Finding]:
+    operand = op.input_at(0)
+    if operand is None or not ctx.sound(op, operand):
+        return
+    beta = float(_options(ctx, op).get("beta", 1.0) or 1.0)
+    scale = float(operand.tensor.quantization.scale[0])
+    if beta * scale <= min_beta_scale:
+        yield ctx.finding(
+            SOFTMAX_INPUT_SCALE,
+            f"beta {beta:g} * input scale {num(scale)} is not above {num(min_beta_scale)} "
+            "(beta * scale * 2^26 <= 1)",
+            op,
+            operand,
+        )
