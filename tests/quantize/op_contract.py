@@ -18,7 +18,7 @@ import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from qtool.calibrate import Dataset, model_inputs
-from qtool.model import Model, model_to_bytes, numpy_dtype, parse_model
+from qtool.model import Model, TensorType, model_to_bytes, numpy_dtype, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import dequantize
 from qtool.quantize import QuantizeOptions, quantize_loaded
@@ -175,7 +175,10 @@ def measure(
     if kept:
         out.kept_float = kept[0]
         return out
-    rule = load_spec((), scheme).rule(case.op_type)
+    # The scheme the op got (a 16x8 request falls back to int8 where int16 cannot run).
+    first = next(t for t in op.inputs if t >= 0 and subgraph.tensors[t].quantization)
+    computed = "int16" if subgraph.tensors[first].dtype == TensorType.INT16 else "int8"
+    rule = load_spec((), computed).rule(case.op_type)
     # Inputs: codes over the operand's whole allowed range plus the calibration samples'.
     feeds, constants, real_inputs = [], {}, {}
     for p, operand in enumerate(case.operands):
@@ -206,7 +209,7 @@ def measure(
     for t in op.outputs:
         q = subgraph.tensors[t].quantization
         params.append(None if q is None or not q.scale.size else q)
-    ties = _ties(case, real_inputs, reference[0].shape, scheme)
+    ties = _ties(case, real_inputs, reference[0].shape, computed)
     if tflm is not None and tflm(out.quantized):
         runtimes = (*runtimes, "tflm")
     for name in runtimes:
