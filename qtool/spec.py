@@ -139,6 +139,8 @@ def expanded_ops(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _apply_profile(ops: dict[str, Any], overrides: dict[str, Any]) -> None:
     for op_name, changes in overrides.items():
+        if "same_scale" in changes:  # an op-level fact of the profile's runtime
+            ops[op_name]["same_scale"] = changes["same_scale"]
         for position, patch in changes.get("inputs", {}).items():
             ops[op_name]["inputs"] = [
                 _overlay(operand, patch) if str(operand["index"]) == position else operand

@@ -121,6 +121,8 @@ def tflm_run(data: bytes, feed_sets: list[list[np.ndarray]]) -> dict:
     """TFLite Micro's verdict on `data` invoked once per set of `feed_sets`, from a forked child
     (a failing kernel may abort the process): as `tflm_result`, with "runs_outputs" holding
     every invocation's outputs."""
+    from tflite_micro.python.tflite_micro import runtime  # noqa: F401 - imported once, not per child
+
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child

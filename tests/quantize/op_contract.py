@@ -114,10 +114,15 @@ class Measured:
 
 
 def quantized_case(
-    case: OpCase, profile: str, scheme: str = "int8", seed: int = 0, ranges: dict | None = None
+    case: OpCase,
+    profile: str,
+    scheme: str = "int8",
+    seed: int = 0,
+    ranges: dict | None = None,
+    target: str | None = None,
 ):
-    """(float model bytes, qtool's result, calibration samples, rng) of a case; `ranges`
-    replaces the profiles of `RANGES`."""
+    """(float model bytes, qtool's result, calibration samples, rng) of a case, quantized for
+    `target` when given; `ranges` replaces the profiles of `RANGES`."""
     rng = np.random.default_rng(zlib.crc32(f"{case.op_type}{profile}{seed}".encode()))
     constants = {}
     for p, operand in enumerate(case.operands):
@@ -139,7 +144,11 @@ def quantized_case(
     specs = model_inputs(model)
     samples = [x.reshape(CALIBRATION_SAMPLES, *s.sample_shape) for x, s in zip(inputs, specs)]
     options = QuantizeOptions(
-        calibration="minmax", bias_correction=False, activations=scheme, engine="numpy"
+        calibration="minmax",
+        bias_correction=False,
+        activations=scheme,
+        engine="numpy",
+        target=target,
     )
     result = quantize_loaded(model, Dataset.from_arrays(samples), options)
     return data, result, inputs, rng
@@ -161,10 +170,11 @@ def measure(
     scheme: str = "int8",
     runtimes=("builtin", "xnnpack"),
     tflm: Callable[[bytes], bool] | None = None,
+    target: str | None = None,
 ) -> Measured:
     """The case's errors in each runtime of `runtimes`, and in TFLite Micro when `tflm` says the
-    quantized model runs there."""
-    data, result, inputs, rng = quantized_case(case, profile, scheme)
+    quantized model runs there; quantized for `target` when given."""
+    data, result, inputs, rng = quantized_case(case, profile, scheme, target=target)
     quantized = result.model
     subgraph = quantized.subgraphs[0]
     ops = [op for op in subgraph.operators if quantized.op_type(op) == case.op_type]

@@ -17,7 +17,7 @@ import pytest
 
 from qtool.model import parse_model
 from qtool.spec import load_spec
-from qtool.targets.placement import place_model
+from qtool.targets.placement import ON_TARGET, place_model
 from tests.quantize.op_cases import BOUNDARY, CASES, RANGES
 from tests.quantize.op_contract import measure
 
@@ -56,6 +56,12 @@ OPEN = {
     ("int16", "LOG", "large"): "int16 LOG's lookup table over [0, 5000] misses log near 10 by "
     "16,000 LSB (open: qtool does not yet keep such a LOG float)",
     ("int16", "RSQRT", "large"): "int16 RSQRT's lookup table over a wide range (open, as LOG)",
+    ("int8", "LOGISTIC", "large"): "TFLite Micro's int8 LOGISTIC needs input scale * 2^27 to fit "
+    "int32 (scale < 16; micro/kernels/logistic_common.cc): 128 LSB off (open: no tflm fact yet)",
+    ("int8", "TANH", "large"): "as LOGISTIC large, TFLite Micro's tanh_common.cc",
+    ("int8", "LOG_SOFTMAX", "tiny"): "TFLite Micro's int8 LOG_SOFTMAX aborts at prepare on a tiny "
+    "input scale (open: no tflm fact yet)",
+    ("int8", "ELU", "tiny"): "TFLite Micro's int8 ELU is 3 LSB off on a tiny input scale (open)",
 }
 RUNTIMES = ("builtin", "xnnpack")
 
@@ -83,15 +89,22 @@ def _cases(scheme: str):
 def _tflm_runs(op_type: str, data: bytes) -> bool:
     """Whether the tflm profile says the op runs there (on the target)."""
     report = place_model(parse_model(data), "tflm")
-    return all(p.status == "ON_TARGET" for p in report.ops if p.op == op_type)
+    return all(p.status == ON_TARGET for p in report.ops if p.op == op_type)
 
 
 def _check(scheme: str, case, profile: str) -> None:
-    tflm = functools.partial(_tflm_runs, case.op_type) if scheme == "int8" else None
-    measured = measure(case, profile, scheme, RUNTIMES, tflm)
+    measured = measure(case, profile, scheme, RUNTIMES)
     if measured.kept_float is not None:
         assert "kernel" in measured.kept_float, measured.kept_float
         return
+    if scheme == "int8":
+        # What `quantize --target tflm` writes must run in TFLite Micro, where the profile
+        # places the op there.
+        tflm = functools.partial(_tflm_runs, case.op_type)
+        on_tflm = measure(case, profile, scheme, ("builtin",), tflm, target="tflm")
+        measured.failures.update(on_tflm.failures)
+        if "tflm" in on_tflm.errors:
+            measured.errors["tflm"] = on_tflm.errors["tflm"]
     assert not measured.failures, measured.failures
     if (case.op_type, profile) in FLOAT_OP_DIFFERS:
         return
