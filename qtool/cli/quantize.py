@@ -197,7 +197,7 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
             f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
             f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
             f"remedies{cost}",
-        )
+        ),
     ]
 
 

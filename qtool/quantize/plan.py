@@ -396,7 +396,9 @@ def _scale_floors(
     for bound, why in bounds:
         for p in outputs:
             floor = contracts.min_output_scale(bound, qmin)
-            groups.require_scale(plan.writes[(i, p)], floor, f"{why} bound {max(map(abs, bound)):g}")
+            groups.require_scale(
+                plan.writes[(i, p)], floor, f"{why} bound {max(map(abs, bound)):g}"
+            )
     if op_type in contracts.softmax_ops and inputs and contracts.softmax_min_beta_scale:
         beta = float(op.options.get("beta", 1.0) or 1.0)
         floor = contracts.softmax_min_beta_scale / beta
@@ -456,7 +458,9 @@ def _group_params(
         # The range stretched (about 0, as it stands) to a scale just past the floor: float32
         # rounding must not fall below it.
         low, high = min(span[0], 0.0), max(span[1], 0.0)
-        codes = (2 * qmax) if qmax is not None else int(np.iinfo(np_dtype).max - np.iinfo(np_dtype).min)
+        codes = (
+            (2 * qmax) if qmax is not None else int(np.iinfo(np_dtype).max - np.iinfo(np_dtype).min)
+        )
         width = floor * codes * (1 + 2**-16)
         if high - low <= 0:
             low, high = 0.0, width

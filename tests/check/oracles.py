@@ -99,9 +99,7 @@ def _tflm_child(data: bytes, feed_sets: list[list[np.ndarray]]) -> dict:
             for i, feed in enumerate(feeds):
                 interpreter.set_input(feed, i)
             interpreter.invoke()
-            runs.append(
-                [interpreter.get_output(i).tolist() for i in range(_count_outputs(data))]
-            )
+            runs.append([interpreter.get_output(i).tolist() for i in range(_count_outputs(data))])
     except Exception as exc:
         return {"runs": False, "error": str(exc)}
     return {"runs": True, "outputs": runs[0], "runs_outputs": runs}

@@ -101,9 +101,7 @@ def _unary(op_type: str, options_type: str | None = None, domain: str = "any", *
 
 
 def _binary(op_type: str, options_type: str | None = None, output: str = "float32", **options):
-    return OpCase(
-        op_type, (X, act(1, 4, 4, 3)), options_type, options, output_dtypes=(output,)
-    )
+    return OpCase(op_type, (X, act(1, 4, 4, 3)), options_type, options, output_dtypes=(output,))
 
 
 def _conv(stride: int = 1) -> dict:
@@ -208,12 +206,8 @@ CASES: dict[str, OpCase] = {
         OpCase("EXPAND_DIMS", (X, integers(1))),
         OpCase("TRANSPOSE", (X, integers([0, 2, 1, 3]))),
         OpCase("PAD", (X, integers([[0, 0], [1, 1], [2, 0], [0, 0]]))),
-        OpCase(
-            "PADV2", (X, integers([[0, 0], [1, 1], [2, 0], [0, 0]]), Operand("const", ()))
-        ),
-        OpCase(
-            "MIRROR_PAD", (X, integers([[0, 0], [1, 1], [2, 0], [0, 0]])), "MirrorPadOptions"
-        ),
+        OpCase("PADV2", (X, integers([[0, 0], [1, 1], [2, 0], [0, 0]]), Operand("const", ()))),
+        OpCase("MIRROR_PAD", (X, integers([[0, 0], [1, 1], [2, 0], [0, 0]])), "MirrorPadOptions"),
         OpCase("GATHER", (X, integers([2, 0, 3])), "GatherOptions", {"axis": 1}),
         OpCase("GATHER_ND", (X, integers([[0, 1], [0, 3]]))),
         OpCase("SLICE", (X, integers([0, 1, 0, 1]), integers([1, 2, 3, 2]))),
@@ -247,7 +241,9 @@ CASES: dict[str, OpCase] = {
         OpCase(
             "SPACE_TO_BATCH_ND", (act(1, 4, 4, 1), integers([2, 2]), integers([[0, 0], [0, 0]]))
         ),
-        OpCase("BATCH_TO_SPACE_ND", (act(4, 2, 2, 1), integers([2, 2]), integers([[0, 0], [0, 0]]))),
+        OpCase(
+            "BATCH_TO_SPACE_ND", (act(4, 2, 2, 1), integers([2, 2]), integers([[0, 0], [0, 0]]))
+        ),
         OpCase("RESIZE_BILINEAR", (X, integers([7, 6])), "ResizeBilinearOptions"),
         OpCase("RESIZE_NEAREST_NEIGHBOR", (X, integers([7, 6])), "ResizeNearestNeighborOptions"),
         OpCase("MEAN", (X, _AXIS), "ReducerOptions", {"keep_dims": True}),

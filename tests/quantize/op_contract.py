@@ -142,7 +142,9 @@ def quantized_case(
     data = build(case, constants, [list(o.shape) for o in first])
     model = parse_model(data)
     specs = model_inputs(model)
-    samples = [x.reshape(CALIBRATION_SAMPLES, *s.sample_shape) for x, s in zip(inputs, specs)]
+    samples = [
+        x.reshape(CALIBRATION_SAMPLES, *s.sample_shape) for x, s in zip(inputs, specs, strict=True)
+    ]
     options = QuantizeOptions(
         calibration="minmax",
         bias_correction=False,

@@ -24,9 +24,7 @@ CONV_RELU6 = OpCase(
     "Conv2DOptions",
     {**CASES["CONV_2D"].options, "fused_activation_function": RELU6},
 )
-ADD_RELU6 = OpCase(
-    "ADD", CASES["ADD"].operands, "AddOptions", {"fused_activation_function": RELU6}
-)
+ADD_RELU6 = OpCase("ADD", CASES["ADD"].operands, "AddOptions", {"fused_activation_function": RELU6})
 # Activations of ~1e-12 (a Keras MobileNetV2's deep layers reach 1e-9): the output scale from
 # the range alone puts 6 / scale past int32.
 TINY = "tiny-1e-12"
