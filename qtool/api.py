@@ -65,6 +65,7 @@ class Quantized:
 
     @property
     def model(self) -> Model:
+        """The quantized model (the object `model_bytes` was serialised from)."""
         return self.result.model
 
     @property
@@ -74,6 +75,7 @@ class Quantized:
 
     @property
     def compliant(self) -> bool:
+        """Whether the audit of the quantized model found no errors."""
         return not self.report["audit"]["errors"]
 
     def html(self) -> str:
@@ -210,18 +212,23 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
+        """Whether no finding is at or above the severity `fail_on`."""
         threshold = SEVERITY_RANK[self.fail_on]
         return all(SEVERITY_RANK[f.severity] < threshold for f in self.findings)
 
     @property
     def errors(self) -> list[Finding]:
+        """The findings of severity error."""
         return [f for f in self.findings if f.severity == "error"]
 
     @property
     def warnings(self) -> list[Finding]:
+        """The findings of severity warning."""
         return [f for f in self.findings if f.severity == "warning"]
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data: verdict, counts, findings, and the target and accuracy
+        sections (None when not asked for)."""
         return {
             "passed": self.passed,
             "fail_on": self.fail_on,

@@ -26,6 +26,8 @@ def _stop(signum: int, frame: object) -> None:
 
 
 def main() -> None:
+    """Run the `qtool` command line: signal handlers first, then the CLI, exiting with its
+    status."""
     for name in HANDLED_SIGNALS:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _stop)

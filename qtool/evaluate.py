@@ -30,25 +30,33 @@ INTEGER_TYPES = (TensorType.INT8, TensorType.UINT8, TensorType.INT16, TensorType
 
 @dataclass(frozen=True)
 class OutputAccuracy:
+    """How close one output of the candidate stays to the reference: SQNR in dB (inf when exact)
+    and the top-1 agreement."""
+
     name: str  # the candidate's output tensor name
     sqnr_db: float
     top1: float | None  # share of samples whose argmax agrees; None unless classifier-like
 
     def to_dict(self) -> dict:
+        """Every field, JSON-ready."""
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class Comparison:
+    """The comparison of a candidate model with its float reference, output by output."""
+
     outputs: list[OutputAccuracy]
     samples: int
     engine: str  # how the candidate ran: "litert" or "simulate"
 
     @property
     def worst_db(self) -> float:
+        """The lowest output SQNR (dB)."""
         return min(o.sqnr_db for o in self.outputs)
 
     def to_dict(self) -> dict:
+        """JSON-ready: samples, engine and every output's accuracy."""
         return {
             "samples": self.samples,
             "engine": self.engine,

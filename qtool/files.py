@@ -48,6 +48,8 @@ class NotRegularFile(OSError):
 
 
 def kind_of(mode: int) -> str:
+    """What a file that is not regular is, from its st_mode, as messages say it ("a directory",
+    "a FIFO")."""
     return _KINDS.get(stat.S_IFMT(mode), "not a regular file")
 
 
@@ -143,6 +145,7 @@ def destination_problem(path: str | os.PathLike, overwrite: bool) -> str | None:
 
 
 def check_destination(path: str | os.PathLike, overwrite: bool) -> None:
+    """UsageError unless a file can be written at `path` (see `destination_problem`)."""
     problem = destination_problem(path, overwrite)
     if problem is not None:
         if problem.startswith("already exists"):
@@ -234,6 +237,7 @@ def commit(*staged: Staged) -> None:
 
 
 def discard(*staged: Staged) -> None:
+    """Delete the temporaries of staged files that will not be committed (errors ignored)."""
     for item in staged:
         with contextlib.suppress(OSError):
             item.temporary.unlink(missing_ok=True)

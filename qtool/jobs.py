@@ -125,6 +125,9 @@ class CalibrateJob(ModelJob):
 
 @dataclass
 class QuantizeOutcome:
+    """What `run_quantize` wrote (the model, its report, the page when asked) and the result they
+    came from."""
+
     result: QuantizeResult
     report: dict[str, Any]
     output_path: str
@@ -133,10 +136,15 @@ class QuantizeOutcome:
 
     @property
     def exit_code(self) -> int:
+        """The command's exit status: 1 when the audit of the quantized model found errors, else
+        0."""
         return 1 if self.report["audit"]["errors"] else 0
 
 
 def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
+    """The output model and report paths of a quantize job: as given, else `<model>_int8.tflite`
+    beside the input and `<output>.report.json` beside the output; UsageError for a path given as
+    '' or ending in a separator."""
     for what, given in (("output path", job.output_path), ("report path", job.report_path)):
         if given is not None and (given == "" or given.endswith(("/", os.sep))):
             raise UsageError(f"{what} {given!r} is not a file name")

@@ -20,6 +20,8 @@ FACTS_FILE = "ops.json"
 
 @dataclass(frozen=True)
 class OperandFacts:
+    """One operand slot of an operator as ops.json declares it."""
+
     name: str
     types: frozenset[str]  # TensorType names, e.g. "FLOAT32"
     optional: bool = False  # may be absent (index -1, or left off the end)
@@ -30,6 +32,8 @@ class OperandFacts:
 
 @dataclass(frozen=True)
 class OpFacts:
+    """What a well-formed operator of one type looks like (builtin, or custom with a kernel)."""
+
     name: str
     inputs: tuple[OperandFacts, ...]
     outputs: tuple[OperandFacts, ...]
@@ -49,6 +53,7 @@ class OpFacts:
 
     @property
     def output_count(self) -> tuple[int, int | None]:
+        """(fewest, most) outputs; most is None for a repeated last operand."""
         return self._count(self.outputs)
 
     @staticmethod
@@ -58,14 +63,20 @@ class OpFacts:
         return operands[-1] if operands and operands[-1].repeat else None
 
     def input(self, position: int) -> OperandFacts | None:
+        """The facts of the input at `position` (a repeated last operand covers every later one);
+        None past the last."""
         return self._at(self.inputs, position)
 
     def output(self, position: int) -> OperandFacts | None:
+        """The facts of the output at `position` (a repeated last operand covers every later
+        one); None past the last."""
         return self._at(self.outputs, position)
 
 
 @dataclass(frozen=True)
 class Limits:
+    """What a model may make qtool allocate, checked by the validator before anything runs."""
+
     max_rank: int
     max_activation_elements: int  # per tensor, as declared (one sample)
     max_activation_bytes: int
@@ -73,19 +84,25 @@ class Limits:
 
 @dataclass(frozen=True)
 class OpTable:
+    """Everything ops.json says: each builtin's facts, the custom ops qtool has kernels for,
+    option domains and limits."""
+
     ops: dict[str, OpFacts]
     limits: Limits
     option_domains: dict[str, str]  # option name -> the schema enum its values come from
     custom_ops: dict[str, OpFacts]  # by custom code: the custom ops qtool has kernels for
 
     def facts(self, op_type: str) -> OpFacts | None:
+        """The facts of a builtin op type; None when qtool has none."""
         return self.ops.get(op_type)
 
     def custom(self, custom_code: str) -> OpFacts | None:
+        """The facts of a custom op by its custom code; None when qtool has no kernel for it."""
         return self.custom_ops.get(custom_code)
 
 
 def raw_facts() -> dict[str, Any]:
+    """`schemas/ops.json` as the package ships it (`qtool/_schemas`), parsed."""
     text = resources.files("qtool").joinpath("_schemas", FACTS_FILE).read_text()
     return json.loads(text)
 
@@ -115,6 +132,7 @@ def _op(name: str, op: dict[str, Any], classes: dict[str, list[str]]) -> OpFacts
 
 @functools.cache
 def load_op_facts() -> OpTable:
+    """The op table, read once."""
     raw = raw_facts()
     classes = raw["type_classes"]
     return OpTable(

@@ -43,6 +43,9 @@ QUANTIZED = (Mode.INT8, Mode.INT16)
 
 @dataclass(frozen=True)
 class OperandRule:
+    """What the spec requires of one operand position of an op: storage type, value range,
+    granularity and the parameters it fixes."""
+
     index: int | str  # an input/output position, or "*" for every one (CONCATENATION, PACK...)
     dtype: str
     range: tuple[int, int]
@@ -55,11 +58,15 @@ class OperandRule:
     per_tensor_allowed: bool = False  # per-axis is the rule, per-tensor also accepted
 
     def applies_to(self, position: int) -> bool:
+        """Whether the rule covers operand `position` ("*" covers every one)."""
         return self.index == "*" or self.index == position
 
 
 @dataclass(frozen=True)
 class OpRule:
+    """The spec's rules for one op: each operand's rule, whether inputs and outputs share one
+    scale, and where the rules come from."""
+
     name: str
     inputs: tuple[OperandRule, ...]
     outputs: tuple[OperandRule, ...]
@@ -68,20 +75,33 @@ class OpRule:
     int8_version: int = 1  # operator-code version of the op's int8 kernel
 
     def input_rule(self, position: int) -> OperandRule | None:
+        """The rule of input `position`; None when the spec has none."""
         return next((r for r in self.inputs if r.applies_to(position)), None)
 
     def output_rule(self, position: int) -> OperandRule | None:
+        """The rule of output `position`; None when the spec has none."""
         return next((r for r in self.outputs if r.applies_to(position)), None)
 
     def weight_rule(self) -> OperandRule | None:
+        """The rule of the op's weights; None for ops without weights."""
         return next((r for r in self.inputs if r.role == "weight"), None)
 
     def bias_rule(self) -> OperandRule | None:
+        """The rule of the op's bias; None for ops without a bias."""
         return next((r for r in self.inputs if r.role == "bias"), None)
 
 
 @dataclass(frozen=True)
 class QuantSpec:
+    """One spec table under the selected profiles: every op's rules and the table's global facts.
+
+    Attributes:
+        tolerances: relative tolerances of the audit (bias_scale_rtol, fixed_scale_rtol,
+            same_scale_rtol).
+        dtype_ranges: the integer range of each storage type by name ("int8": (-128, 127)).
+        bias_value_limit: the magnitude an integer bias saturates at.
+    """
+
     ops: dict[str, OpRule]
     tolerances: dict[str, float]
     dtype_ranges: dict[str, tuple[int, int]]
@@ -91,6 +111,7 @@ class QuantSpec:
     required_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def rule(self, op_type: str) -> OpRule | None:
+        """The rules of `op_type`; None when the spec does not cover it."""
         return self.ops.get(op_type)
 
 
@@ -289,3 +310,10 @@ def kernel_contracts(scheme: str = "int8") -> KernelContracts:
         softmax_ops=frozenset(softmax.get("ops", ())),
         softmax_min_beta_scale=softmax.get("min_beta_scale"),
     )
+
+
+@functools.cache
+def sparse_int8_consumers() -> frozenset[str]:
+    """The ops whose int8 kernels read weights that a DENSIFY expands from an int8 sparse
+    constant, in LiteRT's builtin kernels and XNNPACK (the spec file's `sparse_weights`)."""
+    return frozenset(raw_spec()["sparse_weights"]["int8_consumers"])

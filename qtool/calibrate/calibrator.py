@@ -34,6 +34,18 @@ _CHUNKS_PER_THREAD = 4
 
 @dataclass
 class CalibrationResult:
+    """What one calibration pass found: the range of every activation, and how it was obtained.
+
+    Attributes:
+        samples: the number of samples observed.
+        engine: what ran the model: "numpy", "litert", or "statistics" for statistics gathered
+            earlier.
+        seconds: the wall time of the pass, the engine's set-up included.
+        source: where the samples came from (a path, a type name, "synthetic"...).
+        synthetic: whether the samples were generated at random rather than given.
+        observer: the observer that holds the statistics the ranges come from.
+    """
+
     ranges: dict[
         int, tuple[float, float]
     ]  # tensor index (of the calibrated subgraph) -> (min, max)

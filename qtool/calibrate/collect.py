@@ -48,11 +48,16 @@ class EvaluationSet:
 
     @property
     def samples(self) -> int:
+        """The number of held-out samples (0 when there are no inputs)."""
         return int(self.inputs[0].shape[0]) if self.inputs else 0
 
 
 @dataclass
 class Collected:
+    """What calibrating one subgraph yields: the statistics of every sample and of the fitting
+    fold, the evaluation fold (None when there is none: too few samples and no held-out dataset,
+    or a model the numpy engine cannot run), and the pass's CalibrationResult."""
+
     statistics: SubgraphStatistics  # every calibration sample
     fit: SubgraphStatistics  # the calibration samples outside the evaluation fold
     evaluation: EvaluationSet | None

@@ -44,6 +44,8 @@ class Dataset:
 
     @property
     def expected_samples(self) -> int | None:
+        """The samples a pass will yield when known without reading the data (size_hint capped at
+        limit, else limit); None when unknown."""
         if self.size_hint is None:
             return self.limit
         return self.size_hint if self.limit is None else min(self.size_hint, self.limit)

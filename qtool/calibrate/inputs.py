@@ -19,6 +19,7 @@ class InputSpec:
     dtype: np.dtype
 
     def matches(self, key: str) -> bool:
+        """Whether `key` names this input: its tensor name or one of its aliases."""
         return key == self.name or key in self.aliases
 
 

@@ -50,6 +50,9 @@ class ArrayFileError(ValueError):
 
 @dataclass(frozen=True)
 class Header:
+    """What a .npy header declares: the dtype, the shape, the memory order, and the offset where
+    the data starts."""
+
     dtype: np.dtype
     shape: tuple[int, ...]
     fortran_order: bool
@@ -57,9 +60,11 @@ class Header:
 
     @property
     def nbytes(self) -> int:
+        """The number of data bytes the header declares."""
         return math.prod(self.shape) * self.dtype.itemsize
 
     def describe(self) -> str:
+        """The declared array as text: "shape [2, 3] of float32 (24 bytes)"."""
         return f"shape {list(self.shape)} of {self.dtype} ({self.nbytes:,} bytes)"
 
 

@@ -66,6 +66,7 @@ def is_generator(source: str) -> bool:
 
 
 def check_exists(source: str) -> None:
+    """DataError unless `source` names a generator or a path that exists."""
     if is_generator(source):
         return
     try:
@@ -84,6 +85,8 @@ def _directory_files(path: Path) -> list[Path]:
 
 
 def read_source(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
+    """The batches of one `--data` source: a .npy or .npz file, a directory of them (by name), or
+    a `module:function` generator. Every problem raises DataError naming the source."""
     path = Path(source)
     if is_generator(source):
         yield from _read_generator(source, inputs)

@@ -82,6 +82,7 @@ class SubgraphStatistics:
 
     @property
     def tensors(self) -> frozenset[int]:
+        """The tensors the statistics watch (histograms and means together)."""
         return self.histograms.tensors | self.means.tensors
 
     @property
@@ -124,6 +125,7 @@ class SubgraphStatistics:
         self.means.close()
 
     def merge(self, other: SubgraphStatistics) -> None:
+        """Add the statistics of another shard of the same subgraph (exact)."""
         self.flush()
         other.flush()
         self.histograms.merge(other.histograms)
@@ -131,10 +133,13 @@ class SubgraphStatistics:
         self.samples += other.samples
 
     def ranges(self, method: Method = MINMAX) -> dict[int, tuple[float, float]]:
+        """The (low, high) range `method` picks for every tensor with a finite value (min/max by
+        default)."""
         self.flush()
         return {t: method.range(h) for t, h in self.histograms.histograms.items() if not h.empty}
 
     def histogram(self, t: int) -> Histogram | None:
+        """Tensor t's histogram; None when no value of t was observed."""
         self.flush()
         return self.histograms.histograms.get(t)
 
@@ -147,6 +152,9 @@ class SubgraphStatistics:
 def new_subgraph_statistics(
     model: Model, subgraph_index: int, tensors: Iterable[int], batched: bool
 ) -> SubgraphStatistics:
+    """Empty statistics for one subgraph: histograms of `tensors` and means of the layer inputs
+    whose bias may be corrected, with sample shapes as the engines hold them (`batched`: a
+    declared leading 1 dropped)."""
     shapes = {t: sample_shape(model, subgraph_index, t, batched) for t in tensors}
     elements = {t: int(np.prod(shape, dtype=np.int64)) for t, shape in shapes.items()}
     channels = {t: (shape[-1] if shape else 1) for t, shape in shapes.items()}
@@ -168,9 +176,11 @@ class CalibrationStatistics:
 
     @property
     def samples(self) -> int:
+        """The samples observed, summed over the subgraphs."""
         return sum(s.samples for s in self.subgraphs.values())
 
     def merge(self, other: CalibrationStatistics) -> None:
+        """Add another shard's statistics (exact); DataError when they come from another model."""
         if other.fingerprint != self.fingerprint:
             raise DataError("the statistics come from different models and cannot be merged")
         for s, stats in other.subgraphs.items():
@@ -180,6 +190,7 @@ class CalibrationStatistics:
                 self.subgraphs[s] = stats
 
     def state(self) -> dict[str, Any]:
+        """The statistics as JSON-ready data (what `save` writes)."""
         for stats in self.subgraphs.values():
             stats.flush()
         return {
@@ -198,6 +209,8 @@ class CalibrationStatistics:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> CalibrationStatistics:
+        """The statistics a `state()` describes; DataError for another format or version, or
+        malformed data."""
         if state.get("format") != STATISTICS_FORMAT:
             raise DataError("not a qtool calibration statistics file")
         if state.get("version") != STATISTICS_VERSION:
@@ -222,6 +235,7 @@ class CalibrationStatistics:
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationStatistics:
+        """Statistics saved by `save`; every problem reading the file is a DataError naming it."""
         try:
             with open_regular(path) as handle:
                 state = json.loads(handle.read())

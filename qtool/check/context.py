@@ -30,6 +30,8 @@ ACTIVATION_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT1
 
 @dataclass(frozen=True)
 class Operand:
+    """One tensor an operator reads or writes, with the op table's rule for its position."""
+
     kind: str  # "input" | "output"
     position: int
     index: int  # tensor index in the subgraph
@@ -38,17 +40,23 @@ class Operand:
 
     @property
     def role(self) -> str:
+        """ "weight" or "bias" for those operands, else its side and position ("input 0", "output
+        0")."""
         if self.rule is not None and self.rule.role in ("weight", "bias"):
             return self.rule.role
         return f"{self.kind} {self.position}"
 
     @property
     def label(self) -> str:
+        """The operand as messages name it: its role and tensor name ("input 0 'x'")."""
         return f"{self.role} '{self.tensor.name}'"
 
 
 @dataclass(frozen=True)
 class OpView:
+    """One operator as the rules see it: its spec rule, its operands (absent ones left out) and
+    how it computes."""
+
     subgraph: int
     index: int
     type: str
@@ -61,12 +69,15 @@ class OpView:
 
     @property
     def operands(self) -> tuple[Operand, ...]:
+        """Inputs, then outputs."""
         return self.inputs + self.outputs
 
     def input_at(self, position: int) -> Operand | None:
+        """The input at `position`; None when it is absent."""
         return next((o for o in self.inputs if o.position == position), None)
 
     def output_at(self, position: int) -> Operand | None:
+        """The output at `position`; None when it is absent."""
         return next((o for o in self.outputs if o.position == position), None)
 
 
@@ -88,6 +99,10 @@ def _compute_mode(
 
 
 class AuditContext:
+    """One model prepared for the rule families: the spec tables under the audit's profiles,
+    every operator's view, and which ops read and write each tensor. `severity` maps rule ids to
+    the level each is reported at."""
+
     def __init__(
         self, model: Model, severity: Mapping[str, str], profiles: tuple[str, ...] = ()
     ) -> None:

@@ -13,6 +13,9 @@ SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing the audit found: the rule, its severity, the message, and where in the model
+    (None fields: not that specific)."""
+
     rule: str  # stable id, e.g. QT-BIAS-SCALE
     severity: str  # "error" | "warning" | "info"
     message: str  # expected vs actual values
@@ -24,9 +27,12 @@ class Finding:
     tensor_index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready."""
         return asdict(self)
 
     def sort_key(self) -> tuple:
+        """The order reports list findings in: model-level first, then graph order, the most
+        severe first at one place."""
         # Model-level findings first, then in graph order; errors before warnings at one place.
         return (
             -1 if self.subgraph is None else self.subgraph,
@@ -51,6 +57,7 @@ class ModelResult:
 
     @property
     def summary(self) -> dict[str, int]:
+        """The number of findings per severity: {"errors", "warnings", "infos"}."""
         return severity_counts(self.findings)
 
     def fails(self, fail_on: str) -> bool:

@@ -114,6 +114,7 @@ BIAS_SATURATED = rule(
 
 @family("bias saturation", BIAS_SATURATED, per_tensor=True)
 def check_bias_saturation(ctx: AuditContext) -> Iterator[Finding]:
+    """Biases with values at the int32 limit: the real bias did not fit at its scale."""
     limit = ctx.spec.bias_value_limit
     for op in ctx.int8_ops():
         for operand in ctx.checked_operands(op):

@@ -16,6 +16,8 @@ from qtool.spec import boundary_ops, input_scale_below_one, raw_spec
 
 @dataclass(frozen=True)
 class CheckSettings:
+    """The "check" section of the spec file, as the rules read it."""
+
     boundary_ops: frozenset[str]  # ops whose float (or uint8) side is the model boundary
     legacy_dtypes: dict[str, str]  # spec dtype -> its legacy form ("int8" -> "uint8")
     tiny_scale: float  # scales below this are a risk

@@ -28,6 +28,8 @@ def _model_key(path: str) -> str:
 
 
 def identity(path: str, finding: Finding) -> Identity:
+    """What a finding is across runs: model path, rule, op type, role and tensor name (no
+    indices, no numbers)."""
     return (
         _model_key(path),
         finding.rule,
@@ -54,6 +56,8 @@ class Ignore:
 
     @classmethod
     def parse(cls, text: str) -> Ignore:
+        """An ignore from its `RULE[:GLOB]` text; UsageError when no rule id matches RULE or the
+        glob after ':' is empty."""
         rule, colon, where = text.partition(":")
         if not any(fnmatchcase(rule_id, rule) for rule_id in RULES):
             raise UsageError(f"ignore {text!r}: no rule matches {rule!r}")
@@ -62,6 +66,7 @@ class Ignore:
         return cls(rule, where if colon else None)
 
     def matches(self, path: str, finding: Finding) -> bool:
+        """Whether the ignore drops `finding` of the model at `path`."""
         if not fnmatchcase(finding.rule, self.rule):
             return False
         if self.where is None:

@@ -32,6 +32,7 @@ from qtool.model.graph import (
 from qtool.model.reflect import (
     DecodeError,
     Prebuilt,
+    SharingBuilder,
     create_numpy_vector,
     decode_table,
     encode_table,
@@ -295,11 +296,13 @@ def _align(n: int) -> int:
 
 
 def model_to_bytes(model: Model, inline_limit: int = INLINE_BUFFER_LIMIT) -> bytes:
+    """The model as the bytes of a .tflite file; models with more weight bytes than
+    `inline_limit` keep their buffers after the flatbuffer (see `serialize_model`)."""
     return b"".join(bytes(c) for c in serialize_model(model, inline_limit))
 
 
 def _build(model: Model, offsets: list[int] | None) -> bytes:
-    builder = flatbuffers.Builder(1024 + (model.weights_nbytes() if offsets is None else 0))
+    builder = SharingBuilder(1024 + (model.weights_nbytes() if offsets is None else 0))
     raw = _model_to_dict(model, builder, offsets)
     root = encode_table(builder, "Model", raw)
     builder.Finish(root, file_identifier=FILE_IDENTIFIER)

@@ -49,6 +49,12 @@ class DecodeError(ValueError):
 
 @dataclass(frozen=True)
 class Field:
+    """One field of a table as the codec reads it.
+
+    Attributes:
+        slot: its position in the table's vtable.
+    """
+
     name: str  # snake_case key in decoded dicts
     slot: int
     kind: str  # scalar | string | table | union | scalar_vector | string_vector | table_vector
@@ -63,6 +69,8 @@ def scalar_dtype(flatbuffers_type: str) -> np.dtype:
 
 
 def snake_case(name: str) -> str:
+    """The decoded dict key of a flatc accessor name: "FusedActivationFunction" ->
+    "fused_activation_function", with digits split off ("PotScaleInt16" -> "pot_scale_int_16")."""
     snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
     snake = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", snake)
     return re.sub(r"(?<=[a-zA-Z])(\d+)", r"_\1", snake).lower()
@@ -82,6 +90,7 @@ def enum_members(enum_name: str) -> dict[str, int]:
 
 @functools.cache
 def union_members(enum_name: str) -> dict[int, str]:
+    """A union enum's type codes -> the table each names (NONE left out)."""
     return {code: key for key, code in enum_members(enum_name).items() if key != "NONE"}
 
 
@@ -93,6 +102,7 @@ def enum_values(enum_name: str) -> frozenset[int]:
 
 @functools.cache
 def union_codes(enum_name: str) -> dict[str, int]:
+    """The inverse of `union_members`: table name -> the union's type code."""
     return {member: code for code, member in union_members(enum_name).items()}
 
 
@@ -241,13 +251,43 @@ def _encode_child(builder: flatbuffers.Builder, field: Field, value: Any, values
     return builder.EndVector()
 
 
+class SharingBuilder(flatbuffers.Builder):
+    """A builder that writes each distinct scalar vector once and points every table holding
+    the same values at it (FlatBuffers lets any number of tables refer to one vector).
+
+    Quantized models repeat small vectors many times: every per-axis weight and bias carries
+    a zero-point vector of C int64 zeros, and layers of equal width share their length, so
+    they are written once (on face_detection_short_range, 53,604 bytes of quantization
+    parameters became 20,568: `tests/model/test_shared_vectors.py`).
+    """
+
+    def __init__(self, initial_size: int = 1024) -> None:
+        super().__init__(initial_size)
+        self.shared_vectors: dict[tuple[str, int, bytes], int] = {}
+
+
+# Vectors below this size are shared by content; larger ones (weights) are shared by the model's
+# own buffer list already, and hashing them would cost time for nothing.
+SHARED_VECTOR_LIMIT = 1 << 16
+
+
 def create_numpy_vector(builder: flatbuffers.Builder, array: np.ndarray, alignment: int = 0) -> int:
-    """Like Builder.CreateNumpyVector, with an optional stronger alignment for weight data."""
+    """Like Builder.CreateNumpyVector, with an optional stronger alignment for weight data; a
+    `SharingBuilder` reuses an equal vector written before."""
     flat = np.ascontiguousarray(array).reshape(-1)
     little = flat.astype(flat.dtype.newbyteorder("<"), copy=False)
     nbytes = little.nbytes
+    shared = getattr(builder, "shared_vectors", None)
+    key = None
+    if shared is not None and nbytes <= SHARED_VECTOR_LIMIT:
+        key = (little.dtype.str, alignment, little.tobytes())
+        if key in shared:
+            return shared[key]
     builder.StartVector(flat.itemsize, flat.size, max(alignment, flat.dtype.alignment))
     builder.head = builder.head - nbytes
     builder.Bytes[builder.head : builder.head + nbytes] = memoryview(little.view(np.uint8))
     builder.vectorNumElems = flat.size
-    return builder.EndVector()
+    offset = builder.EndVector()
+    if key is not None:
+        shared[key] = offset
+    return offset

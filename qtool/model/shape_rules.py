@@ -40,6 +40,9 @@ class ShapeError(ValueError):
 
 
 def rule(*names: str) -> Callable[[Rule], Rule]:
+    """Register the decorated function in RULES under each of `names` (the rule names of
+    ops.json)."""
+
     def register(fn: Rule) -> Rule:
         for name in names:
             RULES[name] = fn
@@ -67,15 +70,19 @@ class OpView:
     facts: OpFacts
 
     def present(self, i: int) -> bool:
+        """Whether input i is given (listed, and not -1)."""
         return i < len(self.op.inputs) and self.op.inputs[i] >= 0
 
     def tensor(self, i: int) -> Tensor:
+        """The tensor of input i (the caller checks that it is present)."""
         return self.subgraph.tensors[self.op.inputs[i]]
 
     def shape(self, i: int) -> Shape:
+        """The declared shape of input i, dynamic dimensions as None."""
         return declared_shape(self.tensor(i))
 
     def rank(self, i: int) -> int:
+        """The number of dimensions input i declares."""
         return len(self.tensor(i).shape)
 
     def value(self, i: int) -> np.ndarray | None:
@@ -95,12 +102,16 @@ class OpView:
         return [int(v) for v in value]
 
     def scalar(self, i: int, what: str) -> int | None:
+        """Input i as one integer when it is a constant, None when it is not; ShapeError when it
+        holds more than one value."""
         values = self.ints(i, what)
         if values is not None and len(values) != 1:
             raise ShapeError(f"{what} (input {i}) must be one value, got {values[:8]}")
         return None if values is None else values[0]
 
     def option(self, name: str) -> Any:
+        """An option by name: from the custom options struct for custom ops that have one (a
+        malformed one raises ShapeError), else from the options table with the schema's defaults."""
         if self.facts.custom_options:
             try:
                 return struct_options(self.op, self.facts.custom_options)[name]
@@ -115,9 +126,11 @@ class OpView:
 
     @property
     def outputs(self) -> int:
+        """The number of outputs the operator lists."""
         return len(self.op.outputs)
 
     def unknown(self) -> Inferred:
+        """A result for every output saying its shape is not known before running."""
         return [None] * self.outputs
 
 
@@ -125,20 +138,24 @@ class OpView:
 
 
 def axis_index(axis: int, rank: int, what: str = "axis") -> int:
+    """`axis` counted from 0 (a negative one counts from the end); ShapeError when out of range."""
     if not -rank <= axis < rank:
         raise ShapeError(f"{what} {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
 def elements(shape: Shape) -> int | None:
+    """The number of elements of a shape; None when a dimension is dynamic."""
     return None if None in shape else math.prod(shape)
 
 
 def same_dim(a: Dim, b: Dim) -> bool:
+    """Whether two dimensions can be equal (a dynamic one matches any)."""
     return a is None or b is None or a == b
 
 
 def same_shape(a: Shape, b: Shape) -> bool:
+    """Whether two shapes have the same rank and dimensions that can be equal."""
     return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b, strict=True))
 
 
@@ -159,6 +176,7 @@ def broadcast(shapes: Sequence[Shape]) -> Shape:
 
 
 def need_rank(view: OpView, i: int, ranks: Sequence[int] | range, what: str) -> Shape:
+    """The shape of input i; ShapeError naming `what` unless its rank is one of `ranks`."""
     shape = view.shape(i)
     if len(shape) not in ranks:
         wanted = " or ".join(map(str, ranks)) if len(ranks) < 4 else f"{ranks[0]}..{ranks[-1]}"
@@ -270,6 +288,8 @@ def pairs(view: OpView, i: int, rank: int, what: str) -> list[list[int]] | None:
 
 
 def target_shape(view: OpView, i: int, what: str) -> Shape | None:
+    """A shape given by constant input i (a size vector such as FILL's dims); None when the input
+    is not a constant; ShapeError when a size is negative."""
     values = view.ints(i, what)
     if values is not None and any(v < 0 for v in values):
         raise ShapeError(f"{what} {values} holds a negative size")

@@ -46,6 +46,9 @@ _FLOATS = tensor_types(type_class("floating"))
 
 @dataclass(frozen=True)
 class Problem:
+    """One thing wrong with a model, and where: the operator or tensor it concerns (indices in
+    `subgraph`), or the whole model when they are None."""
+
     message: str
     subgraph: int | None = None
     op_index: int | None = None
@@ -54,6 +57,9 @@ class Problem:
     tensor_name: str | None = None
 
     def location(self) -> str:
+        """Where the problem is, as text ("operator 3 (ADD)", "subgraph 1 tensor 2 ('x')"); the
+        subgraph is named only when it is not 0, and the text is empty for a problem of the whole
+        model."""
         prefix = f"subgraph {self.subgraph} " if self.subgraph else ""
         if self.op_index is not None:
             return f"{prefix}operator {self.op_index} ({self.op_type})"
@@ -62,6 +68,7 @@ class Problem:
         return prefix.strip()
 
     def text(self, name: str) -> str:
+        """The one-line message for model `name`: "name: location: message"."""
         where = self.location()
         return f"{name}: {where}: {self.message}" if where else f"{name}: {self.message}"
 
@@ -91,6 +98,7 @@ def op_type_name(model: Model, op: Operator) -> str:
 
 
 def operator_list(model: Model) -> list[tuple[int, int, str]]:
+    """(subgraph, index, type) of every operator, `?` for types of out-of-range codes."""
     return [(s, i, op_type_name(model, op)) for s, i, _, op in model.iter_ops()]
 
 

@@ -54,6 +54,9 @@ Slot = tuple  # (tensor, dtype) or (tensor, dtype, op index, input position)
 
 @dataclass
 class OpDecision:
+    """How one operator runs. `reason` says why an operator stays in float, or why an int16x8
+    candidate runs in int8 instead (None otherwise)."""
+
     mode: str  # INT8, INT16, FLOAT or INTEGER
     reason: str | None = None
     source_index: int | None = None  # index in the input model
@@ -61,6 +64,10 @@ class OpDecision:
 
 @dataclass
 class Plan:
+    """The integer form of one subgraph: each operator's decision, the parameters of every slot,
+    the slots each integer operator reads and writes, and its integer weights. Operators are
+    referred to by index in the subgraph the plan was made for."""
+
     subgraph_index: int
     decisions: list[OpDecision]  # one per operator of the subgraph, by index
     params: dict[Slot, AffineParams]
@@ -96,6 +103,8 @@ class Precision:
     int16_patterns: tuple[str, ...] = ()  # op-type or tensor-name globs; "*" for every op
 
     def wanted(self, model: Model, subgraph: Subgraph, op: Operator) -> str:
+        """INT16 for an operator matching an int16 pattern when an int16x8 table is loaded, else
+        INT8 (what is asked, not yet what is possible)."""
         if INT16 in self.specs and any(
             model.op_matches(op, subgraph, p) for p in self.int16_patterns
         ):
@@ -153,6 +162,7 @@ class _Groups:
 def keep_float_match(
     model: Model, subgraph: Subgraph, op: Operator, patterns: tuple[str, ...]
 ) -> str | None:
+    """The first keep-float pattern the operator matches (its type or an output's name), or None."""
     return next((p for p in patterns if model.op_matches(op, subgraph, p)), None)
 
 
@@ -274,6 +284,7 @@ def activation_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> l
 
 
 def output_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> list[int]:
+    """Output positions of an integer op that carry float outputs the spec has a rule for."""
     return [
         p
         for p, t in enumerate(op.outputs)

@@ -70,6 +70,7 @@ class Recipe:
     device_float: frozenset[tuple[int, str]] = frozenset()
 
     def with_changes(self, **changes) -> Recipe:
+        """A copy of the recipe with the given fields replaced."""
         return replace(self, **changes)
 
 
@@ -93,6 +94,7 @@ class Planner:
 
     @property
     def subgraph(self) -> Subgraph:
+        """The subgraph this planner plans."""
         return self.model.subgraphs[self.subgraph_index]
 
     def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:

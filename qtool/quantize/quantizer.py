@@ -29,7 +29,7 @@ from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
-from qtool.prepare.fold import FoldedOp
+from qtool.prepare.fold import FoldedOp, StoredForm
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
@@ -51,6 +51,13 @@ DEFAULT_CALIBRATION = AUTO
 
 @dataclass(frozen=True)
 class QuantizeOptions:
+    """Every choice of a quantization (the options of `qtool quantize`); invalid values raise
+    UsageError when the options are made.
+
+    Attributes:
+        engine: what calibration runs the float model on: auto, numpy or litert.
+    """
+
     io: str = "float"  # model boundary: float, int8 or uint8
     per_tensor_fc: bool = False  # per-tensor FULLY_CONNECTED weights (older TFLM, NNAPI)
     keep_float: tuple[str, ...] = ()  # op types or tensor-name globs kept in float on purpose
@@ -80,6 +87,8 @@ class QuantizeOptions:
 
     @property
     def profiles(self) -> tuple[str, ...]:
+        """The spec profiles the plan follows: those the options select, then the target
+        device's."""
         profiles = spec_profiles(self.per_tensor_fc)
         if self.target is not None:
             profiles += tuple(
@@ -89,15 +98,22 @@ class QuantizeOptions:
 
     @property
     def int16_patterns(self) -> tuple[str, ...]:
+        """The patterns of the operators asked to run in int16x8 ("*" for all under
+        activations=int16)."""
         return ("*",) if self.activations == INT16 else self.int16
 
     def precision(self) -> Precision:
+        """The int8 and int16x8 spec tables under `profiles`, with the operators asked to run in
+        int16x8."""
         specs = {INT8: load_spec(self.profiles), INT16: load_spec(self.profiles, INT16)}
         return Precision(specs, self.int16_patterns)
 
 
 @dataclass
 class FloatOp:
+    """An operator the quantized model keeps in float, and why (the planner's reason; may be
+    empty)."""
+
     subgraph: int
     index: int | None  # operator index in the input model
     op_type: str
@@ -106,6 +122,22 @@ class FloatOp:
 
 @dataclass
 class QuantizeResult:
+    """Everything a quantization produced and decided, for the report and the caller; keyed by
+    subgraph index where per subgraph.
+
+    Attributes:
+        plans: the plan each calibrated subgraph was rewritten from.
+        folded: the constant operators folded before calibration.
+        float_ops: the operators left in float, and why.
+        notes: what the rewriter noted (warnings, weight scales enlarged for the bias).
+        statistics: the calibration statistics the plans were fitted on (what `qtool calibrate`
+            saves).
+        accuracy_source: how and on which samples `accuracy` was measured, as text ("" when it was
+            not).
+        warnings: what the user should know about the result (synthetic data, uncalibrated
+            subgraphs, ...).
+    """
+
     model: Model  # the quantized model
     float_model: Model  # the float model after preparation (what was calibrated)
     calibrations: dict[int, CalibrationResult]  # per quantized subgraph
@@ -315,7 +347,8 @@ def quantize_loaded(
             options.target,
         )
     plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
-    work, notes = rewritten(prepared.model, plans, precision.specs, options.io)
+    forms = _stored_forms(prepared, options.target)
+    work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms)
     float_ops = [
         FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
         for s, plan in plans.items()
@@ -343,7 +376,7 @@ def quantize_loaded(
             for s, found in collected.items()
         }
         baseline_size = len(
-            model_to_bytes(rewritten(prepared.model, plain, precision.specs, options.io)[0])
+            model_to_bytes(rewritten(prepared.model, plain, precision.specs, options.io, forms)[0])
         )
     return QuantizeResult(
         model=work,
@@ -367,6 +400,17 @@ def quantize_loaded(
         warnings=_warnings(work, collected, calibrated.datasets, notes),
         layer_sqnr=layers,
     )
+
+
+def _stored_forms(prepared: FloatModel, target: str | None) -> dict[int, dict[str, StoredForm]]:
+    """How the written model stores folded weights: as the source did (float16, sparse), except
+    on a device whose profile lacks the ops that expand them (DENSIFY, DEQUANTIZE), where they
+    are written plain."""
+    if target is not None:
+        runs = load_target(target).ops
+        if not {"DENSIFY", "DEQUANTIZE"} <= set(runs):
+            return {}
+    return prepared.stored_forms
 
 
 def _estimated(found: Collected) -> SubgraphStatistics:

@@ -16,6 +16,8 @@ The float originals are dropped when unused.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,11 +25,13 @@ import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model, remove_unused
+from qtool.model.sparsity import sparsity_nbytes, stored_values
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.op_facts import options_table
+from qtool.prepare.fold import StoredForm
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
 from qtool.quantize.weights import LayerWeights
-from qtool.spec import Mode, QuantSpec
+from qtool.spec import Mode, QuantSpec, sparse_int8_consumers
 
 UINT8 = Mode.UINT8
 IO_TYPES = (FLOAT, INT8, UINT8)
@@ -43,6 +47,14 @@ _BIAS_TYPES = {np.dtype(np.int32): TensorType.INT32, np.dtype(np.int64): TensorT
 
 @dataclass
 class RewriteNotes:
+    """What the rewriter reports beside the model.
+
+    Attributes:
+        warnings: one line for each thing the user should know (bias overflows avoided, ...).
+        enlarged_weight_scales: the layers whose weight scales were enlarged so that the bias fits,
+            each {"subgraph", "op_index", "tensor", "channels"}.
+    """
+
     warnings: list[str] = field(default_factory=list)
     enlarged_weight_scales: list[dict] = field(default_factory=list)
     # Per rewritten subgraph, for each operator of the result in order: the index of the planned
@@ -75,8 +87,10 @@ class _Rewriter:
         specs: Mapping[str, QuantSpec],
         io: str,
         notes: RewriteNotes,
+        stored_forms: Mapping[str, StoredForm],
     ) -> None:
         self.model = model
+        self.stored_forms = stored_forms  # how the source stored folded constants, by name
         self.plan = plan
         self.specs = specs
         self.io = io
@@ -89,6 +103,7 @@ class _Rewriter:
         self.emitted: list[Operator] = []
         self.origins: list[int | None] = []  # the planned operator of each emitted one
         self.constant_copies: dict[tuple, int] = {}
+        self.restored: dict[int, int] = {}  # folded float constant -> its float32 in stored form
         self.notes = notes
         self.notes.warnings.extend(plan.widened)
 
@@ -229,13 +244,23 @@ class _Rewriter:
 
     def _store_weights(self, op_index: int, op: Operator, layer: LayerWeights) -> None:
         t = op.inputs[layer.weight_position]
-        op.inputs[layer.weight_position] = self._constant_copy(
-            t,
-            ("weight", op_index),
-            layer.values,
-            TensorType.INT8,
-            QuantParams.of(layer.scale, 0, quantized_dimension=layer.quantized_dimension),
-            "_int8",
+        params = QuantParams.of(layer.scale, 0, quantized_dimension=layer.quantized_dimension)
+        # Keyed by content: a float weight shared by several layers stays one int8 buffer when
+        # they quantize it alike (rounding optimisation may make them differ).
+        key = ("weight", _digest(layer.values), layer.scale.tobytes(), layer.quantized_dimension)
+        form = self.stored_forms.get(self.subgraph.tensors[t].name)
+        if (
+            form is not None
+            and form.sparsity is not None
+            and self.model.op_type(op) in sparse_int8_consumers()
+        ):
+            dense = self._sparse_weights(t, key, layer.values, params, form.sparsity)
+        else:
+            dense = None
+        op.inputs[layer.weight_position] = (
+            dense
+            if dense is not None
+            else self._constant_copy(t, key, layer.values, TensorType.INT8, params, "_int8")
         )
         if layer.enlarged_channels:
             source = self.plan.decisions[op_index].source_index
@@ -268,12 +293,97 @@ class _Rewriter:
             )
         op.inputs[position] = self._constant_copy(
             bias_t,
-            ("bias", op_index),
+            ("bias", _digest(layer.bias), layer.bias_scale.tobytes()),
             layer.bias,
             _BIAS_TYPES[layer.bias.dtype],
             QuantParams.of(layer.bias_scale, 0, quantized_dimension=0),
             f"_{layer.bias.dtype.name}",
         )
+
+    def _sparse_weights(
+        self, t: int, key: tuple, values: np.ndarray, params: QuantParams, sparsity: dict
+    ) -> int | None:
+        """Int8 weights stored as the source stored them, sparse, behind a DENSIFY that gives
+        the layer its dense weights; None where the sparse form would not be smaller."""
+        if (t, *key, "dense") in self.constant_copies:
+            return self.constant_copies[(t, *key, "dense")]
+        stored = stored_values(values, sparsity)
+        if stored.nbytes + sparsity_nbytes(sparsity) >= values.nbytes:
+            return None
+        original = self.subgraph.tensors[t]
+        sparse = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}_int8_sparse"),
+                shape=list(values.shape),
+                dtype=TensorType.INT8,
+                buffer=self.model.add_buffer(stored),
+                quantization=copy.deepcopy(params),
+                sparsity=copy.deepcopy(sparsity),
+            )
+        )
+        dense = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}_int8"),
+                shape=list(values.shape),
+                dtype=TensorType.INT8,
+                quantization=copy.deepcopy(params),
+            )
+        )
+        self._emit(self._storage_op("DENSIFY", sparse, dense), None)
+        self.constant_copies[(t, *key, "dense")] = dense
+        return dense
+
+    def _storage_op(self, op_type: str, source: int, target: int) -> Operator:
+        return Operator(
+            opcode_index=self.model.opcode_for(op_type), inputs=[source], outputs=[target]
+        )
+
+    def _restored_float(self, t: int) -> int:
+        """A folded float32 constant that a float operator reads, stored again as the source
+        stored it (float16 behind a DEQUANTIZE, sparse behind a DENSIFY): never wider."""
+        if t in self.restored:
+            return self.restored[t]
+        original = self.subgraph.tensors[t]
+        form = self.stored_forms.get(original.name)
+        if form is None or form.dtype != TensorType.FLOAT16:
+            return t
+        values = self.model.tensor_data(original).astype(np.float16)
+        source = t
+        if form.sparsity is not None:
+            stored = self.subgraph.add_tensor(
+                Tensor(
+                    name=self.names(f"{original.name}_float16_sparse"),
+                    shape=list(original.shape),
+                    dtype=TensorType.FLOAT16,
+                    buffer=self.model.add_buffer(stored_values(values, form.sparsity)),
+                    sparsity=copy.deepcopy(form.sparsity),
+                )
+            )
+            source = self.subgraph.add_tensor(
+                Tensor(
+                    name=self.names(f"{original.name}_float16"),
+                    shape=list(original.shape),
+                    dtype=TensorType.FLOAT16,
+                )
+            )
+            self._emit(self._storage_op("DENSIFY", stored, source), None)
+        else:
+            source = self.subgraph.add_tensor(
+                Tensor(
+                    name=self.names(f"{original.name}_float16"),
+                    shape=list(original.shape),
+                    dtype=TensorType.FLOAT16,
+                    buffer=self.model.add_buffer(values),
+                )
+            )
+        widened = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(original.name), shape=list(original.shape), dtype=TensorType.FLOAT32
+            )
+        )
+        self._emit(self._storage_op("DEQUANTIZE", source, widened), None)
+        self.restored[t] = widened
+        return widened
 
     # ------------------------------------------------------------------ operators
 
@@ -303,8 +413,12 @@ class _Rewriter:
     def _rewrite_float(self, op: Operator) -> None:
         tensors = self.subgraph.tensors
         for position, t in enumerate(op.inputs):
-            if t >= 0 and tensors[t].dtype == TensorType.FLOAT32 and t in self.home:
+            if t < 0 or tensors[t].dtype != TensorType.FLOAT32:
+                continue
+            if t in self.home:
                 op.inputs[position] = self.need(t, self._float_key(t), _Version(FLOAT, None))
+            elif self.model.is_constant(tensors[t]):
+                op.inputs[position] = self._restored_float(t)
 
     def run(self) -> RewriteNotes:
         self._assign_homes()
@@ -340,36 +454,60 @@ class _Rewriter:
             tensor.quantization = QuantParams.of(version.params.scale, version.params.zero_point)
 
 
+StoredForms = Mapping[int, Mapping[str, StoredForm]]
+
+
 def rewrite(
     model: Model,
     plan: Plan,
     specs: Mapping[str, QuantSpec],
     io: str = FLOAT,
     notes: RewriteNotes | None = None,
+    stored_forms: Mapping[str, StoredForm] | None = None,
 ) -> RewriteNotes:
     """Turn a planned float subgraph (in place) into its integer form.
 
     Tensor indices stay valid (the float originals remain, unused) so that several subgraphs can
     be rewritten one after the other; `remove_unused` drops the leftovers at the end.
+    `stored_forms` (by tensor name: `prepare.fold`) lets folded float16 and sparse weights be
+    stored that way again.
     """
-    return _Rewriter(model, plan, specs, io, notes or RewriteNotes()).run()
+    rewriter = _Rewriter(model, plan, specs, io, notes or RewriteNotes(), stored_forms or {})
+    return rewriter.run()
 
 
 def rewrite_plans(
-    work: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
+    work: Model,
+    plans: Mapping[int, Plan],
+    specs: Mapping[str, QuantSpec],
+    io: str = FLOAT,
+    stored_forms: StoredForms | None = None,
 ) -> RewriteNotes:
     """Rewrite every planned subgraph of `work` in place, then drop the unused float originals
     (operators stay: `RewriteNotes.origins` maps the result's operators to the plans')."""
     notes = RewriteNotes()
-    for plan in plans.values():
-        rewrite(work, plan, specs, io=io, notes=notes)
+    forms = stored_forms or {}
+    for s, plan in plans.items():
+        rewrite(work, plan, specs, io=io, notes=notes, stored_forms=forms.get(s))
     remove_unused(work)
     return notes
 
 
 def rewritten(
-    model: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
+    model: Model,
+    plans: Mapping[int, Plan],
+    specs: Mapping[str, QuantSpec],
+    io: str = FLOAT,
+    stored_forms: StoredForms | None = None,
 ) -> tuple[Model, RewriteNotes]:
     """A copy of `model` with every planned subgraph rewritten, unused parts dropped."""
     work = clone_model(model)
-    return work, rewrite_plans(work, plans, specs, io)
+    return work, rewrite_plans(work, plans, specs, io, stored_forms)
+
+
+def _digest(values: np.ndarray) -> bytes:
+    """A short fingerprint of an array's type, shape and bytes (constants keyed by content)."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{values.dtype.str}{values.shape}".encode())
+    digest.update(np.ascontiguousarray(values).view(np.uint8).reshape(-1).data)
+    return digest.digest()

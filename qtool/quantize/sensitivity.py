@@ -38,6 +38,7 @@ class Place:
     slots: tuple[Slot, ...] = ()  # activation: every slot the tensor is stored in
 
     def parts(self) -> Parts:
+        """The part of the quantization that is this place alone, for the simulation."""
         if self.kind == "weights":
             return Parts(weights={self.op_index}, slots=())
         return Parts(weights=(), slots=set(self.slots))
@@ -45,6 +46,8 @@ class Place:
 
 @dataclass
 class Sensitivity:
+    """Each output's SQNR (dB) when only one place is quantized."""
+
     place: Place
     name: str  # tensor name
     op_type: str
@@ -52,6 +55,7 @@ class Sensitivity:
 
     @property
     def worst_db(self) -> float:
+        """The lowest output SQNR (dB); inf when there are no outputs."""
         return min(self.output_sqnr, default=float("inf"))
 
 
@@ -149,6 +153,7 @@ class Analyzer:
         self.subgraph = model.subgraphs[plan.subgraph_index]
 
     def output_sqnr(self, outputs: Sequence[np.ndarray]) -> list[float]:
+        """Each output's SQNR (dB) against the float model's outputs on the same samples."""
         results = []
         for reference, got in zip(self.float.outputs, outputs, strict=True):
             accumulator = SqnrAccumulator()
@@ -157,6 +162,8 @@ class Analyzer:
         return results
 
     def measure(self, place: Place) -> Sensitivity:
+        """The outputs' SQNR with only `place` quantized, running again only the part of the
+        simulated graph downstream of it, fed from the float model's tensors."""
         simulated = simulation_model(self.model, self.plan, place.parts())
         sim_graph = simulated.subgraphs[self.plan.subgraph_index]
         start = [place.op_index] if place.op_index >= 0 else []

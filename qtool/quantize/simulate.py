@@ -192,4 +192,6 @@ class Simulator:
         self.engine = Engine(self.model, plan.subgraph_index)
 
     def run(self, feeds: Sequence[np.ndarray], observers=()) -> list[np.ndarray]:
+        """The simulated outputs for a batch of inputs (samples along axis 0); observers see
+        every tensor as the engine computes it."""
         return self.engine.run(feeds, observers=observers)

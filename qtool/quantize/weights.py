@@ -51,13 +51,17 @@ class LayerWeights:
 
     @property
     def quantized_dimension(self) -> int:
+        """The axis of per-axis scales, as the model's quantization writes it (0 for per-tensor)."""
         return 0 if self.axis is None else self.axis
 
     def real_weights(self) -> np.ndarray:
+        """The weights as the integer model means them: values * scale (float32)."""
         zero = np.zeros(self.scale.shape, np.int64)
         return dequantize(self.values, self.scale, zero, axis=self.axis)
 
     def real_bias(self) -> np.ndarray | None:
+        """The bias as the integer model means it: bias * bias_scale (float32); None when there
+        is no bias."""
         if self.bias is None:
             return None
         return (self.bias.astype(np.float64) * self.bias_scale.astype(np.float64)).astype(
@@ -74,6 +78,7 @@ class RoundingCache:
     _rounded: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def scale(self, identity: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """The weight scale of `identity`, computed once."""
         if identity not in self._scales:
             self._scales[identity] = compute()
         return self._scales[identity]
@@ -81,6 +86,8 @@ class RoundingCache:
     def rounded(
         self, identity: tuple, scale: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The (integer, dequantized) weights of `identity` at `scale`, computed once and
+        read-only (every plan shares them)."""
         key = (*identity, scale.tobytes())
         if key not in self._rounded:
             values = compute(scale)

@@ -144,6 +144,9 @@ def build_report(
     audit: dict[str, Any],
     layer_errors: list[LayerError] = (),
 ) -> dict[str, Any]:
+    """The quantization report of one run (`schemas/report.schema.json`): settings, input and
+    output files, calibration, what became of each op and tensor, accuracy, the audit, and the
+    sections asked for (target SQNR, analysis, layer errors)."""
     return {
         "report_version": REPORT_VERSION,
         "qtool_version": __version__,
@@ -239,6 +242,8 @@ def device_section(options: QuantizeOptions) -> dict[str, Any] | None:
 
 
 def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:
+    """The report's target SQNR section: the target, whether each subgraph reached it, and the
+    remedies applied; None without a target."""
     if options.target_sqnr is None:
         return None
     return {

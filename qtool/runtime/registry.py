@@ -65,10 +65,13 @@ class OpContext:
         self.batch = batch
 
     def option(self, name: str) -> Any:
+        """An option of the operator by snake_case name; an operator written without its options
+        table gets the table's defaults."""
         # An operator written without its options table takes that table's defaults.
         return self.op.option(name, table=options_table(self.op_type))
 
     def input_tensor(self, i: int) -> Tensor | None:
+        """The tensor of input i; None when that optional input is absent (-1 or not listed)."""
         if i >= len(self.op.inputs) or self.op.inputs[i] < 0:
             return None
         return self.subgraph.tensors[self.op.inputs[i]]
@@ -78,16 +81,20 @@ class OpContext:
         return self.inputs[i] if i < len(self.inputs) else None
 
     def output_tensor(self, i: int = 0) -> Tensor:
+        """The tensor of output i."""
         return self.subgraph.tensors[self.op.outputs[i]]
 
     def output_dtype(self, i: int = 0) -> np.dtype:
+        """The numpy dtype of output i as the model declares it."""
         return numpy_dtype(self.output_tensor(i).dtype)
 
     def input_shape(self, i: int) -> list[int] | None:
+        """The declared shape of input i (batch 1); None when the input is absent."""
         tensor = self.input_tensor(i)
         return None if tensor is None else list(tensor.shape)
 
     def output_shape(self, i: int = 0) -> list[int]:
+        """The declared shape of output i (batch 1, not the run's sample count)."""
         return list(self.output_tensor(i).shape)
 
     def batched_shape(self, shape: Any) -> list[int]:
@@ -103,15 +110,19 @@ BatchRule = Callable[[OpContext], bool]
 
 
 def always(_: OpContext) -> bool:
+    """A batch rule: the kernel runs on any number of samples at once."""
     return True
 
 
 def never(_: OpContext) -> bool:
+    """A batch rule: the kernel runs one sample at a time."""
     return False
 
 
 @dataclass(frozen=True)
 class KernelEntry:
+    """A registered kernel and its batch rule (whether it may run on several samples at once)."""
+
     fn: Kernel
     batch_rule: BatchRule
 
@@ -175,6 +186,8 @@ def load_custom_ops(module: str) -> None:
 
 
 def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:
+    """The kernel of a builtin op type, or of a custom op by custom code (`is_custom`); None when
+    there is none. Loads the builtin kernel modules on first use."""
     global _loaded
     if not _loaded:
         for module in KERNEL_MODULES:
@@ -184,6 +197,7 @@ def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:
 
 
 def builtin_kernels() -> list[str]:
+    """The names of the builtin operators the engine has kernels for, sorted."""
     lookup("", False)
     return sorted(_BUILTIN)
 

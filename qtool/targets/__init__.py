@@ -27,6 +27,9 @@ TFLITE_CPU = "tflite-cpu"
 
 @dataclass(frozen=True)
 class ConstraintUse:
+    """One constraint a profile applies: the constraint's id, the limits it fills in, and the
+    source they were transcribed from."""
+
     check: str  # the constraint function's stable id, e.g. "stride-range"
     params: dict[str, Any]
     source: str  # key into Target.sources
@@ -35,6 +38,18 @@ class ConstraintUse:
 
 @dataclass(frozen=True)
 class Target:
+    """A device profile as loaded from `schemas/targets/NAME.json`.
+
+    Attributes:
+        name: the profile's file name without .json ("ethos-u").
+        title: the device as users read its name.
+        sources: what the facts are transcribed from, by key: {"document", and where known
+            "package", "version", "url"}.
+        generic: the constraints every listed op must meet (unless it is exempt).
+        notes: where the profile departs from or adds to its sources, each {"topic", "text",
+            "evidence"}.
+    """
+
     name: str
     title: str
     accelerator: str  # what runs the supported ops, e.g. "Ethos-U NPU"
@@ -48,6 +63,7 @@ class Target:
     notes: tuple[dict[str, str], ...] = field(default_factory=tuple)
 
     def source_label(self, key: str) -> str:
+        """A source as users read it: its document, with the version in parentheses when known."""
         source = self.sources[key]
         version = source.get("version")
         return source["document"] + (f" ({version})" if version else "")
@@ -100,12 +116,14 @@ def target_names() -> list[str]:
 
 
 def raw_target(name: str) -> dict[str, Any]:
+    """The profile `name` as its JSON data; UsageError naming the known targets for another name."""
     if name not in target_names():
         raise UsageError(f"unknown target {name!r}; known targets: {', '.join(target_names())}")
     return json.loads(_folder().joinpath(f"{name}.json").read_text())
 
 
 def constraint_uses(target: Target) -> list[ConstraintUse]:
+    """Every constraint the profile applies: the generic ones, then each op's own."""
     return list(target.generic) + [u for specific in target.ops.values() for u in specific]
 
 

@@ -27,6 +27,8 @@ def checked_target(name: str) -> Target:
 
 @dataclass(frozen=True)
 class Reason:
+    """Why an op cannot run somewhere: a constraint it breaks, as users read it."""
+
     check: str  # constraint id
     text: str  # the constraint as users read it, with the profile's limits
     detail: str  # what the op has instead
@@ -38,6 +40,9 @@ class Reason:
 
 @dataclass(frozen=True)
 class OpPlacement:
+    """Where one op runs on a target, its MACs, and why it left the accelerator (and the
+    fallback, for CANNOT_RUN)."""
+
     subgraph: int
     index: int
     op: str
@@ -47,6 +52,7 @@ class OpPlacement:
     fallback_reasons: tuple[Reason, ...] = ()  # why the fallback runtime cannot run it either
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, the reasons as text (the accelerator's, then the fallback's)."""
         return {
             "subgraph": self.subgraph,
             "op_index": self.index,
@@ -59,18 +65,23 @@ class OpPlacement:
 
 @dataclass
 class TargetReport:
+    """The placement of every op of a model on one target, in model order."""
+
     target: Target
     ops: list[OpPlacement] = field(default_factory=list)
 
     def count(self, status: str) -> int:
+        """The number of ops with placement `status` (ON_TARGET, FALLBACK or CANNOT_RUN)."""
         return sum(p.status == status for p in self.ops)
 
     @property
     def macs(self) -> int:
+        """The multiply-accumulates of one inference, over every op."""
         return sum(p.macs for p in self.ops)
 
     @property
     def target_macs(self) -> int:
+        """The multiply-accumulates of the ops that run on the accelerator."""
         return sum(p.macs for p in self.ops if p.status == ON_TARGET)
 
     @property
@@ -79,6 +90,7 @@ class TargetReport:
         return self.target_macs / self.macs if self.macs else None
 
     def summary(self) -> dict[str, Any]:
+        """The counts per placement and the MAC totals, JSON-ready."""
         return {
             "target": self.target.name,
             "accelerator": self.target.accelerator,
@@ -92,6 +104,8 @@ class TargetReport:
         }
 
     def summary_line(self) -> str:
+        """The placement in one line: ops and MAC share on the accelerator, fallbacks, ops that
+        cannot run."""
         share = self.mac_share
         macs = "no MACs" if share is None else f"{share:.1%} of {self.macs:,} MACs"
         where = fallback_name(self.target)
@@ -102,10 +116,13 @@ class TargetReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary with every op's placement, JSON-ready."""
         return {**self.summary(), "placement": [p.to_dict() for p in self.ops]}
 
 
 def fallback_name(target: Target) -> str:
+    """Where the target's unsupported ops run, as text ("the TFLite CPU kernels", "nothing (no
+    CPU fallback)")."""
     if target.fallback is None:
         return "nothing (no CPU fallback)"
     if target.fallback == TFLITE_CPU:

@@ -10,6 +10,8 @@ from qtool.version import __version__
 
 
 def to_json(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dict[str, Any]:
+    """`qtool check --format json`: each model's findings, summary and, when asked for, target
+    placement and accuracy, with totals over the models."""
     models = [
         {
             "path": result.path,

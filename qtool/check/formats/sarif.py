@@ -97,6 +97,8 @@ def _result(
 
 
 def to_sarif(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dict[str, Any]:
+    """`qtool check --format sarif`: a SARIF 2.1.0 log, one result per finding (with a stable
+    fingerprint) and a notification per unreadable model."""
     severity = rule_severities(tuple(profiles))
     rule_index = {rule_id: index for index, rule_id in enumerate(RULES)}
     artifacts, sarif_results, notifications = [], [], []

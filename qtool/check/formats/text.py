@@ -32,6 +32,7 @@ def location(finding: Finding) -> str:
 
 
 def summary_line(result: ModelResult) -> str:
+    """A model's finding counts in one line, or why it could not be read."""
     if result.error is not None:
         # Load errors already name the file; do not repeat it.
         return f"{result.path}: cannot read: {result.error.removeprefix(result.path + ': ')}"
@@ -44,6 +45,7 @@ def summary_line(result: ModelResult) -> str:
 
 
 def target_line(target: dict[str, Any]) -> str:
+    """A target placement summary (`TargetReport.summary`) in one line."""
     share = target["mac_share"]
     macs = "no MACs" if share is None else f"{share:.1%} of {target['macs']:,} MACs"
     return (
@@ -54,6 +56,8 @@ def target_line(target: dict[str, Any]) -> str:
 
 
 def accuracy_line(accuracy: dict[str, Any]) -> str:
+    """An accuracy comparison in one line: the worst output SQNR against the threshold, and how
+    the quantized model ran."""
     worst = min((o["sqnr_db"] for o in accuracy["outputs"]), default=float("inf"))
     return (
         f"accuracy: worst output SQNR {worst:.2f} dB (min-sqnr {accuracy['min_sqnr']:g}) over "
