@@ -220,11 +220,10 @@ def spec_profiles(per_tensor_fc: bool = False) -> tuple[str, ...]:
     return (PER_TENSOR_FC,) if per_tensor_fc else ()
 
 
-@functools.cache
-def input_scale_below_one() -> frozenset[str]:
-    """The ops whose int8 kernels take each input scale itself as a multiplier, which must stay
-    below 1 (LiteRT's comparisons abort otherwise)."""
-    return frozenset(raw_spec()["check"]["input_scale_below_one"])
+def input_scale_below_one(scheme: str = "int8") -> frozenset[str]:
+    """The ops whose kernels in `scheme` take each input scale itself as a multiplier, which must
+    stay below 1 (LiteRT's rescaling comparisons: kernel_contracts.comparison_scale)."""
+    return kernel_contracts(scheme).comparison_ops
 
 
 @functools.cache
@@ -281,7 +280,8 @@ class KernelContracts:
     accumulator_limit: int | None  # int32 accumulator of the weighted ops (None: int64)
     accumulator_ops: frozenset[str]
     comparison_ops: frozenset[str]
-    comparison_scale: tuple[float, float]  # an input scale must be in [min, max)
+    # an activation's scale must be in [min, max), a constant's below max
+    comparison_scale: tuple[float, float]
     softmax_ops: frozenset[str]
     softmax_min_beta_scale: float | None  # beta * input scale must exceed this
 

@@ -339,7 +339,7 @@ def make_plan(
         _scale_floors(model, op, mode, plan, groups, i, inputs, outputs)
         live = [p for p in inputs if not model.is_constant(tensors[op.inputs[p]])]
         if not rule.same_scale:
-            if model.op_type(op) in input_scale_below_one() and len(live) == 1:
+            if model.op_type(op) in input_scale_below_one(mode) and len(live) == 1:
                 # A comparison with a constant. LiteRT's int8 comparisons abort on an input
                 # scale >= 1, the scale a constant of only zeros gets on its own: such a
                 # constant goes on the activation's grid (which holds 0 exactly). Any other
