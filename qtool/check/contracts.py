@@ -14,7 +14,7 @@ from qtool.check.findings import Finding
 from qtool.check.qparams import num
 from qtool.check.rulebook import family, rule
 from qtool.model.types import activation_name
-from qtool.spec import kernel_contracts
+from qtool.spec import KernelContracts, kernel_contracts
 
 ACTIVATION_BOUND = rule(
     "QT-ACTIVATION-BOUND",
@@ -77,24 +77,9 @@ SOFTMAX_INPUT_SCALE = rule(
 )
 
 
-@family(
-    "kernel contracts",
-    ACTIVATION_BOUND,
-    ACCUMULATOR_OVERFLOW,
-    COMPARISON_RESOLUTION,
-    SOFTMAX_INPUT_SCALE,
-)
-def check_kernel_contracts(ctx: AuditContext) -> Iterator[Finding]:
-    """The kernel_contracts of each op's scheme."""
+def _contracted(ctx: AuditContext) -> Iterator[tuple[OpView, KernelContracts]]:
     for op in ctx.int8_ops():
-        contracts = kernel_contracts(op.scheme)
-        yield from _activation_bounds(ctx, op, contracts)
-        if op.type in contracts.accumulator_ops and contracts.accumulator_limit:
-            yield from _accumulator(ctx, op, contracts.accumulator_limit)
-        if op.type in contracts.comparison_ops:
-            yield from _comparison(ctx, op, contracts.comparison_scale[0])
-        if op.type in contracts.softmax_ops and contracts.softmax_min_beta_scale:
-            yield from _softmax(ctx, op, contracts.softmax_min_beta_scale)
+        yield op, kernel_contracts(op.scheme)
 
 
 def _options(ctx: AuditContext, op: OpView) -> dict:
@@ -102,87 +87,139 @@ def _options(ctx: AuditContext, op: OpView) -> dict:
     return operator.options or {}
 
 
-def _activation_bounds(ctx: AuditContext, op: OpView, contracts) -> Iterator[Finding]:
+@family("activation bounds", ACTIVATION_BOUND)
+def check_activation_bounds(ctx: AuditContext) -> Iterator[Finding]:
+    """Clamp bounds (fused RELU6/RELU_N1_TO_1, or those ops) that overflow int32 in output
+    codes (kernel_contracts.activation_bounds)."""
+    for op, contracts in _contracted(ctx):
+        output = op.output_at(0)
+        if output is None or not ctx.sound(op, output):
+            continue
+        scale = float(output.tensor.quantization.scale[0])
+        zero = int(output.tensor.quantization.zero_point[0])
+        for bound, name in _bounds(ctx, op, contracts):
+            floor = contracts.min_output_scale(bound, zero)
+            if scale < floor:
+                yield ctx.finding(
+                    ACTIVATION_BOUND,
+                    f"{name} bound {max(map(abs, bound)):g} / output scale {num(scale)} "
+                    f"overflows int32 (the scale must exceed {num(floor)})",
+                    op,
+                    output,
+                )
+
+
+def _bounds(ctx: AuditContext, op: OpView, contracts: KernelContracts) -> list:
+    """(clamp bound, what clamps) of the op's fused activation and of the op itself."""
     bounds = []
     fused = _options(ctx, op).get("fused_activation_function")
     if fused and activation_name(fused) in contracts.fused_bounds:
         bounds.append((contracts.fused_bounds[activation_name(fused)], activation_name(fused)))
     if op.type in contracts.op_bounds:
         bounds.append((contracts.op_bounds[op.type], op.type))
-    output = op.output_at(0)
-    if not bounds or output is None or not ctx.sound(op, output):
-        return
-    scale = float(output.tensor.quantization.scale[0])
-    zero = int(output.tensor.quantization.zero_point[0])
-    for bound, name in bounds:
-        floor = contracts.min_output_scale(bound, zero)
-        if scale < floor:
+    return bounds
+
+
+@family("accumulator headroom", ACCUMULATOR_OVERFLOW)
+def check_accumulator(ctx: AuditContext) -> Iterator[Finding]:
+    """Biases of weighted ops that leave the int32 accumulator too little room for the products
+    (kernel_contracts.accumulator). A bias already at the int32 limit is QT-BIAS-SATURATED's:
+    its channels are not counted twice."""
+    for op, contracts in _contracted(ctx):
+        if op.type not in contracts.accumulator_ops or not contracts.accumulator_limit:
+            continue
+        headroom = _headroom(ctx, op)
+        if headroom is None:
+            continue
+        bias, values, total = headroom
+        saturated = np.abs(values) >= ctx.spec.bias_value_limit
+        over = (total > contracts.accumulator_limit) & ~saturated
+        if over.any():
             yield ctx.finding(
-                ACTIVATION_BOUND,
-                f"{name} bound {max(map(abs, bound)):g} / output scale {num(scale)} overflows "
-                f"int32 (the scale must exceed {num(floor)})",
+                ACCUMULATOR_OVERFLOW,
+                f"{bias.label}: in {int(over.sum())} of {values.size} channels |bias| plus the "
+                "largest sum of products exceeds the int32 accumulator (worst "
+                f"{int(total[over].max())})",
                 op,
-                output,
+                bias,
             )
 
 
-def _accumulator(ctx: AuditContext, op: OpView, limit: int) -> Iterator[Finding]:
+def _headroom(ctx: AuditContext, op: OpView):
+    """(bias operand, bias values, |bias| + the largest |sum of products| per channel), or None
+    when the op's weights, bias or input are missing or unsound."""
     weights, bias = op.rule.weight_rule(), op.rule.bias_rule()
-    if weights is None or bias is None:
-        return
-    w, b, x = op.input_at(int(weights.index)), op.input_at(int(bias.index)), None
-    if bias.bias_scale_inputs:
-        x = op.input_at(int(bias.bias_scale_inputs[0]))
+    if weights is None or bias is None or not bias.bias_scale_inputs:
+        return None
+    w, b = op.input_at(int(weights.index)), op.input_at(int(bias.index))
+    x = op.input_at(int(bias.bias_scale_inputs[0]))
     if w is None or b is None or x is None or not all(ctx.sound(op, o) for o in (w, b, x)):
-        return
+        return None
     codes = ctx.model.tensor_data(w.tensor)
     values = ctx.model.tensor_data(b.tensor)
     if codes is None or values is None:
-        return
+        return None
+    values = values.astype(np.int64).reshape(-1)
     zero = int(x.tensor.quantization.zero_point[0])
     axis = weights.axis if weights.axis is not None else 0
     other = tuple(d for d in range(codes.ndim) if d != axis)
     products = max(zero + 128, 127 - zero) * np.abs(codes.astype(np.int64)).sum(axis=other)
-    total = np.abs(values.astype(np.int64)) + products
-    over = int(np.count_nonzero(total > limit))
-    if over:
-        yield ctx.finding(
-            ACCUMULATOR_OVERFLOW,
-            f"{b.label}: in {over} of {values.size} channels |bias| plus the largest sum of "
-            f"products exceeds the int32 accumulator (worst {int(total.max())})",
-            op,
-            b,
-        )
+    if products.shape != values.shape:  # a bias of the wrong size has its own finding
+        return None
+    return b, values, np.abs(values) + products
 
 
-def _comparison(ctx: AuditContext, op: OpView, resolution: float) -> Iterator[Finding]:
-    for position in range(2):
-        operand = op.input_at(position)
-        if operand is None or not ctx.sound(op, operand) or operand.tensor.quantization.per_axis:
+@family("comparison resolution", COMPARISON_RESOLUTION)
+def check_comparison_resolution(ctx: AuditContext) -> Iterator[Finding]:
+    """Compared activations finer than the comparison kernel's resolution
+    (kernel_contracts.comparison_scale). A constant is not one: its values move by at most half
+    the resolution, which an input the kernel resolves tells apart exactly as the float op."""
+    for op, contracts in _contracted(ctx):
+        if op.type not in contracts.comparison_ops:
             continue
+        resolution = contracts.comparison_scale[0]
+        for position in range(2):
+            operand = op.input_at(position)
+            if (
+                operand is None
+                or ctx.model.is_constant(operand.tensor)
+                or not ctx.sound(op, operand)
+                or operand.tensor.quantization.per_axis
+            ):
+                continue
+            scale = float(operand.tensor.quantization.scale[0])
+            if scale < resolution:
+                yield ctx.finding(
+                    COMPARISON_RESOLUTION,
+                    f"{op.type} {operand.label} scale {num(scale)} is finer than the kernel's "
+                    f"resolution {num(resolution)}: about {resolution / scale:.0f} codes "
+                    "compare equal",
+                    op,
+                    operand,
+                )
+
+
+@family("softmax input scale", SOFTMAX_INPUT_SCALE)
+def check_softmax_input_scale(ctx: AuditContext) -> Iterator[Finding]:
+    """SOFTMAX inputs whose beta * scale is below what its kernel prepares
+    (kernel_contracts.softmax_input_scale)."""
+    for op, contracts in _contracted(ctx):
+        floor = contracts.softmax_min_beta_scale
+        operand = op.input_at(0)
+        if (
+            op.type not in contracts.softmax_ops
+            or not floor
+            or operand is None
+            or not ctx.sound(op, operand)
+        ):
+            continue
+        beta = float(_options(ctx, op).get("beta", 1.0) or 1.0)
         scale = float(operand.tensor.quantization.scale[0])
-        if scale < resolution:
+        if beta * scale <= floor:
             yield ctx.finding(
-                COMPARISON_RESOLUTION,
-                f"{op.type} {operand.label} scale {num(scale)} is finer than the kernel's "
-                f"resolution {num(resolution)}: about {resolution / scale:.0f} codes compare "
-                "equal",
+                SOFTMAX_INPUT_SCALE,
+                f"beta {beta:g} * input scale {num(scale)} is not above {num(floor)} "
+                "(beta * scale * 2^26 <= 1)",
                 op,
                 operand,
             )
-
-
-def _softmax(ctx: AuditContext, op: OpView, min_beta_scale: float) -> Iterator[Finding]:
-    operand = op.input_at(0)
-    if operand is None or not ctx.sound(op, operand):
-        return
-    beta = float(_options(ctx, op).get("beta", 1.0) or 1.0)
-    scale = float(operand.tensor.quantization.scale[0])
-    if beta * scale <= min_beta_scale:
-        yield ctx.finding(
-            SOFTMAX_INPUT_SCALE,
-            f"beta {beta:g} * input scale {num(scale)} is not above {num(min_beta_scale)} "
-            "(beta * scale * 2^26 <= 1)",
-            op,
-            operand,
-        )

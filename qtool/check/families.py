@@ -26,7 +26,10 @@ FAMILIES: tuple[Family, ...] = (
     risk.check_range_use,
     risk.check_weight_codes,
     risk.check_rescale,
-    contracts.check_kernel_contracts,
+    contracts.check_activation_bounds,
+    contracts.check_accumulator,
+    contracts.check_comparison_resolution,
+    contracts.check_softmax_input_scale,
 )
 
 # Runs before anything else, on the model itself: when it reports, the audit stops there (the
