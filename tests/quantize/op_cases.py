@@ -29,8 +29,9 @@ POSITIVE_RANGES = {"positive": (0.25, 4.0), "tiny": (1e-6, 3e-6), "large": (10.0
 @dataclass(frozen=True)
 class Operand:
     """One input of the op: `kind` is "act" (a float model input), "const" (a float constant),
-    "weight"/"bias" (a float constant of those roles), "int" (an integer constant `value`),
-    "bool" (a boolean model input); None in `OpCase.operands` is an absent optional input."""
+    "weight"/"bias" (a float constant of those roles), "sparse" (weights stored sparse behind a
+    DENSIFY, as MediaPipe stores them), "int" (an integer constant `value`), "bool" (a boolean
+    model input); None in `OpCase.operands` is an absent optional input."""
 
     kind: str
     shape: tuple[int, ...] = ()
@@ -59,7 +60,8 @@ def _frozen(value):
 
 @dataclass(frozen=True)
 class OpCase:
-    """How to build a one-op model of `op_type`."""
+    """How to build a one-op model of `op_type`; `covers` names the op type the case is for when
+    that op only exists to feed this one (DENSIFY expanding a CONV_2D's sparse weights)."""
 
     op_type: str
     operands: tuple[Operand | None, ...]
@@ -67,10 +69,21 @@ class OpCase:
     options: dict = field(default_factory=dict)
     version: int = 1
     output_dtypes: tuple[str, ...] = ("float32",)
+    covers: str | None = None
 
     @property
     def name(self) -> str:
-        return self.op_type
+        """The op type the case is for."""
+        return self.covers or self.op_type
+
+    def densified(self) -> OpCase:
+        """The case with sparse weights stored dense (the float reference of what DENSIFY
+        expands)."""
+        operands = tuple(
+            replace(o, kind="weight") if o is not None and o.kind == "sparse" else o
+            for o in self.operands
+        )
+        return replace(self, operands=operands)
 
     def layouts(self) -> list[OpCase]:
         """This case, and with a two-input op's float activations made constants on either
@@ -128,7 +141,7 @@ def _pool() -> dict:
 
 _AXIS = integers([1, 2])
 CASES: dict[str, OpCase] = {
-    c.op_type: c
+    c.name: c
     for c in [
         _binary("ADD", "AddOptions", fused_activation_function=NONE),
         _binary("SUB", "SubOptions", fused_activation_function=NONE),
@@ -180,6 +193,13 @@ CASES: dict[str, OpCase] = {
             "TransposeConvOptions",
             {"padding": Padding.SAME, "stride_h": 2, "stride_w": 2},
             version=3,
+        ),
+        OpCase(
+            "CONV_2D",
+            (act(1, 5, 5, 16), Operand("sparse", (8, 3, 3, 16)), Operand("bias", (8,))),
+            "Conv2DOptions",
+            _conv(),
+            covers="DENSIFY",
         ),
         OpCase("BATCH_MATMUL", (act(1, 3, 4), act(1, 4, 5)), "BatchMatMulOptions"),
         _unary("L2_NORMALIZATION", "L2NormOptions"),

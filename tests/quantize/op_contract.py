@@ -20,13 +20,16 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from qtool.calibrate import Dataset, model_inputs
 from qtool.model import Model, TensorType, model_to_bytes, numpy_dtype, parse_model
 from qtool.model.build import GraphBuilder
+from qtool.model.sparsity import densify
 from qtool.numerics import dequantize
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.spec import kernel_contracts, load_spec
 from tests.check.oracles import tflm_run
 from tests.quantize.op_cases import OUTPUTS, POSITIVE_RANGES, RANGES, OpCase, Operand
+from tests.quantize.test_sparse_weights import sparse_constant
 
 CALIBRATION_SAMPLES = 8
+SPARSE_DENSITY = 0.25  # of "sparse" weights: the int8 sparse form is then the smaller one
 SAMPLES = 8  # samples of codes drawn over the whole range
 RESOLVERS = {
     "builtin": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
@@ -66,6 +69,8 @@ def build(case: OpCase, constants: dict[int, np.ndarray], output_shapes=None) ->
         elif operand.kind == "int":
             value = np.asarray(operand.value, np.dtype(operand.dtype))
             indices.append(builder.constant(f"c{p}", value))
+        elif operand.kind == "sparse":
+            indices.append(sparse_constant(builder, f"c{p}", constants[p]))
         else:
             indices.append(builder.constant(f"c{p}", np.asarray(constants[p], np.float32)))
     n = OUTPUTS.get(case.op_type, 1)
@@ -132,6 +137,9 @@ def quantized_case(
             constants[p] = _draw(rng, operand, operand_range(operand, profile, p, ranges), 1)[0]
         elif operand.kind in ("weight", "bias"):
             constants[p] = rng.standard_normal(operand.shape).astype(np.float32)
+        elif operand.kind == "sparse":  # pruned: a quarter of the weights left
+            kept = rng.random(operand.shape) < SPARSE_DENSITY
+            constants[p] = np.where(kept, rng.standard_normal(operand.shape), 0).astype(np.float32)
     probe = build(case, constants)
     inputs = [
         _draw(rng, o, operand_range(o, profile, p, ranges), CALIBRATION_SAMPLES)
@@ -187,6 +195,14 @@ def measure(
     if kept:
         out.kept_float = kept[0]
         return out
+    # The covered op must be there, computing in integers (a target without it, TFLite Micro
+    # without DENSIFY, gets the form it runs).
+    if case.covers is not None and target is None:
+        covered = [o for o in subgraph.operators if quantized.op_type(o) == case.covers]
+        assert covered and all(
+            subgraph.tensors[o.outputs[0]].dtype in (TensorType.INT8, TensorType.INT16)
+            for o in covered
+        ), f"{case.covers}: {[quantized.op_type(o) for o in subgraph.operators]}"
     # The scheme the op got (a 16x8 request falls back to int8 where int16 cannot run).
     first = next(t for t in op.inputs if t >= 0 and subgraph.tensors[t].quantization)
     computed = "int16" if subgraph.tensors[first].dtype == TensorType.INT16 else "int8"
@@ -200,6 +216,9 @@ def measure(
         if operand.kind == "bool":
             drawn = rng.random((SAMPLES, *operand.shape)) < 0.5
             feeds.append(np.concatenate([drawn, inputs[len(feeds)]]))
+            continue
+        if operand.kind == "sparse" and not quantized.is_constant(tensor):
+            constants[p] = real_inputs[p] = _densified(quantized, subgraph, op.inputs[p])
             continue
         q = tensor.quantization
         if quantized.is_constant(tensor):
@@ -215,7 +234,7 @@ def measure(
         feeds.append(dequantize(codes.astype(np.int32), q.scale, q.zero_point))
         real_inputs[p] = feeds[-1]
     n = feeds[0].shape[0]
-    reference_model = build(case, constants, _shapes(data))
+    reference_model = build(case.densified(), constants, _shapes(data))
     reference = _per_sample(reference_model, feeds, n, RESOLVERS["builtin"])
     params = []
     for t in op.outputs:
@@ -248,6 +267,19 @@ def _ties(case: OpCase, real_inputs: dict, shape, scheme: str) -> np.ndarray | N
         return None
     first, second = (np.broadcast_to(real_inputs[p], shape) for p in sorted(real_inputs))
     return np.abs(first.astype(np.float64) - second) <= 2 * contracts.comparison_scale[0]
+
+
+def _densified(model: Model, subgraph, tensor: int) -> np.ndarray:
+    """The real weights a DENSIFY gives the op as `tensor`: its sparse input's codes expanded
+    and dequantized."""
+    (densify_op,) = [
+        o for o in subgraph.operators if tensor in o.outputs and model.op_type(o) == "DENSIFY"
+    ]
+    stored = subgraph.tensors[densify_op.inputs[0]]
+    codes = densify(model.tensor_data(stored), stored.shape, stored.sparsity)
+    q = stored.quantization
+    axis = q.quantized_dimension if q.scale.size > 1 else None
+    return dequantize(codes, q.scale, q.zero_point, axis).reshape(codes.shape)
 
 
 def _shapes(data: bytes) -> list[list[int]]:
