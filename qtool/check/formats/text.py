@@ -18,6 +18,7 @@ from rich.text import Text
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.rules import RULES
 from qtool.display import printable
+from qtool.targets.placement import macs_text
 
 _STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -46,8 +47,7 @@ def summary_line(result: ModelResult) -> str:
 
 def target_line(target: dict[str, Any]) -> str:
     """A target placement summary (`TargetReport.summary`) in one line."""
-    share = target["mac_share"]
-    macs = "no MACs" if share is None else f"{share:.1%} of {target['macs']:,} MACs"
+    macs = macs_text(target["mac_share"], target["macs"], target["compiled"])
     return (
         f"target {target['target']}: {target['on_target']} of {target['ops']} ops ({macs}) run "
         f"on the {target['accelerator']}, {target['fallback']} fall back to the CPU, "
