@@ -18,7 +18,6 @@ from rich.text import Text
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.rules import RULES
 from qtool.display import printable
-from qtool.targets.placement import macs_text
 
 _STYLES = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -47,6 +46,8 @@ def summary_line(result: ModelResult) -> str:
 
 def target_line(target: dict[str, Any]) -> str:
     """A target placement summary (`TargetReport.summary`) in one line."""
+    from qtool.targets.placement import macs_text  # only with --target (start-up budget)
+
     macs = macs_text(target["mac_share"], target["macs"], target["compiled"])
     return (
         f"target {target['target']}: {target['on_target']} of {target['ops']} ops ({macs}) run "
