@@ -70,7 +70,7 @@ class TargetReport:
 
     target: Target
     ops: list[OpPlacement] = field(default_factory=list)
-    compiled: int = 0  # ops the target's compiler already compiled (their MACs are unknown)
+    compiled: int = 0  # ops a device's compiler already compiled (their MACs are unknown)
 
     def count(self, status: str) -> int:
         """The number of ops with placement `status` (ON_TARGET, FALLBACK or CANNOT_RUN)."""
@@ -199,9 +199,10 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
         if (op.subgraph, op.index) in folded:  # the compiler resolves it: no work anywhere
             report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, 0))
             continue
-        if compiled_for(op.type) == target.name:  # its compiler's program: the NPU part
+        device = compiled_for(op.type)
+        report.compiled += device is not None  # a device's program: its MACs are unknown
+        if device == target.name:  # its own compiler's program: the accelerator's part
             report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, 0))
-            report.compiled += 1
             continue
         reasons = violations(target, op)
         if (

@@ -88,6 +88,10 @@ def test_the_npu_part_is_on_the_npu_and_the_rest_where_it_was(key: str) -> None:
     ethos = sum(placed.op == "ethos-u" for placed in report.ops)
     assert report.compiled == ethos and report.mac_share is None
     assert f"{ethos} op{'s' * (ethos != 1)} already compiled" in report.summary_line()
+    # TFLite Micro hands the op to the NPU's driver (its resolver registers ethos-u).
+    on_tflm = place_model(compiled, "tflm")
+    assert on_tflm.compiled == ethos and on_tflm.mac_share is None
+    assert all(p.status == ON_TARGET for p in on_tflm.ops if p.op == "ethos-u")
 
 
 def test_a_defect_of_a_cpu_op_is_found_beside_the_npu_part() -> None:
