@@ -285,6 +285,18 @@ class KernelContracts:
     softmax_ops: frozenset[str]
     softmax_min_beta_scale: float | None  # beta * input scale must exceed this
 
+    def clamp_bounds(
+        self, op_type: str, fused: str | None
+    ) -> list[tuple[tuple[float, float], str, bool]]:
+        """(bound, what clamps, whether it is fused) for an op's fused activation `fused` (its
+        name) and for the op itself."""
+        bounds = []
+        if fused in self.fused_bounds:
+            bounds.append((self.fused_bounds[fused], fused, True))
+        if op_type in self.op_bounds:
+            bounds.append((self.op_bounds[op_type], op_type, False))
+        return bounds
+
     def min_output_scale(self, bound: tuple[float, float], zero_point: int) -> float:
         """The smallest output scale whose clamp `bound` the kernels compute without int32
         overflow."""

@@ -14,6 +14,7 @@ from qtool.check.findings import Finding
 from qtool.check.qparams import num
 from qtool.check.rulebook import family, rule
 from qtool.model.types import activation_name
+from qtool.numerics import largest_products
 from qtool.spec import KernelContracts, kernel_contracts
 
 ACTIVATION_BOUND = rule(
@@ -97,7 +98,10 @@ def check_activation_bounds(ctx: AuditContext) -> Iterator[Finding]:
             continue
         scale = float(output.tensor.quantization.scale[0])
         zero = int(output.tensor.quantization.zero_point[0])
-        for bound, name in _bounds(ctx, op, contracts):
+        fused = _options(ctx, op).get("fused_activation_function")
+        for bound, name, _ in contracts.clamp_bounds(
+            op.type, activation_name(fused) if fused else None
+        ):
             floor = contracts.min_output_scale(bound, zero)
             if scale < floor:
                 yield ctx.finding(
@@ -107,17 +111,6 @@ def check_activation_bounds(ctx: AuditContext) -> Iterator[Finding]:
                     op,
                     output,
                 )
-
-
-def _bounds(ctx: AuditContext, op: OpView, contracts: KernelContracts) -> list:
-    """(clamp bound, what clamps) of the op's fused activation and of the op itself."""
-    bounds = []
-    fused = _options(ctx, op).get("fused_activation_function")
-    if fused and activation_name(fused) in contracts.fused_bounds:
-        bounds.append((contracts.fused_bounds[activation_name(fused)], activation_name(fused)))
-    if op.type in contracts.op_bounds:
-        bounds.append((contracts.op_bounds[op.type], op.type))
-    return bounds
 
 
 @family("accumulator headroom", ACCUMULATOR_OVERFLOW)
@@ -161,9 +154,7 @@ def _headroom(ctx: AuditContext, op: OpView):
         return None
     values = values.astype(np.int64).reshape(-1)
     zero = int(x.tensor.quantization.zero_point[0])
-    axis = weights.axis if weights.axis is not None else 0
-    other = tuple(d for d in range(codes.ndim) if d != axis)
-    products = max(zero + 128, 127 - zero) * np.abs(codes.astype(np.int64)).sum(axis=other)
+    products = largest_products(codes, weights.axis if weights.axis is not None else 0, zero)
     if products.shape != values.shape:  # a bias of the wrong size has its own finding
         return None
     return b, values, np.abs(values) + products

@@ -251,6 +251,24 @@ def _per_channel(scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return scale
 
 
+def largest_products(
+    weight_codes: ArrayLike,
+    axis: int | None,
+    input_zero_point: int,
+    qmin: int = -128,
+    qmax: int = 127,
+) -> np.ndarray:
+    """Per output channel (slices along `axis`; one value for None), the largest |sum of
+    (input - zero point) * weight| an integer kernel's accumulator can hold for inputs in
+    [qmin, qmax]: max|input - zero point| * sum|weight codes|."""
+    magnitudes = np.abs(np.asarray(weight_codes, np.int64))
+    largest_input = max(int(input_zero_point) - qmin, qmax - int(input_zero_point))
+    if axis is None:
+        return np.asarray(largest_input * magnitudes.sum())
+    other = tuple(d for d in range(magnitudes.ndim) if d != axis)
+    return largest_input * magnitudes.sum(axis=other)
+
+
 def bias_overflow(
     bias: ArrayLike,
     input_scale: ArrayLike,

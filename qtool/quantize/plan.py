@@ -396,15 +396,11 @@ def _scale_floors(
     contracts = kernel_contracts(mode)
     op_type = model.op_type(op)
     qmin = -32768 if mode == INT16 else -128
-    bounds = []
     fused = op.options.get("fused_activation_function") if op.options else None
-    if fused:
-        name = activation_name(fused)
-        if name in contracts.fused_bounds:
-            bounds.append((contracts.fused_bounds[name], f"{op_type}'s fused {name}"))
-    if op_type in contracts.op_bounds:
-        bounds.append((contracts.op_bounds[op_type], op_type))
-    for bound, why in bounds:
+    for bound, name, is_fused in contracts.clamp_bounds(
+        op_type, activation_name(fused) if fused else None
+    ):
+        why = f"{op_type}'s fused {name}" if is_fused else name
         for p in outputs:
             floor = contracts.min_output_scale(bound, qmin)
             groups.require_scale(

@@ -22,6 +22,7 @@ from qtool.numerics import (
     bias_overflow,
     bias_scale,
     dequantize,
+    largest_products,
     quantize,
     quantize_bias,
     symmetric_params,
@@ -113,16 +114,9 @@ def _accumulator_reserve(
 ) -> np.ndarray | int:
     """Per output channel, the largest |sum of products| the kernel's int32 accumulator adds to
     the bias (kernel_contracts.accumulator): max|input - zero point| * sum|weight codes|."""
-    contracts = kernel_contracts()
-    if op_type not in contracts.accumulator_ops:
+    if op_type not in kernel_contracts().accumulator_ops:
         return 0
-    zero = int(input_params.zero_point[0])
-    largest_input = max(zero + 128, 127 - zero)
-    magnitudes = np.abs(np.asarray(values, np.int64))
-    if axis is None:
-        return largest_input * int(magnitudes.sum())
-    other = tuple(d for d in range(magnitudes.ndim) if d != axis)
-    return largest_input * magnitudes.sum(axis=other)
+    return largest_products(values, axis, int(input_params.zero_point[0]))
 
 
 def quantize_layer(
