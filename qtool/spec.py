@@ -160,6 +160,8 @@ def expanded_ops(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _apply_profile(ops: dict[str, Any], overrides: dict[str, Any]) -> None:
     for op_name, changes in overrides.items():
+        if "same_scale" in changes:  # an op-level fact of the profile's runtime
+            ops[op_name]["same_scale"] = changes["same_scale"]
         for position, patch in changes.get("inputs", {}).items():
             ops[op_name]["inputs"] = [
                 _overlay(operand, patch) if str(operand["index"]) == position else operand
@@ -218,11 +220,10 @@ def spec_profiles(per_tensor_fc: bool = False) -> tuple[str, ...]:
     return (PER_TENSOR_FC,) if per_tensor_fc else ()
 
 
-@functools.cache
-def input_scale_below_one() -> frozenset[str]:
-    """The ops whose int8 kernels take each input scale itself as a multiplier, which must stay
-    below 1 (LiteRT's comparisons abort otherwise)."""
-    return frozenset(raw_spec()["check"]["input_scale_below_one"])
+def input_scale_below_one(scheme: str = "int8") -> frozenset[str]:
+    """The ops whose kernels in `scheme` take each input scale itself as a multiplier, which must
+    stay below 1 (LiteRT's rescaling comparisons: kernel_contracts.comparison_scale)."""
+    return kernel_contracts(scheme).comparison_ops
 
 
 @functools.cache
@@ -267,6 +268,60 @@ def weighted_operands(op_type: str) -> WeightedOperands | None:
         weights=int(weight.index),
         axis=weight.axis,
         bias=None if bias is None else int(bias.index),
+    )
+
+
+@dataclass(frozen=True)
+class KernelContracts:
+    """A scheme's kernel limits beyond the op table (`kernel_contracts` in its spec file)."""
+
+    fused_bounds: dict[str, tuple[float, float]]  # fused activation -> (low, high) clamp
+    op_bounds: dict[str, tuple[float, float]]  # op type (RELU6...) -> (low, high) clamp
+    bound_limit: int  # |round(bound / scale)| + |zero point| must stay within this
+    accumulator_limit: int | None  # int32 accumulator of the weighted ops (None: int64)
+    accumulator_ops: frozenset[str]
+    comparison_ops: frozenset[str]
+    # an activation's scale must be in [min, max), a constant's below max
+    comparison_scale: tuple[float, float]
+    softmax_ops: frozenset[str]
+    softmax_min_beta_scale: float | None  # beta * input scale must exceed this
+
+    def clamp_bounds(
+        self, op_type: str, fused: str | None
+    ) -> list[tuple[tuple[float, float], str, bool]]:
+        """(bound, what clamps, whether it is fused) for an op's fused activation `fused` (its
+        name) and for the op itself."""
+        bounds = []
+        if fused in self.fused_bounds:
+            bounds.append((self.fused_bounds[fused], fused, True))
+        if op_type in self.op_bounds:
+            bounds.append((self.op_bounds[op_type], op_type, False))
+        return bounds
+
+    def min_output_scale(self, bound: tuple[float, float], zero_point: int) -> float:
+        """The smallest output scale whose clamp `bound` the kernels compute without int32
+        overflow."""
+        return max(abs(bound[0]), abs(bound[1])) / (self.bound_limit - abs(zero_point))
+
+
+@functools.cache
+def kernel_contracts(scheme: str = "int8") -> KernelContracts:
+    """The kernel contracts of a scheme ("int8" or "int16"), read by quantize and check."""
+    raw = raw_spec(scheme).get("kernel_contracts", {})
+    bounds = raw.get("activation_bounds", {})
+    accumulator = raw.get("accumulator", {})
+    comparison = raw.get("comparison_scale", {})
+    softmax = raw.get("softmax_input_scale", {})
+    return KernelContracts(
+        fused_bounds={k: tuple(v) for k, v in bounds.get("fused", {}).items()},
+        op_bounds={k: tuple(v) for k, v in bounds.get("ops", {}).items()},
+        bound_limit=int(bounds.get("limit", 2**31 - 1)),
+        accumulator_limit=accumulator.get("limit"),
+        accumulator_ops=frozenset(accumulator.get("ops", ())),
+        comparison_ops=frozenset(comparison.get("ops", ())),
+        comparison_scale=(comparison.get("min", 0.0), comparison.get("max", float("inf"))),
+        softmax_ops=frozenset(softmax.get("ops", ())),
+        softmax_min_beta_scale=softmax.get("min_beta_scale"),
     )
 
 

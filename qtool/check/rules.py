@@ -9,7 +9,7 @@ its id, default severity and help; this module only puts the declarations in ord
 
 from __future__ import annotations
 
-from qtool.check import gates, graph_rules, operands, qparams, risk, validity
+from qtool.check import contracts, gates, graph_rules, operands, qparams, risk, validity
 from qtool.check.rulebook import RuleInfo, catalogue
 
 RULES: dict[str, RuleInfo] = catalogue(
@@ -46,6 +46,10 @@ RULES: dict[str, RuleInfo] = catalogue(
     risk.RESCALE_ABORT,
     risk.RESCALE_FLUSH,
     risk.TINY_SCALE,
+    contracts.ACTIVATION_BOUND,
+    contracts.ACCUMULATOR_OVERFLOW,
+    contracts.COMPARISON_RESOLUTION,
+    contracts.SOFTMAX_INPUT_SCALE,
     # the target (--target), and the accuracy gate (--reference)
     gates.TARGET_FALLBACK,
     gates.TARGET_UNSUPPORTED,

@@ -195,9 +195,11 @@ def _db(value: float | None) -> str:
 
 
 def _target_fields(report: dict) -> list[tuple[str, str]]:
-    target = report["target"]
+    device = report["device"]
+    fields = [] if device is None else [("device", f"{device['name']} ({device['title']})")]
+    target = report["sqnr_target"]
     if target is None:
-        return []
+        return fields
     remedies = [r for s in target["subgraphs"] for r in s["remedies"]]
     kinds = {
         kind: sum(r["kind"] == kind for r in remedies) for kind in ("rounding", "int16", "float")
@@ -206,12 +208,13 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     baseline = target["size_without_remedies_bytes"]
     cost = f", {size - baseline:+,} bytes" if baseline is not None else ""
     return [
+        *fields,
         (
-            "target",
+            "SQNR target",
             f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
             f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
             f"remedies{cost}",
-        )
+        ),
     ]
 
 

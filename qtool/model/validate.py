@@ -271,8 +271,26 @@ def _sources(model: Model, subgraph: Subgraph) -> set[int]:
     }
 
 
+def _runtime_buffers(model: Model, subgraph: Subgraph) -> set[int]:
+    """Tensors a compiled op reads as buffers the runtime places (Vela's scratch areas)."""
+    table = load_op_facts()
+    placed = set()
+    for op in subgraph.operators:
+        code = model.operator_codes[op.opcode_index]
+        facts = (
+            table.custom(code.custom_code) if code.builtin_code == BuiltinOperator.CUSTOM else None
+        )
+        if facts is None:
+            continue
+        for position, t in enumerate(op.inputs):
+            operand = facts.input(position)
+            if t >= 0 and operand is not None and operand.runtime_buffer:
+                placed.add(t)
+    return placed
+
+
 def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Problem]) -> None:
-    sources = _sources(model, subgraph)
+    sources = _sources(model, subgraph) | _runtime_buffers(model, subgraph)
     written = {t for op in subgraph.operators for t in op.outputs}
     # An empty tensor no operator writes is an empty constant (an empty axis list, say).
     sources |= {

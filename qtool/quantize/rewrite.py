@@ -110,6 +110,7 @@ class _Rewriter:
         self.constant_copies: dict[tuple, int] = {}
         self.restored: dict[int, int] = {}  # folded float constant -> its float32 in stored form
         self.notes = notes
+        self.notes.warnings.extend(plan.widened)
 
     # ------------------------------------------------------------------ versions
 

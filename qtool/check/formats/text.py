@@ -46,8 +46,9 @@ def summary_line(result: ModelResult) -> str:
 
 def target_line(target: dict[str, Any]) -> str:
     """A target placement summary (`TargetReport.summary`) in one line."""
-    share = target["mac_share"]
-    macs = "no MACs" if share is None else f"{share:.1%} of {target['macs']:,} MACs"
+    from qtool.targets.placement import macs_text  # only with --target (start-up budget)
+
+    macs = macs_text(target["mac_share"], target["macs"], target["compiled"])
     return (
         f"target {target['target']}: {target['on_target']} of {target['ops']} ops ({macs}) run "
         f"on the {target['accelerator']}, {target['fallback']} fall back to the CPU, "
