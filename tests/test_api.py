@@ -106,7 +106,7 @@ def test_bad_inputs_raise_library_errors_naming_parameters() -> None:
         qtool.quantize(MLP)
     with pytest.raises(UsageError, match="cannot use a int"):
         qtool.quantize(MLP, 3)
-    with pytest.raises(UsageError, match="io must be one of"):
+    with pytest.raises(UsageError, match="`io` must be one of"):
         qtool.quantize(MLP, mlp_samples(), io="int4")
     with pytest.raises(DataError, match="expects samples of shape"):
         qtool.quantize(MLP, np.zeros((4, 7), np.float32))

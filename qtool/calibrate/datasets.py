@@ -36,7 +36,7 @@ from qtool.calibrate.npyfile import (
     load_npz,
 )
 from qtool.errors import DataError, UsageError, exception_summary
-from qtool.files import exists, lookup, open_regular, os_reason
+from qtool.files import exists, lookup, note_input, open_regular, os_reason
 
 # `package.module:function`, or `path/to/file.py:function`.
 GENERATOR = re.compile(r"(?:[A-Za-z_][\w.]*|.+\.py):[A-Za-z_]\w*")
@@ -359,6 +359,7 @@ def _import_file(source: str, file_name: str):
     path = Path(file_name)
     if lookup(file_name) is None:
         raise UsageError(f"{_as_parameter(source)}: no such file {file_name}")
+    note_input(path)  # the user's code is an input: no output may replace it
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     replaced = sys.modules.get(path.stem)
@@ -381,12 +382,32 @@ def _import(source: str, module_name: str):
         return _import_file(source, module_name)
     try:
         with _importable(os.getcwd()):
-            return importlib.import_module(module_name)
+            module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         missing = exc.name or ""
         if module_name != missing and not module_name.startswith(f"{missing}."):
             raise
         raise UsageError(f"{_as_parameter(source)}: no module named {module_name!r}") from None
+    if getattr(module, "__file__", None):
+        note_input(module.__file__)
+    return module
+
+
+def source_files(source: str) -> list[str]:
+    """The files a `--data` source names, before anything is read: the file, the arrays of a
+    directory, or the module of a generator (`path/gen.py:fn`, or `pkg.mod:fn` found from the
+    current directory, where it is imported from first)."""
+    if not _is_generator(source):
+        path = Path(source)
+        try:
+            return [str(p) for p in _directory_files(path)] if path.is_dir() else [source]
+        except (DataError, OSError, ValueError):
+            return [source]
+    module_name = source.rpartition(":")[0]
+    if module_name.endswith(".py"):
+        return [module_name]
+    folder = Path(*module_name.split("."))
+    return [str(folder.with_suffix(".py")), str(folder / "__init__.py")]
 
 
 def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
@@ -460,6 +481,41 @@ def iterable_dataset(
         return _generated_batches(make, inputs, source, source, source)
 
     return Dataset(read=read, source=source, limit=limit)
+
+
+class _Replayed:
+    """A one-shot iterator read once, lazily: each pass replays the samples read so far and
+    reads on from the iterator only as far as the pass goes (a dataset's `limit` stops it)."""
+
+    def __init__(self, iterator: Iterator[Any]) -> None:
+        self.iterator = iterator
+        self.seen: list[Any] = []
+        self.exhausted = False
+
+    def __call__(self) -> Iterator[Any]:
+        position = 0
+        while True:
+            if position < len(self.seen):
+                yield self.seen[position]
+            elif self.exhausted:
+                return
+            else:
+                try:
+                    sample = next(self.iterator)
+                except StopIteration:
+                    self.exhausted = True
+                    return
+                self.seen.append(sample)
+                yield sample
+            position += 1
+
+
+def iterator_dataset(
+    iterator: Iterator[Any], inputs: Sequence[InputSpec], source: str, limit: int | None = None
+) -> Dataset:
+    """Samples from a one-shot iterator (a generator object): read only as far as the passes
+    go, at most `limit` samples, and kept for the passes after the first."""
+    return iterable_dataset(_Replayed(iterator), inputs, source, limit)
 
 
 def named_arrays_dataset(

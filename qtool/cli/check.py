@@ -13,6 +13,7 @@ from qtool.check.formats.text import render_rules, render_text, to_text
 from qtool.check.gates import DEFAULT_MIN_SQNR
 from qtool.check.suppress import Ignore, apply_ignores, load_baseline, subtract_baseline
 from qtool.cli.render import stderr, stdout
+from qtool.files import refuse_shared_destinations
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.spec import spec_profiles
@@ -128,9 +129,15 @@ def check_command(
         if fmt not in ("text", "json"):
             raise click.UsageError(f"--json and --format {fmt} contradict each other")
         fmt = "json"
-    for path in (output, write_baseline):
-        if path is not None:
-            refuse_input_overwrite(path, models)
+    outputs = [path for path in (output, write_baseline) if path is not None]
+    inputs = [*models, *(path for path in (reference, baseline) if path is not None)]
+    if data:
+        from qtool.calibrate.datasets import source_files  # the data's reader: only with --data
+
+        inputs += [file for source in data for file in source_files(source)]
+    for path in outputs:
+        refuse_input_overwrite(path, inputs)
+    refuse_shared_destinations(*outputs, what="the report and the baseline")
     if (reference is None) != (not data):
         raise click.UsageError("--reference and --data go together (the accuracy gate)")
     ignore_rules = [Ignore.parse(text) for text in ignores]

@@ -31,7 +31,7 @@ import click
 
 from qtool.entry import HANDLED_SIGNALS
 from qtool.errors import QtoolError, first_line
-from qtool.files import defer_interrupt, remove_temporaries
+from qtool.files import defer_interrupt, recording_inputs, remove_temporaries
 
 EXIT_INTERNAL = 3
 
@@ -157,7 +157,8 @@ def run_guarded(
     keep_native = debug() or _import_times_requested()
     quiet_native = contextlib.nullcontext() if keep_native else _native_stderr_discarded()
     try:
-        with _signal_handlers() as swallowed, _quiet_warnings(), quiet_native:
+        # Every file the command reads is recorded: none of its outputs may replace one.
+        with _signal_handlers() as swallowed, _quiet_warnings(), quiet_native, recording_inputs():
             result = invoke()
             sys.stdout.flush()  # a closed pipe shows now, inside the guard, not at exit
             if swallowed:

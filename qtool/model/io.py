@@ -18,8 +18,15 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
-from qtool.errors import ModelError, UsageError, exception_summary
-from qtool.files import NotRegularFile, exists, open_regular, os_reason, write_atomic
+from qtool.errors import ModelError, exception_summary
+from qtool.files import (
+    InputFiles,
+    NotRegularFile,
+    open_regular,
+    os_reason,
+    refuse_input,
+    write_atomic,
+)
 from qtool.model.graph import (
     Buffer,
     Model,
@@ -415,15 +422,6 @@ def save_model(
 
 
 def refuse_input_overwrite(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
-    """Raise UsageError when `output` is one of `inputs` (same path, or a link to the same file):
-    qtool never overwrites a file it reads."""
-    target = Path(output)
-    for source in map(Path, inputs):
-        try:
-            same = target.resolve() == source.resolve() or (
-                exists(target) and exists(source) and os.path.samefile(target, source)
-            )
-        except (OSError, ValueError, RuntimeError):
-            continue  # a path that cannot be resolved cannot be written either: that says why
-        if same:
-            raise UsageError(f"{target}: refusing to overwrite the input file {source}")
+    """Raise UsageError when `output` is one of `inputs` (by device and inode: the same path, a
+    spelling with `..`, a symbolic or a hard link): qtool never overwrites a file it reads."""
+    refuse_input(output, InputFiles.of(inputs))
