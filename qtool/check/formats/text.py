@@ -36,10 +36,11 @@ def summary_line(result: ModelResult) -> str:
         # Load errors already name the file; do not repeat it.
         return f"{result.path}: cannot read: {result.error.removeprefix(result.path + ': ')}"
     counts = result.summary
+    suppressed = f", {len(result.suppressed)} suppressed" if result.suppressed else ""
     return (
         f"{result.path}: {counts['errors']} error{'s' * (counts['errors'] != 1)}, "
         f"{counts['warnings']} warning{'s' * (counts['warnings'] != 1)}, "
-        f"{counts['infos']} info"
+        f"{counts['infos']} info{suppressed}"
     )
 
 
