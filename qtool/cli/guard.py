@@ -10,7 +10,9 @@
   Lite XNNPACK delegate", a kernel's "ERROR:" lines before the exception that says the same) goes
   to /dev/null; Python's stderr keeps writing where it did. `--debug` (and `python -X
   importtime`, which reports there) leaves it visible.
-- A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise).
+- A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise),
+  control characters escaped (a file name must not break the line or forge another one, such as
+  a CI system's `::error` workflow command).
   Anything else is a bug: one line `qtool: internal error: ...`, exit code 3. `--debug` (or
   QTOOL_DEBUG=1) adds the traceback, including that of the user's own generator code.
 """
@@ -29,6 +31,7 @@ from typing import Any
 
 import click
 
+from qtool.display import printable
 from qtool.entry import HANDLED_SIGNALS
 from qtool.errors import QtoolError, first_line
 from qtool.files import defer_interrupt, recording_inputs, remove_temporaries
@@ -81,7 +84,7 @@ def _signal_handlers() -> Iterator[list[BaseException]]:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    click.echo(f"qtool: warning: {category.__name__}: {first_line(message)}", err=True)
+    click.echo(f"qtool: warning: {category.__name__}: {printable(first_line(message))}", err=True)
 
 
 @contextlib.contextmanager
@@ -167,14 +170,15 @@ def run_guarded(
     except QtoolError as exc:
         if debug():
             traceback.print_exception(exc)
-        click.echo(f"qtool: error: {as_options(str(exc), flags())}", err=True)
+        click.echo(f"qtool: error: {printable(as_options(str(exc), flags()))}", err=True)
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx is not None else "qtool"
-        click.echo(f"qtool: error: {exc.format_message()} (see {command} --help)", err=True)
+        message = printable(f"{exc.format_message()} (see {command} --help)")
+        click.echo(f"qtool: error: {message}", err=True)
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"qtool: error: {exc.format_message()}", err=True)
+        click.echo(f"qtool: error: {printable(exc.format_message())}", err=True)
         sys.exit(2)
     except Terminated as exc:
         click.echo(f"qtool: terminated by {signal.Signals(exc.signum).name}", err=True)
@@ -196,9 +200,8 @@ def run_guarded(
         if debug():
             traceback.print_exception(exc)
         hint = "" if debug() else " (rerun with --debug for the traceback)"
-        click.echo(
-            f"qtool: internal error: {type(exc).__name__}: {first_line(exc)}{hint}", err=True
-        )
+        message = printable(f"{type(exc).__name__}: {first_line(exc)}")
+        click.echo(f"qtool: internal error: {message}{hint}", err=True)
         sys.exit(EXIT_INTERNAL)
     finally:
         remove_temporaries()

@@ -53,11 +53,11 @@ def _model_cases(result: ModelResult) -> list[tuple[str, list[Finding]]]:
         by_place.setdefault(key, []).append(finding)
     places = [("model", by_place.pop(None, []))]
     places += [
-        (f"subgraph {s} op {i} {op_type}", by_place.pop((s, i), []))
+        (printable(f"subgraph {s} op {i} {op_type}"), by_place.pop((s, i), []))
         for s, i, op_type in result.operators
     ]
     # A result built without its operator list (e.g. by hand) still reports every finding.
-    places += [(location(fs[0]), fs) for fs in by_place.values()]
+    places += [(printable(location(fs[0])), fs) for fs in by_place.values()]
     return places
 
 

@@ -81,8 +81,9 @@ def finding_line(path: str, finding: Finding) -> str:
 
 
 def _findings_table(result: ModelResult) -> Table:
-    # Text cells throughout: paths and tensor names may contain "[...]", which is not markup.
-    table = Table(title=Text(result.path), title_justify="left", expand=True)
+    # Text cells throughout, escaped: paths, tensor and custom op names may hold "[...]",
+    # which is not markup, and control characters, which must not reach the terminal.
+    table = Table(title=Text(printable(result.path)), title_justify="left", expand=True)
     table.add_column("severity", no_wrap=True)
     table.add_column("rule", no_wrap=True)
     table.add_column("where", ratio=1, overflow="fold")
@@ -91,8 +92,8 @@ def _findings_table(result: ModelResult) -> Table:
         table.add_row(
             Text(finding.severity, style=_STYLES[finding.severity]),
             Text(finding.rule),
-            Text(location(finding)),
-            Text(finding.message),
+            Text(printable(location(finding))),
+            Text(printable(finding.message)),
         )
     return table
 
@@ -114,7 +115,7 @@ def render_text(results: Sequence[ModelResult], console: Console, quiet: bool = 
         )
         console.print(Text(printable(summary_line(result)), style=style), soft_wrap=True)
         for line in extra_lines(result):
-            console.print(Text(f"  {line}"), soft_wrap=True)
+            console.print(Text(f"  {printable(line)}"), soft_wrap=True)
 
 
 def to_text(results: Sequence[ModelResult], quiet: bool = False) -> str:
