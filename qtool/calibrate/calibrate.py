@@ -22,6 +22,7 @@ from qtool.calibrate.litert import (
     litert_interpreter,
     run_preserved,
 )
+from qtool.calibrate.memory import check_memory
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
 from qtool.errors import DataError, UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, numpy_dtype
@@ -158,6 +159,7 @@ class Calibrator:
     def __init__(
         self, model: Model, engine: str, subgraph_index: int, observer: RangeObserver
     ) -> None:
+        check_memory(model, subgraph_index)  # before any engine allocates for a sample
         self.model, self.subgraph_index, self.observer = model, subgraph_index, observer
         self.xnnpack: XnnpackRunner | None = None
         if engine == "auto" and subgraph_index == 0 and litert_available():

@@ -20,7 +20,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,10 @@ from qtool.calibrate.npyfile import (
     MAGIC,
     ZIP_MAGICS,
     ArrayFileError,
+    NpzArchive,
     first_shape,
-    load_npy,
-    load_npz,
+    npy_header,
+    read_rows,
 )
 from qtool.errors import DataError, UsageError, exception_summary
 from qtool.files import exists, lookup, note_input, open_regular, os_reason
@@ -218,6 +219,8 @@ def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
         handle = open_regular(path)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: cannot read ({os_reason(exc)})") from None
+    # Open while the batches are read: a .npy is read a block of rows at a time, an .npz
+    # member when it is used.
     with handle:
         try:
             size = os.fstat(handle.fileno()).st_size
@@ -225,31 +228,42 @@ def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
             handle.seek(0)
             # numpy falls back to unpickling unknown files; say what the file is not instead.
             if signature.startswith(MAGIC):
-                arrays: dict[str, np.ndarray] | None = None
-                array = load_npy(handle, size)
+                yield from _read_npy(handle, size, inputs, str(path))
             elif signature.startswith(ZIP_MAGICS):
-                arrays = load_npz(handle)
+                yield _match_named(NpzArchive(handle), inputs, str(path))
             else:
                 raise DataError(f"{path}: not a .npy or .npz file")
         except ArrayFileError as exc:
             raise DataError(f"{path}: {exc}") from None
         except OSError as exc:
             raise DataError(f"{path}: cannot read ({os_reason(exc)})") from None
-    if arrays is None:
-        if len(inputs) != 1:
-            raise DataError(
-                f"{path}: a .npy holds one array but the model has {len(inputs)} "
-                "inputs; use a .npz keyed by input name"
-            )
-        samples = _leading_samples(array, inputs[0], str(path))
-        rows = max(1, READ_CHUNK_BYTES // max(samples[:1].nbytes, 1))
-        for start in range(0, samples.shape[0], rows):
-            yield [_as_samples(samples[start : start + rows], inputs[0], str(path))]
+
+
+def _read_npy(handle: Any, size: int, inputs: Sequence[InputSpec], where: str) -> Iterator[Batch]:
+    """The samples of a .npy file, read from the file a block of rows at a time."""
+    header = npy_header(handle, size)
+    if len(inputs) != 1:
+        raise DataError(
+            f"{where}: a .npy holds one array but the model has {len(inputs)} "
+            "inputs; use a .npz keyed by input name"
+        )
+    (spec,) = inputs
+    if tuple(header.shape) == tuple(spec.sample_shape):  # one sample, without the leading N
+        yield [_as_samples(read_rows(handle, header, 0, _rows(header.shape)), spec, where)]
         return
-    yield _match_named(arrays, inputs, str(path))
+    _check_sample_shape(header.shape, spec, where)
+    sample_bytes = math.prod(header.shape[1:]) * header.dtype.itemsize
+    rows = max(1, READ_CHUNK_BYTES // max(sample_bytes, 1))
+    for start in range(0, header.shape[0], rows):
+        count = min(rows, header.shape[0] - start)
+        yield [_as_samples(read_rows(handle, header, start, count), spec, where)]
 
 
-def _match_named(arrays: dict[Any, Any], inputs: Sequence[InputSpec], where: str) -> Batch:
+def _rows(shape: tuple[int, ...]) -> int:
+    return shape[0] if shape else 1
+
+
+def _match_named(arrays: Mapping[Any, Any], inputs: Sequence[InputSpec], where: str) -> Batch:
     """Arrays keyed by input name, or arr_0, arr_1... in input order."""
     strange = [key for key in arrays if not isinstance(key, str)]
     if strange:
@@ -287,16 +301,21 @@ def _leading_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
         raise DataError(
             f"{where}: input {spec.name!r}: not an array ({exception_summary(exc)})"
         ) from None
-    sample = tuple(spec.sample_shape)
-    if array.shape == sample:
+    if array.shape == tuple(spec.sample_shape):
         return array[None]
-    if array.shape[1:] != sample:
+    _check_sample_shape(array.shape, spec, where)
+    return array
+
+
+def _check_sample_shape(shape: tuple[int, ...], spec: InputSpec, where: str) -> None:
+    """Data of `shape` holds N samples of the input's sample shape."""
+    sample = tuple(spec.sample_shape)
+    if tuple(shape[1:]) != sample or not shape:
         expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
         raise DataError(
             f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "
-            f"i.e. data of shape {expected}; got {list(array.shape)}"
+            f"i.e. data of shape {expected}; got {list(shape)}"
         )
-    return array
 
 
 def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:

@@ -10,6 +10,9 @@
   Lite XNNPACK delegate", a kernel's "ERROR:" lines before the exception that says the same) goes
   to /dev/null; Python's stderr keeps writing where it did. `--debug` (and `python -X
   importtime`, which reports there) leaves it visible.
+- Standard output nobody reads (a closed pipe or descriptor) ends the run quietly with 141, as
+  SIGPIPE would; one that cannot hold the output (a full disk) is one error line and exit 2
+  (`stdout.py`).
 - A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise),
   control characters escaped (a file name must not break the line or forge another one, such as
   a CI system's `::error` workflow command).
@@ -31,10 +34,11 @@ from typing import Any
 
 import click
 
+from qtool.cli.stdout import OutputLost, guarded_stdout
 from qtool.display import printable
 from qtool.entry import HANDLED_SIGNALS
 from qtool.errors import QtoolError, first_line
-from qtool.files import defer_interrupt, recording_inputs, remove_temporaries
+from qtool.files import defer_interrupt, os_reason, recording_inputs, remove_temporaries
 
 EXIT_INTERNAL = 3
 
@@ -161,9 +165,15 @@ def run_guarded(
     quiet_native = contextlib.nullcontext() if keep_native else _native_stderr_discarded()
     try:
         # Every file the command reads is recorded: none of its outputs may replace one.
-        with _signal_handlers() as swallowed, _quiet_warnings(), quiet_native, recording_inputs():
+        with (
+            _signal_handlers() as swallowed,
+            _quiet_warnings(),
+            quiet_native,
+            recording_inputs(),
+            guarded_stdout(),
+        ):
             result = invoke()
-            sys.stdout.flush()  # a closed pipe shows now, inside the guard, not at exit
+            sys.stdout.flush()  # a closed pipe or a full disk shows now, not at exit
             if swallowed:
                 raise swallowed[0]
             return result
@@ -190,10 +200,17 @@ def run_guarded(
         click.echo("qtool: error: out of memory", err=True)
         sys.exit(2)
     except BrokenPipeError:
-        # The reader of standard output went away (`qtool ... | head`): end as a program that
+        # Nobody reads standard output (`qtool ... | head`, `>&-`): end as a program that
         # SIGPIPE stops does, quietly, with nothing left to flush into the closed pipe.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(128 + signal.SIGPIPE)
+    except OutputLost as exc:  # a full disk: the output is lost, which must not pass
+        with contextlib.suppress(OSError, ValueError):
+            click.echo(f"qtool: error: cannot write standard output: {os_reason(exc)}", err=True)
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(2)
     except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
         raise
     except Exception as exc:  # a bug: one line, the traceback only on request

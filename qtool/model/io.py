@@ -1,9 +1,12 @@
 """Reading and writing .tflite files: decode, validate, encode, atomic write (`qtool.files`).
 
-Reading memory-maps the file, so weight buffers are numpy views of the mapping and cost nothing
-until touched. Buffers stored after the flatbuffer (offset/size, the >2 GiB layout) are read the
-same way. Writing inlines buffers unless they would push the flatbuffer past its 2 GiB limit, in
-which case they are appended after it with offsets, as the TFLite converter does.
+Reading copies the file into memory once, and weight buffers are numpy views of that copy (also
+the buffers stored after the flatbuffer, offset/size, the >2 GiB layout). Not a memory map: a
+file truncated or rewritten while qtool runs would end a mapped read in SIGBUS (no message) or
+in bytes that changed under the validator; every command reads every weight anyway. A file that
+changes while it is read is one error. Writing inlines buffers unless they would push the
+flatbuffer past its 2 GiB limit, in which case they are appended after it with offsets, as the
+TFLite converter does.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from qtool.model.graph import (
     Tensor,
 )
 from qtool.model.reflect import (
+    DecodeBudget,
     DecodeError,
     Prebuilt,
     create_numpy_vector,
@@ -77,9 +81,11 @@ def load_model(path: str | os.PathLike, validate: bool = True) -> Model:
             size = os.fstat(handle.fileno()).st_size
             if size == 0:
                 raise ModelError(f"{path}: empty file")
-            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            data = handle.read()
     except OSError as exc:
         raise ModelError(f"{path}: cannot read ({os_reason(exc)})") from None
+    if len(data) != size:
+        raise ModelError(f"{path}: changed while it was read ({size:,} bytes, then {len(data):,})")
     model = parse_model(data, name=str(path), validate=validate)
     model.source_path = str(path.resolve())
     return model
@@ -98,8 +104,9 @@ def parse_model(
         )
     try:
         root = flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
-        raw = decode_table("Model", flatbuffers.table.Table(data, root))
-        model = _model_from_dict(raw, data)
+        budget = DecodeBudget(len(data))
+        raw = decode_table("Model", flatbuffers.table.Table(data, root), budget)
+        model = _model_from_dict(raw, data, budget)
     except ModelError:
         raise
     except (DecodeError, Exception) as exc:  # any malformed flatbuffer surfaces as one error
@@ -123,7 +130,7 @@ def _ints(values: Any) -> list[int]:
     return [] if values is None else [int(v) for v in values]
 
 
-def _model_from_dict(raw: dict[str, Any], data: Any) -> Model:
+def _model_from_dict(raw: dict[str, Any], data: Any, budget: DecodeBudget) -> Model:
     known, extra = _split(
         raw,
         (
@@ -141,7 +148,7 @@ def _model_from_dict(raw: dict[str, Any], data: Any) -> Model:
         version=known["version"],
         operator_codes=[_opcode_from_dict(c) for c in known["operator_codes"] or []],
         subgraphs=[_subgraph_from_dict(s) for s in known["subgraphs"] or []],
-        buffers=[_buffer_from_dict(b, data) for b in known["buffers"] or []],
+        buffers=[_buffer_from_dict(b, data, budget) for b in known["buffers"] or []],
         description=known["description"],
         metadata=[dict(m) for m in known["metadata"] or []],
         signature_defs=known["signature_defs"] or [],
@@ -161,7 +168,7 @@ def _opcode_from_dict(raw: dict[str, Any]) -> OperatorCode:
     )
 
 
-def _buffer_from_dict(raw: dict[str, Any], data: Any) -> Buffer:
+def _buffer_from_dict(raw: dict[str, Any], data: Any, budget: DecodeBudget) -> Buffer:
     offset, size = raw["offset"], raw["size"]
     extra = {k: v for k, v in raw.items() if k not in ("data", "offset", "size")}
     if offset > 1:
@@ -169,6 +176,7 @@ def _buffer_from_dict(raw: dict[str, Any], data: Any) -> Buffer:
             raise ModelError(
                 f"buffer stored at offset {offset} (+{size} bytes) lies past the end of the file"
             )
+        budget.spend(size)  # buffers stored after the flatbuffer may overlap too
         return Buffer(
             data=np.frombuffer(data, dtype=np.uint8, count=size, offset=offset), extra=extra
         )
