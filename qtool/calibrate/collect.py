@@ -58,8 +58,8 @@ def refuse_nonfinite(reference: list[np.ndarray], source: str) -> None:
             bad = int(np.count_nonzero(~np.isfinite(rows).all(axis=1)))
             raise DataError(
                 f"the float model computes inf or NaN at output {k} on {bad} of {rows.shape[0]} "
-                f"samples of the {source}: the data takes it beyond the float32 range (values "
-                "near 3.4e38?), so no accuracy can be measured"
+                f"samples of the {source}, so no accuracy can be measured: its data or weights "
+                "take it beyond the float32 range (values near 3.4e38?)"
             )
 
 
