@@ -31,9 +31,14 @@ def chain(n: int, every_output: bool = False) -> Model:
     outputs = []
     for i in range(n):
         x = builder.op(
-            "ADD", [x, c], output_shape=[1, 8], output_dtype=np.int8, name=f"add{i}",
-            options_type="AddOptions", options={},
-        )  # fmt: skip
+            "ADD",
+            [x, c],
+            output_shape=[1, 8],
+            output_dtype=np.int8,
+            name=f"add{i}",
+            options_type="AddOptions",
+            options={},
+        )
         builder.subgraph.tensors[x].quantization = _scale()
         outputs.append(x)
     return builder.finish(outputs if every_output else [x])

@@ -220,7 +220,7 @@ def quantize(
             strict=strict,
             progress=progress,
             input_path=None if source is None else os.fspath(source),
-            input_data=model_to_bytes(loaded) if source is None else None,
+            input_data=loaded.source_data or model_to_bytes(loaded),
             data_sources=[_describe(data)],
             samples_limit=samples,
             measure_layer_sqnr=layer_sqnr,

@@ -344,6 +344,7 @@ def quantize_file(
         strict=job.strict,
         progress=progress,
         input_path=job.model_path,
+        input_data=model.source_data,  # what was read, whatever the file holds by now
         output_path=str(output),
         data_sources=list(job.data) or list(job.statistics),
         samples_limit=job.samples,

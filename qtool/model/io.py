@@ -88,6 +88,7 @@ def load_model(path: str | os.PathLike, validate: bool = True) -> Model:
         raise ModelError(f"{path}: changed while it was read ({size:,} bytes, then {len(data):,})")
     model = parse_model(data, name=str(path), validate=validate)
     model.source_path = str(path.resolve())
+    model.source_data = data
     return model
 
 

@@ -52,10 +52,16 @@ def test_an_output_calibration_never_saw_finite_stays_float_under_io_int8(tmp_pa
     assert list(out.iterdir()) == []
     statistics = tmp_path / "s.json"
     calibrated = run_cli(
-        ["calibrate", str(tmp_path / "m.tflite"), "--data", str(DATA / "mlp_calib.npz"),
-         "-o", str(statistics)],
+        [
+            "calibrate",
+            str(tmp_path / "m.tflite"),
+            "--data",
+            str(DATA / "mlp_calib.npz"),
+            "-o",
+            str(statistics),
+        ],
         timeout=120,
-    )  # fmt: skip
+    )
     assert calibrated.code == 0, calibrated.stderr
     argv = ["quantize", str(tmp_path / "m.tflite"), "--statistics", str(statistics)]
     result = run_cli([*argv, "-o", str(out / "q.tflite"), "--io", "int8"], timeout=120)
