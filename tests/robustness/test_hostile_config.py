@@ -284,3 +284,12 @@ def test_every_option_is_either_safe_in_a_file_or_command_line_only(tmp_path: Pa
                 continue
             accepted[name].add(param.name)
     assert accepted == {name: set(names.split()) for name, names in FROM_A_FILE.items()}
+
+
+def test_the_pyproject_read_is_an_input_no_output_replaces(tree: Path) -> None:
+    project = tree / "repo"
+    (project / "pyproject.toml").write_text("[tool.qtool.check]\nfail-on = 'warning'\n")
+    before = (project / "pyproject.toml").read_text()
+    result = _check("--format", "json", "-o", "../pyproject.toml")
+    assert result.code == 2 and "refusing to overwrite the input file" in result.stderr
+    assert (project / "pyproject.toml").read_text() == before
