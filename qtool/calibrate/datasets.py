@@ -13,13 +13,9 @@ leading batch-1 dimension (or the whole declared shape when that dimension is no
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import importlib.util
 import math
 import os
 import re
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +32,9 @@ from qtool.calibrate.npyfile import (
     npy_header,
     read_rows,
 )
+from qtool.calibrate.usercode import as_parameter, load_generator
 from qtool.errors import DataError, UsageError, exception_summary
-from qtool.files import exists, lookup, note_input, open_regular, os_reason
+from qtool.files import exists, lookup, open_regular, os_reason
 
 # `package.module:function`, or `path/to/file.py:function`.
 GENERATOR = re.compile(r"(?:[A-Za-z_][\w.]*|.+\.py):[A-Za-z_]\w*")
@@ -345,73 +342,6 @@ def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
     return converted
 
 
-def _as_parameter(source: str) -> str:
-    """A generator source as errors name it: the `data` parameter (the CLI shows --data)."""
-    return f"`data={source!r}`"
-
-
-def _user_error(
-    source: str, label: str, exc: BaseException, sample: int | None = None
-) -> DataError:
-    """One line for an exception raised by the user's code (raised `from` it, so that `--debug`
-    prints its traceback)."""
-    where = "" if sample is None else f" at sample {sample}"
-    return DataError(f"{_as_parameter(source)}: {label} raised {exception_summary(exc)}{where}")
-
-
-@contextlib.contextmanager
-def _importable(folder: str) -> Iterator[None]:
-    """`folder` first on sys.path while the user's module imports (unless it is there)."""
-    added = folder not in sys.path and not (folder == os.getcwd() and "" in sys.path)
-    if added:
-        sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        if added:
-            sys.path.remove(folder)
-
-
-def _import_file(source: str, file_name: str):
-    """A .py file run as `python path/to/file.py` would run it: its folder importable (sibling
-    modules), and the module in sys.modules while it runs (dataclasses look it up there)."""
-    path = Path(file_name)
-    if lookup(file_name) is None:
-        raise UsageError(f"{_as_parameter(source)}: no such file {file_name}")
-    note_input(path)  # the user's code is an input: no output may replace it
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    replaced = sys.modules.get(path.stem)
-    sys.modules[path.stem] = module
-    try:
-        with _importable(str(path.resolve().parent)):
-            spec.loader.exec_module(module)
-    finally:
-        if replaced is None:
-            sys.modules.pop(path.stem, None)
-        else:
-            sys.modules[path.stem] = replaced
-    return module
-
-
-def _import(source: str, module_name: str):
-    """The module a generator source names: a file path ending in .py, or a (dotted) module
-    name found from the current directory first, as `python -m` would."""
-    if module_name.endswith(".py"):
-        return _import_file(source, module_name)
-    try:
-        with _importable(os.getcwd()):
-            module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name != missing and not module_name.startswith(f"{missing}."):
-            raise
-        raise UsageError(f"{_as_parameter(source)}: no module named {module_name!r}") from None
-    if getattr(module, "__file__", None):
-        note_input(module.__file__)
-    return module
-
-
 def source_files(source: str) -> list[str]:
     """The files a `--data` source names, before anything is read: the file, the arrays of a
     directory, or the module of a generator (`path/gen.py:fn`, or `pkg.mod:fn` found from the
@@ -429,29 +359,10 @@ def source_files(source: str) -> list[str]:
     return [str(folder.with_suffix(".py")), str(folder / "__init__.py")]
 
 
-def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
-    module_name, _, function_name = source.rpartition(":")
-    try:
-        module = _import(source, module_name)
-    except UsageError:
-        raise
-    except (Exception, SystemExit) as exc:  # the user's module failed while importing
-        raise _user_error(source, f"importing {module_name}", exc) from exc
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise UsageError(
-            f"{_as_parameter(source)}: module {module_name!r} has no function {function_name!r}"
-        )
-    return (
-        function,
-        f"{Path(module_name).stem if module_name.endswith('.py') else module_name}.{function_name}",
-    )
-
-
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
     """`module:function`, yielding per sample a list (input order) or a dict (name -> array)."""
-    function, label = _load_generator(source)
-    yield from _generated_batches(function, inputs, _as_parameter(source), label, source)
+    function, label = load_generator(source)
+    yield from _generated_batches(function, inputs, as_parameter(source), label, source)
 
 
 def _generated_batches(
