@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.fuzz.judge import Verdict, loads_everywhere
+from tests.fuzz.process_cases import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANGES = ("truncate", "shrink to the header", "overwrite", "remove", "grow")
@@ -102,12 +103,8 @@ def run_changing_case(case: ChangingCase, model: Path, workdir: str) -> Verdict:
         time.sleep(case.delay)
         if process.poll() is None:
             _change(copy if case.target == "model" else data, case.change, random.Random(case.name))
-        try:
-            _, stderr = process.communicate(timeout=600)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
-            verdict.fail("hang", "did not finish in 600 s")
+        stderr = wait_for(process, verdict, 600)
+        if stderr is None:
             return verdict
         code = process.returncode
         if code < 0 or code > 128:

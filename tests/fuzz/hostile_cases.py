@@ -18,6 +18,7 @@ in-process (a terminal run in a pseudo-terminal) and judged:
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -41,6 +42,16 @@ FORMATS = (["--format", "text"], ["--format", "json"], ["--format", "junit"], ["
 
 def _case_dir(workdir: str, prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir=workdir))
+
+
+def _run_in(directory: Path, argv: list[str]):
+    """`qtool ARGV` in-process, from `directory` (where settings are looked for)."""
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        return run_cli(argv, TIMEOUT)
+    finally:
+        os.chdir(previous)
 
 
 # --------------------------------------------------------------------------- names
@@ -190,14 +201,7 @@ def run_config_case(seed: int, workdir: str) -> list[Verdict]:
         isolated = rng.random() < 0.15
         argv += ["--isolated"] if isolated else []
         before = snapshot(root)
-        import os
-
-        previous = os.getcwd()
-        os.chdir(work)
-        try:
-            result = run_cli(argv, TIMEOUT)
-        finally:
-            os.chdir(previous)
+        result = _run_in(work, argv)
         judge_streams(verdict, result, check=command == "check")
         applies = with_config and not isolated
         _judge_config(verdict, result, refused if applies else set(), broken and applies, fmt)
@@ -294,14 +298,7 @@ def run_arguments_case(seed: int, workdir: str) -> list[Verdict]:
             argv = ["inspect", "--", rng.choice(names)]
         verdict = Verdict(f"arguments seed {seed}", route)
         before = snapshot(directory)
-        import os
-
-        previous = os.getcwd()
-        os.chdir(directory)
-        try:
-            result = run_cli(argv, TIMEOUT)
-        finally:
-            os.chdir(previous)
+        result = _run_in(directory, argv)
         judge_streams(verdict, result, check=argv[0] == "check")
         if (directory / "PWNED").exists():
             verdict.fail("invalid", "a file name ran code")

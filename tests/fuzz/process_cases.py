@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.fuzz.judge import Verdict
 
@@ -76,15 +77,23 @@ def run_process_case(case: ProcessCase, workdir: str) -> Verdict:
         time.sleep(case.delay)
         if process.poll() is None:
             process.send_signal(case.signal)
+    stderr = wait_for(process, verdict, 300)
+    if stderr is not None:
+        _judge(verdict, case, process.returncode, stderr.decode(errors="replace"), directory)
+    return verdict
+
+
+def wait_for(process: subprocess.Popen, verdict: Verdict, timeout: float) -> Any:
+    """What the process wrote to stderr once it ends; None, with a hang recorded in `verdict`,
+    when it does not end in `timeout` seconds (it is killed)."""
     try:
-        _, stderr = process.communicate(timeout=300)
+        _, stderr = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
-        verdict.fail("hang", "did not finish in 300 s")
-        return verdict
-    _judge(verdict, case, process.returncode, stderr.decode(errors="replace"), directory)
-    return verdict
+        verdict.fail("hang", f"did not finish in {timeout:g} s")
+        return None
+    return stderr
 
 
 def _judge(verdict: Verdict, case: ProcessCase, code: int, stderr: str, directory: Path) -> None:
