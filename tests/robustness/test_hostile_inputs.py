@@ -12,6 +12,7 @@ index past the buffer list ended quantize in `internal error: KeyError`, whose h
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -170,12 +171,18 @@ def test_an_npy_truncated_while_it_is_read_is_one_error(tmp_path: Path) -> None:
 
 
 def test_a_model_emptied_during_the_run_does_not_affect_it(tmp_path: Path) -> None:
+    """The report describes the model quantized, not what the file holds by the end (the
+    report read the file again: a removed model was an internal error)."""
     model = tmp_path / "m.tflite"
     shutil.copy(MLP, model)
     (tmp_path / "gen.py").write_text(TRUNCATE_MODEL.format(model=str(model), data=str(CALIB)))
     result = _run(["quantize", "m.tflite", "--data", "gen.py:samples", "-o", "q.tflite"], tmp_path)
     assert result.returncode == 0, (result.returncode, result.stderr)  # not SIGBUS (-7)
     assert load_model(tmp_path / "q.tflite")
+    report = json.loads((tmp_path / "q.report.json").read_text())["input_model"]
+    original = MLP.read_bytes()
+    assert report["sha256"] == hashlib.sha256(original).hexdigest()
+    assert report["size_bytes"] == len(original)
 
 
 def _huge_activations(layers: int) -> GraphBuilder:
