@@ -41,9 +41,7 @@ def _run(argv: list[str], stdout) -> subprocess.CompletedProcess:
 COMMANDS = {
     "check": ["check", str(CLEAN)],
     "check sarif": ["check", "--format", "sarif", str(CLEAN)],
-    "inspect": ["inspect", str(CLEAN)],
     "inspect json": ["inspect", "--json", str(CLEAN)],
-    "list-rules": ["check", "--list-rules"],
 }
 
 

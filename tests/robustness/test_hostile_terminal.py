@@ -11,6 +11,7 @@ command. Terminal runs go through a pseudo-terminal, as a person sees them.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 from pathlib import Path
@@ -22,12 +23,14 @@ from tests.check.conftest import write_model_files
 from tests.conftest import DATA, MODELS
 from tests.fuzz.hostile_names import (
     PAYLOADS,
+    Output,
     hostile_file_name,
     hostile_model,
     injected,
     run_in_terminal,
     run_piped,
 )
+from tests.fuzz.judge import run_cli
 
 
 def _every_payload(base: str) -> str:
@@ -107,8 +110,7 @@ COMMANDS = {
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_hostile_names_are_shown_escaped(folder: Path, command: str, where: str) -> None:
     argv = COMMANDS[command](_names(folder))
-    run = run_in_terminal if where == "terminal" else run_piped
-    output = run(argv, folder, timeout=300)
+    output = run_in_terminal(argv, folder) if where == "terminal" else _in_a_log(argv, folder)
     assert not output.hung
     assert output.code in (0, 1, 2), output.data[-400:]
     assert not injected(output.data, terminal=where == "terminal"), (
@@ -117,6 +119,17 @@ def test_hostile_names_are_shown_escaped(folder: Path, command: str, where: str)
     )
     if command not in ("check list-rules", "inspect unreadable", "check junit -o"):
         assert b"\\x1b[2J" in output.data  # the name is there, escaped
+
+
+def _in_a_log(argv: list[str], folder: Path) -> Output:
+    """The command in-process, its output captured as a CI log captures it (no terminal)."""
+    previous = os.getcwd()
+    os.chdir(folder)
+    try:
+        result = run_cli(argv, timeout=300)
+    finally:
+        os.chdir(previous)
+    return Output(result.code, (result.stdout + result.stderr).encode(), result.hung)
 
 
 def test_reports_written_to_files_hold_no_control_characters(folder: Path) -> None:
