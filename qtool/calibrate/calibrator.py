@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from qtool.calibrate.datasets import Batch, Dataset
+from qtool.calibrate.memory import check_memory
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
 from qtool.errors import DataError, UnsupportedOpError, UsageError
 from qtool.heap import retained_heap
@@ -127,6 +128,7 @@ class Calibrator:
     def __init__(
         self, model: Model, engine: str, subgraph_index: int, observer: RangeObserver
     ) -> None:
+        check_memory(model, subgraph_index)  # before any engine allocates for a sample
         self.model, self.subgraph_index, self.observer = model, subgraph_index, observer
         self.xnnpack: XnnpackRunner | None = None
         if engine == "auto" and subgraph_index == 0 and litert_available():

@@ -46,10 +46,28 @@ class EvaluationSet:
     reference: list[np.ndarray]  # float outputs, (N, ...)
     source: str  # "calibration fold" or the held-out dataset's name
 
+    def __post_init__(self) -> None:
+        refuse_nonfinite(self.reference, self.source)
+
     @property
     def samples(self) -> int:
         """The number of held-out samples (0 when there are no inputs)."""
         return int(self.inputs[0].shape[0]) if self.inputs else 0
+
+
+def refuse_nonfinite(reference: list[np.ndarray], source: str) -> None:
+    """DataError when the float model computes inf or NaN on the samples: no accuracy can be
+    measured against such outputs (an SQNR of NaN, which passes no threshold honestly)."""
+    for k, values in enumerate(reference):
+        values = np.asarray(values)
+        if values.dtype.kind in "fc" and not np.isfinite(values).all():
+            rows = values.reshape(values.shape[0], -1) if values.ndim else values.reshape(1, 1)
+            bad = int(np.count_nonzero(~np.isfinite(rows).all(axis=1)))
+            raise DataError(
+                f"the float model computes inf or NaN at output {k} on {bad} of {rows.shape[0]} "
+                f"samples of the {source}, so no accuracy can be measured: its data or weights "
+                "take it beyond the float32 range (values near 3.4e38?)"
+            )
 
 
 @dataclass

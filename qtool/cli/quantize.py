@@ -172,8 +172,11 @@ def quantize_command(
     )
     if synthetic and not data:
         stderr.print(
-            "[bold yellow]qtool: warning:[/] calibrating on SYNTHETIC random data: the "
-            "activation ranges are not meaningful and accuracy will be poor",
+            Text("qtool: warning:", style="bold yellow")
+            + Text(
+                " calibrating on SYNTHETIC random data: the activation ranges are not "
+                "meaningful and accuracy will be poor"
+            ),
             soft_wrap=True,
         )
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
-from qtool.calibrate import CalibrationResult, Dataset
+from qtool.arguments import choice, flag, patterns
+from qtool.calibrate import ENGINES, CalibrationResult, Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
@@ -43,7 +44,7 @@ from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
 from qtool.runtime.litert import litert_available
 from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
-from qtool.targets import load_target
+from qtool.targets import load_target, target_names
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
 ACTIVATION_TYPES = tuple(mode.value for mode in QUANTIZED)  # what `activations` may be
@@ -77,15 +78,26 @@ class QuantizeOptions:
     sparsify: bool = False
 
     def __post_init__(self) -> None:
-        if self.io not in IO_MODES:
-            raise UsageError(f"io must be one of {', '.join(IO_MODES)}, not {self.io!r}")
-        if self.activations not in ACTIVATION_TYPES:
-            raise UsageError(
-                f"activations must be one of {', '.join(ACTIVATION_TYPES)}, not {self.activations!r}"
-            )
+        # Python callers can pass anything: every field is checked (lists become tuples).
+        choice("io", self.io, IO_MODES)
+        choice("activations", self.activations, ACTIVATION_TYPES)
+        choice("engine", self.engine, ENGINES)
+        choice("target", self.target, target_names(), optional=True)
+        for name in ("per_tensor_fc", "optimize_rounding", "allow_float"):
+            flag(name, getattr(self, name))
+        if self.bias_correction is not None:
+            flag("bias_correction", self.bias_correction)
+        for name in ("keep_float", "int16"):
+            object.__setattr__(self, name, patterns(name, getattr(self, name)))
+        if not isinstance(self.calibration, str):
+            raise UsageError(f"`calibration` must be a method name, not {self.calibration!r}")
         if self.calibration != AUTO:
             parse_method(self.calibration)
-        if self.target_sqnr is not None and not math.isfinite(self.target_sqnr):
+        if self.target_sqnr is not None and (
+            isinstance(self.target_sqnr, bool)
+            or not isinstance(self.target_sqnr, int | float)
+            or not math.isfinite(self.target_sqnr)
+        ):
             raise UsageError(f"target_sqnr must be a finite number of dB, not {self.target_sqnr}")
 
     @property

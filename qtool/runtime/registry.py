@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from qtool.errors import UsageError
+from qtool.files import note_input
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.types import ActivationFunctionType, numpy_dtype
 from qtool.op_facts import options_table
@@ -180,9 +181,11 @@ def custom_op(name: str, batch: BatchRule = never) -> Callable[[Kernel], Kernel]
 def load_custom_ops(module: str) -> None:
     """Import a user module that registers custom-op kernels (the `--custom-ops` option)."""
     try:
-        importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as exc:
         raise UsageError(f"`custom_ops={module!r}`: cannot import ({exc})") from None
+    if getattr(imported, "__file__", None):
+        note_input(imported.__file__)  # the user's code is an input: no output may replace it
 
 
 def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:

@@ -174,15 +174,17 @@ def _partition_reason(target: Target, first: TargetOp) -> Reason:
     return Reason(AFTER_PARTITION, text, f"after op {first.index} {first.type}", "partition")
 
 
-def _model_boundary(model: Model, op: TargetOp, conversions: frozenset[str]) -> bool:
+def _model_boundary(
+    op: TargetOp, conversions: frozenset[str], io: tuple[set[int], set[int]]
+) -> bool:
     """A boundary conversion of the spec (`conversions`: QUANTIZE, DEQUANTIZE) reading model
-    inputs or writing model outputs: the float (or uint8) I/O conversion, not a cut in the
-    integer graph."""
+    inputs or writing model outputs (`io`: its subgraph's, as sets) : the float (or uint8) I/O
+    conversion, not a cut in the integer graph."""
     if op.type not in conversions:
         return False
-    subgraph = model.subgraphs[op.subgraph]
-    return all(t in subgraph.inputs for t in op.operator.inputs) or all(
-        t in subgraph.outputs for t in op.operator.outputs
+    inputs, outputs = io
+    return all(t in inputs for t in op.operator.inputs) or all(
+        t in outputs for t in op.operator.outputs
     )
 
 
@@ -193,6 +195,7 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
     fallback = load_target(target.fallback) if target.fallback not in (None, TFLITE_CPU) else None
     report = TargetReport(target)
     conversions = boundary_ops()
+    io = [(set(s.inputs), set(s.outputs)) for s in model.subgraphs]
     first_unsupported: dict[int, TargetOp] = {}
     folded = folded_ops(model, target)
     for op in target_ops(model):
@@ -214,7 +217,7 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
         if not reasons:
             report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, op.macs))
             continue
-        if not _model_boundary(model, op, conversions):
+        if not _model_boundary(op, conversions, io[op.subgraph]):
             first_unsupported.setdefault(op.subgraph, op)
         if target.fallback is None:
             status, fallback_reasons = CANNOT_RUN, ()
