@@ -25,6 +25,7 @@ from qtool.runtime.litert import (
     litert_can_run,
     run_preserved,
 )
+from qtool.runtime.state import keeps_state, state_tensors
 
 ENGINES = ("auto", "numpy", "litert")
 Progress = Callable[[int], None]
@@ -58,9 +59,14 @@ class CalibrationResult:
 
 
 def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
-    """Float tensors whose values come from running the graph (inputs and op outputs)."""
+    """Float tensors whose values come from running the graph: inputs, op outputs, the
+    intermediates some ops report (LSTM's gates) and state tensors (LSTM's states, observed at
+    every step)."""
     subgraph = model.subgraphs[subgraph_index]
-    produced = set(subgraph.inputs) | {t for op in subgraph.operators for t in op.outputs}
+    produced = set(subgraph.inputs) | {
+        t for op in subgraph.operators for t in (*op.outputs, *op.intermediates)
+    }
+    produced.update(state_tensors(model, subgraph_index))
     return [
         t
         for t in sorted(produced)
@@ -79,6 +85,14 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
         raise UsageError(
             "`engine='litert'` needs the ai-edge-litert package (pip install ai-edge-litert)"
         )
+    if keeps_state(model, subgraph_index):
+        if requested == "litert":
+            raise UsageError(
+                "the model keeps state between invocations (variables, LSTM states): it "
+                "calibrates on the numpy engine, which runs its samples as one sequence and sees "
+                "the state at every step (leave `engine` at auto or numpy)"
+            )
+        return "numpy"
     if requested != "auto":
         return requested
     # LiteRT with XNNPACK calibrates subgraph 0 several times faster than the numpy engine on
@@ -129,7 +143,8 @@ class Calibrator:
     ) -> None:
         self.model, self.subgraph_index, self.observer = model, subgraph_index, observer
         self.xnnpack: XnnpackRunner | None = None
-        if engine == "auto" and subgraph_index == 0 and litert_available():
+        stateful = keeps_state(model, subgraph_index)
+        if engine == "auto" and subgraph_index == 0 and litert_available() and not stateful:
             # Building LiteRT's runner is the test of whether XNNPACK runs the model
             # (`choose_engine` would load it once more first: 0.1 s of a 2 s quantization).
             with contextlib.suppress(UnsupportedOpError):

@@ -25,14 +25,15 @@ the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
 from qtool.numerics import AffineParams, activation_params, multiplier_reaches_one
-from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec, input_scale_below_one
+from qtool.quantize import recurrent
+from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec, input_scale_below_one, integer_lstm
 
 FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
 
@@ -150,7 +151,11 @@ def _unsupported(
     """Why `op` cannot run under `rule` (None when it can)."""
     tensors = subgraph.tensors
     if rule is None:
-        return f"{model.op_type(op)} has no {scheme} kernel in the {scheme} spec"
+        op_type = model.op_type(op)
+        float_only = integer_lstm().no_integer_kernel.get(op_type)
+        if float_only is not None:
+            return f"{op_type} has no integer kernel in LiteRT ({float_only})"
+        return f"{op_type} has no {scheme} kernel in the {scheme} spec"
     for position, t in enumerate(op.inputs):
         if t < 0:
             continue
@@ -176,6 +181,8 @@ def _unsupported(
             return f"output {position} is float but the spec has no {scheme} rule for it"
         if operand.fixed is None and not rule.same_scale and t not in ranges:
             return f"output {position} ({tensors[t].name}) was never produced during calibration"
+    if rule.name in integer_lstm().ops:
+        return recurrent.unsupported(model, subgraph, op, ranges)
     return None
 
 
@@ -238,9 +245,12 @@ def make_plan(
     source_index: list[int],
     subgraph_index: int = 0,
     decisions: list[OpDecision] | None = None,
+    shared: Callable[[Plan], Iterable[list[Slot]]] | None = None,
 ) -> Plan:
     """Decide every operator of a subgraph (unless `decisions` are given) and the parameters of
-    every slot. `source_index[i]` is the input-model index of operator i (for reports)."""
+    every slot. `source_index[i]` is the input-model index of operator i (for reports).
+    `shared(plan)`, given the plan's reads and writes, names further groups of slots that must
+    share one set of parameters (the values of one resource variable)."""
     subgraph = model.subgraphs[subgraph_index]
     if decisions is None:
         decisions = [
@@ -290,6 +300,9 @@ def make_plan(
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for slot in [plan.reads[(i, p)] for p in inputs] + [plan.writes[(i, q)] for q in outputs]:
             groups.union(anchor, slot)
+    for tied in shared(plan) if shared is not None else ():
+        for slot in tied[1:]:
+            groups.union(tied[0], slot)
     for i, inputs, outputs in multi_input:
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for p in inputs:
