@@ -31,6 +31,8 @@ ENGINES = ("auto", "numpy", "litert")
 Progress = Callable[[int], None]
 # Samples read from the dataset at a time: enough chunks for every thread to take several.
 _CHUNKS_PER_THREAD = 4
+# The samples of a model that keeps state run on one LiteRT interpreter: read them all at once.
+_SEQUENCE = 1 << 30
 
 
 @dataclass
@@ -78,21 +80,19 @@ def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
 
 def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     """The engine a calibration runs on: `requested`, or for "auto" the fastest that can run
-    the model (docs/performance.md: "Choosing the calibration engine")."""
+    the model (docs/performance.md: "Choosing the calibration engine"); for a model that keeps
+    state, the numpy engine where it can (samples as one sequence, LSTM states seen at every
+    step), else LiteRT's builtin kernels on one interpreter."""
     if requested not in ENGINES:
         raise UsageError(f"`engine` must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "litert" and not litert_available():
         raise UsageError(
             "`engine='litert'` needs the ai-edge-litert package (pip install ai-edge-litert)"
         )
-    if keeps_state(model, subgraph_index):
-        if requested == "litert":
-            raise UsageError(
-                "the model keeps state between invocations (variables, LSTM states): it "
-                "calibrates on the numpy engine, which runs its samples as one sequence and sees "
-                "the state at every step (leave `engine` at auto or numpy)"
-            )
-        return "numpy"
+    if keeps_state(model, subgraph_index) and requested == "auto":
+        # A sequence: the numpy engine sees every step of an LSTM's states; LiteRT with
+        # XNNPACK would batch samples that must run one after another.
+        return _auto_without_xnnpack(model, subgraph_index)
     if requested != "auto":
         return requested
     # LiteRT with XNNPACK calibrates subgraph 0 several times faster than the numpy engine on
@@ -153,7 +153,7 @@ class Calibrator:
             self.engine = "litert" if found else _auto_without_xnnpack(model, 0)
             return
         self.engine = choose_engine(model, engine, subgraph_index)
-        if self.engine == "litert" and subgraph_index == 0:
+        if self.engine == "litert" and subgraph_index == 0 and not stateful:
             self.xnnpack = _xnnpack_runner(model, observer)
 
     def run(
@@ -183,7 +183,9 @@ class Calibrator:
                 for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
                     xnnpack.run(batch, [observer])
             else:
-                for batch in counted(64):
+                # One interpreter per batch: a sequence (a model that keeps state) is one batch.
+                size = _SEQUENCE if keeps_state(model, subgraph_index) else 64
+                for batch in counted(size):
                     run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
         if not samples:
             raise DataError(f"{dataset.source}: no calibration samples found")

@@ -103,7 +103,9 @@ def _litert_runs_reference(model: Model, subgraph_index: int, engine: str) -> bo
     stacked = not subgraph.inputs_lead_with_one() or all(
         subgraph.tensors[t].shape[:1] == [1] for t in subgraph.outputs
     )
-    return engine == "litert" and subgraph_index == 0 and stacked
+    # A sequence runs on the numpy engine: LiteRT's runner batches samples.
+    sequence = keeps_state(model, subgraph_index)
+    return engine == "litert" and subgraph_index == 0 and stacked and not sequence
 
 
 def _reference(

@@ -17,51 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from qtool.model import Model, Subgraph
-from qtool.op_facts import options_table
+from qtool.model import Model
+from qtool.model.variables import Variable, accesses, initial_values
 from qtool.quantize.plan import FLOAT, INTEGER, QUANTIZED, OpDecision, Plan, Slot
 from qtool.spec import resource_variable_ops
-
-Variable = tuple[str, str]  # (container, shared_name)
-
-
-def handle_of(model: Model, subgraph: Subgraph, t: int) -> Variable | None:
-    """The variable a resource tensor refers to, when a VAR_HANDLE of the subgraph makes it."""
-    ops = resource_variable_ops()
-    for op in subgraph.operators:
-        if t in op.outputs and model.op_type(op) == ops.handle:
-            table = options_table(ops.handle)
-            return (op.option("container", table) or "", op.option("shared_name", table) or "")
-    return None
-
-
-def accesses(model: Model, subgraph: Subgraph) -> dict[Variable | None, list[int]]:
-    """The READ_VARIABLE and ASSIGN_VARIABLE operators of a subgraph, by variable (None: a
-    handle that does not come from a VAR_HANDLE of the subgraph)."""
-    ops = resource_variable_ops()
-    found: dict[Variable | None, list[int]] = {}
-    for i, op in enumerate(subgraph.operators):
-        if model.op_type(op) in (ops.read, ops.assign):
-            found.setdefault(handle_of(model, subgraph, op.inputs[0]), []).append(i)
-    return found
-
-
-def initial_values(model: Model, subgraph_index: int) -> dict[Variable, list[tuple[int, int]]]:
-    """Per variable, the (subgraph, ASSIGN_VARIABLE) pairs of the CALL_ONCE subgraphs this
-    subgraph runs."""
-    ops = resource_variable_ops()
-    found: dict[Variable, list[tuple[int, int]]] = {}
-    for caller in model.subgraphs[subgraph_index].operators:
-        if model.op_type(caller) != ops.initialiser:
-            continue
-        body = int(caller.option("init_subgraph_index", options_table(ops.initialiser)))
-        init = model.subgraphs[body]
-        for i, op in enumerate(init.operators):
-            if model.op_type(op) == ops.assign:
-                variable = handle_of(model, init, op.inputs[0])
-                if variable is not None:
-                    found.setdefault(variable, []).append((body, i))
-    return found
 
 
 def settle(model: Model, subgraph_index: int, decisions: list[OpDecision]) -> None:
