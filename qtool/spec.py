@@ -226,6 +226,13 @@ def input_scale_below_one() -> frozenset[str]:
 
 
 @functools.cache
+def rescaling_ops() -> frozenset[str]:
+    """The ops whose int8 kernels rescale each input to the output's scale before adding
+    (ADD, SUB: the spec file's check.rescale_left_shift)."""
+    return frozenset(raw_spec()["check"]["rescale_left_shift"])
+
+
+@functools.cache
 def boundary_ops() -> frozenset[str]:
     """The ops whose float (or uint8) side is the model boundary: QUANTIZE, DEQUANTIZE."""
     return frozenset(raw_spec()["check"]["boundary_ops"])

@@ -132,6 +132,58 @@ def stream_model(features: int = 8, units: int = 12, seed: int = 0) -> Model:
     return b.model
 
 
+def gated_stream_model(features: int = 8, units: int = 12, seed: int = 0) -> Model:
+    """A GRU-like streaming cell, its state in a resource variable (initialised to zeros):
+    z = sigmoid(frame @ Wz + state @ Uz), c = tanh(frame @ Wc + state @ Uc),
+    state = z * state + (1 - z) * c; output = state @ Wo."""
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder()
+    b.model.subgraphs.append(Subgraph(tensors=[], inputs=[], outputs=[], operators=[], name="init"))
+    frame = b.input("frame", [1, features])
+    b.op("CALL_ONCE", [], [], options_type="CallOnceOptions", options={"init_subgraph_index": 1})
+    handle = _var_handle(b, "state")
+    state = b.op("READ_VARIABLE", [handle], output_shape=[1, units], name="state_read")
+
+    def gate(name: str, activation: str, bias: float) -> int:
+        x = b.fully_connected(frame, rng.normal(0, 0.8, (units, features)), None, f"{name}_x")
+        h = b.fully_connected(state, rng.normal(0, 0.4, (units, units)), None, f"{name}_h")
+        total = b.fully_connected(
+            b.op(
+                "ADD",
+                [x, h],
+                output_shape=[1, units],
+                name=f"{name}_sum",
+                options_type="AddOptions",
+            ),
+            np.eye(units),
+            np.full(units, bias),
+            f"{name}_bias",
+        )
+        return b.op(activation, [total], output_shape=[1, units], name=name)
+
+    z = gate("update", "LOGISTIC", 0.0)
+    c = gate("candidate", "TANH", 0.0)
+    one = b.constant("one", np.ones([], np.float32))
+    keep = b.op("MUL", [z, state], output_shape=[1, units], name="kept", options_type="MulOptions")
+    rest = b.op(
+        "SUB", [one, z], output_shape=[1, units], name="one_minus_z", options_type="SubOptions"
+    )
+    new = b.op("MUL", [rest, c], output_shape=[1, units], name="taken", options_type="MulOptions")
+    state_next = b.op(
+        "ADD", [keep, new], output_shape=[1, units], name="next", options_type="AddOptions"
+    )
+    b.op("ASSIGN_VARIABLE", [handle, state_next], [])
+    out = b.fully_connected(state_next, rng.normal(0, 0.5, (4, units)), np.zeros(4), "head")
+    b.finish([out])
+    ib = GraphBuilder(b.model, 1)
+    ib.op(
+        "ASSIGN_VARIABLE",
+        [_var_handle(ib, "state"), ib.constant("zeros", np.zeros((1, units), np.float32))],
+        [],
+    )
+    return b.model
+
+
 def _var_handle(b: GraphBuilder, name: str) -> int:
     handle = b.tensor(f"{name}_handle", [], TensorType.RESOURCE)
     b.op(

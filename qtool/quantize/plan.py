@@ -31,9 +31,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
-from qtool.numerics import AffineParams, activation_params, multiplier_reaches_one
+from qtool.numerics import AffineParams, activation_params, multiplier_reaches_one, qrange
 from qtool.quantize import recurrent
-from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec, input_scale_below_one, integer_lstm
+from qtool.runtime.state import keeps_state
+from qtool.spec import (
+    QUANTIZED,
+    Mode,
+    OpRule,
+    QuantSpec,
+    input_scale_below_one,
+    integer_lstm,
+    rescaling_ops,
+)
 
 FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
 
@@ -319,6 +328,8 @@ def make_plan(
         for q in outputs[1:]:
             groups.union(anchor, plan.writes[(i, q)])
     _assign_params(model, subgraph, plan, groups)
+    if keeps_state(model, subgraph_index):
+        _snap_to_input_grids(model, subgraph, plan, groups)
     return plan
 
 
@@ -353,6 +364,63 @@ def _assign_params(model: Model, subgraph: Subgraph, plan: Plan, groups: _Groups
                     plan.ranges[slot[0]] = span
         for slot in slots:
             plan.params[slot] = params
+
+
+# Scales this close copy most int8 codes unchanged when one is rescaled to the other (|q| < 64 at
+# 1/128): the value they stand for changes by the scale ratio, a gain error.
+_SAME_GRID = 1 / 128
+
+
+def _snap_to_input_grids(model: Model, subgraph: Subgraph, plan: Plan, groups: _Groups) -> None:
+    """In a model that keeps state, put an ADD or SUB and its live inputs whose scales are
+    almost equal (within _SAME_GRID) on one grid: a fixed one among them (LOGISTIC's 1/256),
+    else the output's; each group keeps a zero point for its range.
+
+    These kernels rescale each input to the output's scale; between nearly equal scales that
+    copies codes, so the value changes by the scale ratio: a gain error that is noise in a
+    feed-forward graph but that a recurrence accumulates step after step (keras_stream_gru:
+    1 - z requantized from LOGISTIC's 1/256 to 1/255 made z + (1 - z) exceed 1 by 0.4%)."""
+    members: dict[Slot, list[Slot]] = {}
+    for slot in plan.params:
+        members.setdefault(groups.find(slot), []).append(slot)
+    for i, op in enumerate(subgraph.operators):
+        output = plan.writes.get((i, 0))
+        if model.op_type(op) not in rescaling_ops() or output not in plan.params:
+            continue
+        inputs = [
+            slot
+            for (reader, _), slot in plan.reads.items()
+            if reader == i and slot in plan.params and not _constant(model, subgraph, slot[0])
+        ]
+        scale = float(plan.params[output].scale[0])
+        near = {
+            groups.find(slot): slot
+            for slot in [output, *inputs]
+            if slot[1] == output[1]
+            and abs(float(plan.params[slot].scale[0]) / scale - 1) < _SAME_GRID
+        }
+        fixed = [slot for root, slot in near.items() if groups.pinned(root) is not None]
+        grid = float(plan.params[fixed[0] if fixed else output].scale[0])
+        for root, slot in near.items():
+            if groups.pinned(root) is None:
+                snapped = _params_on_grid(_group_span(plan, members[root]), grid, slot[1])
+                for member in members[root]:
+                    plan.params[member] = snapped
+
+
+def _group_span(plan: Plan, slots: list[Slot]) -> tuple[float, float]:
+    spans = [plan.ranges[s[0]] for s in slots if s[0] in plan.ranges]
+    return min(s[0] for s in spans), max(s[1] for s in spans)
+
+
+def _params_on_grid(span: tuple[float, float], scale: float, dtype: str) -> AffineParams:
+    """Parameters with `scale` for the range `span`: int16 symmetric (zero point 0, its
+    scheme), int8 with the range's lowest end at the lowest code (0 exact)."""
+    if dtype == INT16:
+        return AffineParams(np.array([scale], np.float32), np.array([0]))
+    low, high = qrange(np.int8)
+    zero_point = int(np.clip(np.round(low - min(span[0], 0.0) / scale), low, high))
+    return AffineParams(np.array([scale], np.float32), np.array([zero_point]))
 
 
 def _constant(model: Model, subgraph: Subgraph, t: int) -> bool:
