@@ -117,6 +117,8 @@ class ModelState:
         """CALL_ONCE: run the initialising subgraph on the first invocation of this state."""
         if subgraph_index in self.initialised:
             return
+        if not 0 <= subgraph_index < len(self.model.subgraphs):
+            raise ModelError(f"CALL_ONCE names subgraph {subgraph_index}, which does not exist")
         self.initialised.add(subgraph_index)
         engine = self._engine_for(subgraph_index)
         engine.run([])

@@ -13,6 +13,7 @@ import qtool
 from qtool.calibrate import Dataset
 from qtool.calibrate.collect import collect
 from qtool.check.audit import audit_model
+from qtool.errors import ModelError
 from qtool.model import TensorType, model_to_bytes, parse_model
 from qtool.model.variables import accesses, initial_values, value_of
 from qtool.numerics import sqnr_db
@@ -146,3 +147,10 @@ def test_a_recurrence_adds_on_one_grid_where_scales_nearly_agree() -> None:
         run_micro(result.model_bytes, holdout),
     ):
         assert sqnr_db(reference, got) >= 31.0
+
+
+def test_a_variable_read_before_any_assignment_is_a_model_error() -> None:
+    model = stream_model()
+    model.subgraphs[1].operators = []  # the initialiser assigns nothing
+    with pytest.raises(ModelError, match="reads variable 'state' before anything assigned it"):
+        Engine(model).run([HOLDOUT[:1]])
