@@ -227,6 +227,13 @@ def input_scale_below_one(scheme: str = "int8") -> frozenset[str]:
 
 
 @functools.cache
+def rescaling_ops() -> frozenset[str]:
+    """The ops whose int8 kernels rescale each input to the output's scale before adding
+    (ADD, SUB: the spec file's check.rescale_left_shift)."""
+    return frozenset(raw_spec()["check"]["rescale_left_shift"])
+
+
+@functools.cache
 def boundary_ops() -> frozenset[str]:
     """The ops whose float (or uint8) side is the model boundary: QUANTIZE, DEQUANTIZE."""
     return frozenset(raw_spec()["check"]["boundary_ops"])
@@ -251,7 +258,10 @@ class WeightedOperands:
 
 @functools.cache
 def weighted_operands(op_type: str) -> WeightedOperands | None:
-    """The operand positions of `op_type` if its int8 form has weights, else None."""
+    """The operand positions of `op_type` if its int8 form has weights, else None (also for
+    the recurrent ops, whose many weights `integer_lstm` describes)."""
+    if op_type in integer_lstm().ops:
+        return None
     rule = load_spec().rule(op_type)
     weight = None if rule is None else rule.weight_rule()
     activations = [] if rule is None else [r for r in rule.inputs if r.role == "activation"]
@@ -330,3 +340,60 @@ def sparse_int8_consumers() -> frozenset[str]:
     """The ops whose int8 kernels read weights that a DENSIFY expands from an int8 sparse
     constant, in LiteRT's builtin kernels and XNNPACK (the spec file's `sparse_weights`)."""
     return frozenset(raw_spec()["sparse_weights"]["int8_consumers"])
+
+
+@dataclass(frozen=True)
+class IntegerLstm:
+    """What LiteRT's integer LSTM kernel requires (the spec file's `integer_lstm`): operand
+    positions by role (gates in the order input, forget, cell, output; None where a gate has
+    no such operand), the intermediates, and the fixed numbers of the scheme."""
+
+    ops: frozenset[str]
+    operands: dict[str, Any]  # role -> position, or per-gate positions
+    intermediate_count: int
+    gate_sum_intermediates: tuple[int, ...]
+    hidden_intermediate: int
+    gate_sum: dict[str, Any]  # dtype, range, zero_point of the gate-sum intermediates
+    gate_scale: float  # the gate sums' fixed scale without layer norm (Q3.12)
+    cell_state_log2_scale: tuple[int, int]  # the cell state's scale is 2^k, k in this range
+    layer_norm_bias_factor: float  # bias scale = layer-norm weight scale x this
+    activation: str  # the fused activation the integer kernel computes (TANH)
+    no_integer_kernel: dict[str, str]  # recurrent ops LiteRT runs in float only, and why
+
+
+@functools.cache
+def integer_lstm() -> IntegerLstm:
+    """The integer LSTM kernel's facts, read once from the int8 spec file."""
+    raw = raw_spec()["integer_lstm"]
+    intermediates = raw["intermediates"]
+    return IntegerLstm(
+        ops=frozenset(raw["ops"]),
+        operands=dict(raw["operands"]),
+        intermediate_count=int(intermediates["count"]),
+        gate_sum_intermediates=tuple(intermediates["gate_sums"]),
+        hidden_intermediate=int(intermediates["hidden"]),
+        gate_sum=dict(intermediates["gate_sum"]),
+        gate_scale=float(raw["gate_scale"]),
+        cell_state_log2_scale=tuple(raw["cell_state_log2_scale"]),
+        layer_norm_bias_factor=float(raw["layer_norm_bias_factor"]),
+        activation=raw["requires"]["fused_activation_function"],
+        no_integer_kernel=dict(raw["no_integer_kernel"]),
+    )
+
+
+@dataclass(frozen=True)
+class ResourceVariableOps:
+    """The operators of resource variables (the spec file's `resource_variables`), whose reads,
+    assignments and initial value share one set of parameters."""
+
+    handle: str
+    read: str
+    assign: str
+    initialiser: str
+
+
+@functools.cache
+def resource_variable_ops() -> ResourceVariableOps:
+    """The resource-variable operators, read once from the int8 spec file."""
+    raw = raw_spec()["resource_variables"]
+    return ResourceVariableOps(raw["handle"], raw["read"], raw["assign"], raw["initialiser"])

@@ -9,7 +9,16 @@ its id, default severity and help; this module only puts the declarations in ord
 
 from __future__ import annotations
 
-from qtool.check import contracts, gates, graph_rules, operands, qparams, risk, validity
+from qtool.check import (
+    contracts,
+    gates,
+    graph_rules,
+    operands,
+    qparams,
+    risk,
+    state_rules,
+    validity,
+)
 from qtool.check.rulebook import RuleInfo, catalogue
 
 RULES: dict[str, RuleInfo] = catalogue(
@@ -32,6 +41,9 @@ RULES: dict[str, RuleInfo] = catalogue(
     operands.BIAS_SCALE,
     operands.FIXED_OUTPUT,
     operands.SAME_SCALE,
+    # kernels that keep state
+    state_rules.VARIABLE_PARAMS,
+    state_rules.LSTM_CONTRACT,
     # the graph as a whole
     graph_rules.NOT_QUANTIZED,
     graph_rules.FLOAT_OP,

@@ -26,7 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.errors import ModelError
-from qtool.model import shape_rules_layout, shape_rules_nn  # noqa: F401  (they register rules)
+from qtool.model import (  # noqa: F401  (they register rules)
+    shape_rules_layout,
+    shape_rules_nn,
+    shape_rules_state,
+)
 from qtool.model.calls import call_problems
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.reflect import enum_values

@@ -25,7 +25,7 @@ the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,12 +38,15 @@ from qtool.numerics import (
     multiplier_reaches_one,
     symmetric_activation_params,
 )
+from qtool.quantize import recurrent
+from qtool.runtime.state import keeps_state
 from qtool.spec import (
     QUANTIZED,
     Mode,
     OpRule,
     QuantSpec,
     input_scale_below_one,
+    integer_lstm,
     kernel_contracts,
 )
 
@@ -181,7 +184,11 @@ def _unsupported(
     """Why `op` cannot run under `rule` (None when it can)."""
     tensors = subgraph.tensors
     if rule is None:
-        return f"{model.op_type(op)} has no {scheme} kernel in the {scheme} spec"
+        op_type = model.op_type(op)
+        float_only = integer_lstm().no_integer_kernel.get(op_type)
+        if float_only is not None:
+            return f"{op_type} has no integer kernel in LiteRT ({float_only})"
+        return f"{op_type} has no {scheme} kernel in the {scheme} spec"
     for position, t in enumerate(op.inputs):
         if t < 0:
             continue
@@ -207,6 +214,8 @@ def _unsupported(
             return f"output {position} is float but the spec has no {scheme} rule for it"
         if operand.fixed is None and not rule.same_scale and t not in ranges:
             return f"output {position} ({tensors[t].name}) was never produced during calibration"
+    if rule.name in integer_lstm().ops:
+        return recurrent.unsupported(model, subgraph, op, ranges)
     return None
 
 
@@ -300,9 +309,12 @@ def make_plan(
     source_index: list[int],
     subgraph_index: int = 0,
     decisions: list[OpDecision] | None = None,
+    shared: Callable[[Plan], Iterable[list[Slot]]] | None = None,
 ) -> Plan:
     """Decide every operator of a subgraph (unless `decisions` are given) and the parameters of
-    every slot. `source_index[i]` is the input-model index of operator i (for reports)."""
+    every slot. `source_index[i]` is the input-model index of operator i (for reports).
+    `shared(plan)`, given the plan's reads and writes, names further groups of slots that must
+    share one set of parameters (the values of one resource variable)."""
     subgraph = model.subgraphs[subgraph_index]
     if decisions is None:
         decisions = [
@@ -355,6 +367,9 @@ def make_plan(
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for slot in [plan.reads[(i, p)] for p in inputs] + [plan.writes[(i, q)] for q in outputs]:
             groups.union(anchor, slot)
+    for tied in shared(plan) if shared is not None else ():
+        for slot in tied[1:]:
+            groups.union(tied[0], slot)
     for i, inputs, outputs in multi_input:
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for p in inputs:
@@ -371,6 +386,8 @@ def make_plan(
         for q in outputs[1:]:
             groups.union(anchor, plan.writes[(i, q)])
     _assign_params(model, subgraph, plan, groups)
+    if keeps_state(model, subgraph_index):
+        recurrent.snap_to_input_grids(model, subgraph, plan, groups.find, groups.pinned)
     return plan
 
 

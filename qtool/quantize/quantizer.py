@@ -490,7 +490,8 @@ def _warnings(
 ) -> list[str]:
     warnings = list(notes.warnings)
     for s, subgraph in enumerate(work.subgraphs):
-        if s not in collected:
+        # A subgraph rewritten without data of its own initialises quantized variables.
+        if s not in collected and s not in notes.origins:
             warnings.append(
                 f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
                 "data (not a signature's entry point): kept in float"

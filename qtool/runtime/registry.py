@@ -35,6 +35,8 @@ KERNEL_MODULES = (
     "qtool.runtime.kernels.generators",
     "qtool.runtime.kernels.quant",
     "qtool.runtime.kernels.mediapipe",
+    "qtool.runtime.kernels.variables",
+    "qtool.runtime.kernels.recurrent",
 )
 
 
@@ -43,10 +45,11 @@ class OpContext:
 
     At plan time `inputs` holds only constant values (activations are None) and `batch` is 1;
     batch predicates use it to decide on static grounds. At run time every input is present and
-    activations carry `batch` samples along their leading axis.
+    activations carry `batch` samples along their leading axis, and `state` is the run's
+    `ModelState` (variable tensors, resource variables: qtool.runtime.state).
     """
 
-    __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "subgraph")
+    __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "state", "subgraph")
 
     def __init__(
         self,
@@ -56,6 +59,7 @@ class OpContext:
         op: Operator,
         inputs: list[np.ndarray | None],
         batch: int = 1,
+        state: Any = None,
     ) -> None:
         self.model = model
         self.subgraph = subgraph
@@ -64,6 +68,7 @@ class OpContext:
         self.op_type = model.op_type(op)
         self.inputs = inputs
         self.batch = batch
+        self.state = state  # None at plan time and when folding constants
 
     def option(self, name: str) -> Any:
         """An option of the operator by snake_case name; an operator written without its options

@@ -298,6 +298,14 @@ CASES: dict[str, OpCase] = {
 # The boundary ops are in every case: each model's inputs are QUANTIZEd and its outputs
 # DEQUANTIZEd (the test feeds values whose codes it knows and reads the codes back).
 BOUNDARY = frozenset({"QUANTIZE", "DEQUANTIZE"})
+# Ops a one-op model cannot show: they carry state from one invocation to the next (variables)
+# or run a whole sequence (the LSTM). Their contracts are proven over sequences in LiteRT and
+# TFLite Micro, in the tests named.
+COVERED_ELSEWHERE = {
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": "tests/quantize/test_recurrent.py",
+    "READ_VARIABLE": "tests/quantize/test_stateful.py",
+    "ASSIGN_VARIABLE": "tests/quantize/test_stateful.py",
+}
 # Outputs per op (when not 1).
 OUTPUTS = {"SPLIT": 2, "SPLIT_V": 2, "UNPACK": 2}
 
