@@ -1,5 +1,5 @@
 """`python -m bench`: calibration speed and accuracy on the real models (bench/speed.py,
-bench/accuracy.py), engine vs LiteRT on the fixtures, and audit time on a 10 MB model.
+bench/accuracy.py, bench/corpus_accuracy.py), engine vs LiteRT on the fixtures, and audit time on a 10 MB model.
 
 Every figure is a ratio against a baseline timed in the same process, so results compare across
 machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
@@ -26,6 +26,7 @@ from rich.table import Table
 
 from bench.accuracy import bench_accuracy
 from bench.corpus import load_manifest, manifest_table
+from bench.corpus_accuracy import bench_corpus_accuracy
 from bench.size import bench_size
 from bench.speed import bench_speed
 from bench.startup import bench_startup
@@ -230,6 +231,7 @@ if __name__ == "__main__":
     bench_startup()
     bench_speed()
     bench_accuracy()
+    bench_corpus_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")
     bench_calibration()
     bench_check()
