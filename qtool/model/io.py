@@ -55,6 +55,10 @@ from qtool.model.validate import validate_model
 
 FILE_IDENTIFIER = b"TFL3"
 BUFFER_ALIGNMENT = 16
+# Small constants (biases, a layer's scales) need only their element's alignment (8 bytes covers
+# every tensor type); 16 bytes each would pad a small model by hundreds of bytes for no reader.
+SMALL_BUFFER = 256
+SMALL_BUFFER_ALIGNMENT = 8
 # The flatbuffers builder cannot exceed 2 GiB; leave headroom for the graph itself.
 INLINE_BUFFER_LIMIT = 2**31 - 2**26
 
@@ -334,9 +338,8 @@ def _model_to_dict(model: Model, builder: flatbuffers.Builder, offsets: list[int
         if offsets is not None and buffer.nbytes:
             entry.update(offset=offsets[i], size=buffer.nbytes)
         elif buffer.data is not None:
-            entry["data"] = Prebuilt(
-                create_numpy_vector(builder, buffer.data, alignment=BUFFER_ALIGNMENT)
-            )
+            alignment = BUFFER_ALIGNMENT if buffer.nbytes > SMALL_BUFFER else SMALL_BUFFER_ALIGNMENT
+            entry["data"] = Prebuilt(create_numpy_vector(builder, buffer.data, alignment=alignment))
         buffer_dicts.append(entry)
     return {
         **model.extra,
