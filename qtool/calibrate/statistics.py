@@ -114,8 +114,12 @@ class SubgraphStatistics:
     def _flush_tensor(self, tensor_index: int) -> None:
         parts = self._pending.pop(tensor_index, [])
         self._pending_bytes.pop(tensor_index, None)
-        if parts:
-            self._fold(tensor_index, np.concatenate(parts) if len(parts) > 1 else parts[0])
+        if len(parts) > 1:
+            # Whole samples one after the other, flat: a 0-d tensor (a scalar activation) has
+            # no axis to join its samples along; both statistics reshape to sample rows anyway.
+            self._fold(tensor_index, np.concatenate([part.reshape(-1) for part in parts]))
+        elif parts:
+            self._fold(tensor_index, parts[0])
 
     def flush(self) -> None:
         """Fold every value still held back."""

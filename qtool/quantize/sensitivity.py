@@ -24,6 +24,7 @@ from qtool.numerics import SqnrAccumulator
 from qtool.quantize.plan import Plan, Slot
 from qtool.quantize.simulate import Parts, Simulator, simulation_model
 from qtool.runtime import Engine
+from qtool.runtime.engine import join_chunks
 
 MAX_SAMPLES = 16  # a ranking of places needs a few samples, not the whole fold
 
@@ -118,7 +119,7 @@ class FloatTensors:
         subgraph = model.subgraphs[subgraph_index]
         engine = Engine(model, subgraph_index)
         self.outputs = engine.run(inputs, observers=[keep])
-        self.values = {t: np.concatenate(parts) for t, parts in chunks.items()}
+        self.values = {t: join_chunks(parts) for t, parts in chunks.items()}
         # Computed from constants when the engine was built (a DEQUANTIZE of float16 weights
         # that a model output keeps): never observed, the same for every sample.
         self.constants = engine.constants
@@ -174,8 +175,10 @@ class Analyzer:
         feeds = [self.float.feed(t, batched) for t in sub_graph.inputs]
         outputs = Engine(sub, self.plan.subgraph_index).run(feeds) if sub_graph.outputs else []
         perturbed = dict(zip(sub_graph.outputs, outputs, strict=True))
+        # A suffix whose inputs lost the leading 1 (a scalar among them) holds its samples
+        # in front of the declared shape: the same values as the reference's rows.
         final = [
-            perturbed.get(t, reference)
+            np.reshape(perturbed.get(t, reference), reference.shape)
             for t, reference in zip(self.subgraph.outputs, self.float.outputs, strict=True)
         ]
         name = self.subgraph.tensors[place.tensor].name

@@ -326,6 +326,13 @@ class Engine:
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
 
+def join_chunks(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The values one tensor took in successive chunks (as observers see them), joined along
+    their rows. A 0-d value (a scalar tensor, whose chunks hold one sample each) becomes one
+    row, so that chunks of scalars join as chunks of anything else."""
+    return np.concatenate([np.reshape(part, (-1, *np.shape(part)[1:])) for part in parts])
+
+
 def samples_per_pass(subgraph: Subgraph, operators: Sequence[Operator] | None = None) -> int:
     """Samples per pass from the per-sample sizes of the tensors `operators` (default: all of
     the subgraph's) produce."""

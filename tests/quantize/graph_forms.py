@@ -1,0 +1,133 @@
+"""Small float models of the graph forms exporters produce, and LiteRT as their judge.
+
+Each builder returns a model (GraphBuilder, no TensorFlow) and calibration and held-out data;
+`litert_sqnr` runs a produced model and its float original in LiteRT, sample by sample, with
+the builtin kernels or XNNPACK, and gives each output's SQNR in dB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+from qtool.model import Model, model_to_bytes, parse_model
+from qtool.model.build import GraphBuilder
+from qtool.numerics import sqnr_db
+
+
+@dataclass
+class Form:
+    """A float model and its data: `calibration` and `holdout` map input names to (N, ...)."""
+
+    model: Model
+    calibration: dict[str, np.ndarray]
+    holdout: dict[str, np.ndarray]
+
+    @property
+    def blob(self) -> bytes:
+        return model_to_bytes(self.model)
+
+
+def _mul(b: GraphBuilder, x: int, y: int, shape: list[int], name: str) -> int:
+    return b.op("MUL", [x, y], output_shape=shape, name=name, options_type="MulOptions")
+
+
+def scalar_form(samples: int = 40) -> Form:
+    """0-d activations as Keras' shape arithmetic and audio front-ends make them: a dense layer,
+    its peak over every axis (a scalar), the peak minus a constant as a floor under the layer
+    (MAXIMUM broadcasting a scalar), and the layer flattened to 1-d and squared."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.input("x", [1, 16])
+    h = b.fully_connected(x, rng.standard_normal((8, 16)) / 3, rng.standard_normal(8) / 10, "fc")
+    axes = b.constant("axes", np.array([0, 1], np.int32))
+    peak = b.op(
+        "REDUCE_MAX",
+        [h, axes],
+        output_shape=[],
+        name="peak",
+        options_type="ReducerOptions",
+        options={"keep_dims": False},
+    )
+    floor = b.op(
+        "SUB",
+        [peak, b.constant("depth", np.array(2.0, np.float32))],
+        output_shape=[],
+        name="floor",
+        options_type="SubOptions",
+    )
+    clamped = b.op("MAXIMUM", [h, floor], output_shape=[1, 8], name="clamped")
+    flat = b.op("RESHAPE", [h, b.constant("shape", np.array([8], np.int32))], output_shape=[8])
+    squared = _mul(b, flat, flat, [8], "squared")
+    model = parse_model(model_to_bytes(b.finish([clamped, squared, floor])))
+    data = rng.uniform(-1, 1, (samples + 24, 16)).astype(np.float32)
+    return Form(model, {"x": data[:samples]}, {"x": data[samples:]})
+
+
+def vector_form(samples: int = 40) -> Form:
+    """Inputs without a batch axis: a 1-d signal and a 0-d gain, an elementwise chain and a
+    mean to a scalar output, and a dense layer on the 1-d signal."""
+    rng = np.random.default_rng(1)
+    b = GraphBuilder()
+    x = b.input("x", [16])
+    gain = b.input("gain", [])
+    scaled = _mul(b, x, gain, [16], "scaled")
+    offset = b.constant("offset", rng.uniform(0.2, 1.0, 16).astype(np.float32))
+    shifted = b.op(
+        "ADD", [scaled, offset], output_shape=[16], name="shifted", options_type="AddOptions"
+    )
+    squashed = b.op("TANH", [shifted], output_shape=[16], name="squashed")
+    mean = b.op(
+        "MEAN",
+        [squashed, b.constant("axis", np.array([0], np.int32))],
+        output_shape=[],
+        name="mean",
+        options_type="ReducerOptions",
+        options={"keep_dims": False},
+    )
+    # A dense layer reading the 1-d signal (LiteRT flattens it to one row): bias correction
+    # needs the mean of a 1-d input.
+    dense = b.fully_connected(
+        x, rng.standard_normal((8, 16)) / 3, rng.standard_normal(8) / 10, "dense"
+    )
+    model = parse_model(model_to_bytes(b.finish([squashed, mean, dense])))
+    n = samples + 24
+    x_data = rng.standard_normal((n, 16)).astype(np.float32)
+    g_data = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    return Form(
+        model,
+        {"x": x_data[:samples], "gain": g_data[:samples]},
+        {"x": x_data[samples:], "gain": g_data[samples:]},
+    )
+
+
+def litert_outputs(blob: bytes, feeds: Sequence[np.ndarray], xnnpack: bool) -> list[np.ndarray]:
+    """Every sample of `feeds` (N, ...) through the model in LiteRT, one invoke per sample,
+    the input resized to the sample's shape; each output's values stacked (N, ...)."""
+    resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+    interpreter = Interpreter(model_content=blob, experimental_op_resolver_type=resolver)
+    inputs = interpreter.get_input_details()
+    shapes = [list(d["shape"]) for d in inputs]
+    leading_one = all(s[:1] == [1] for s in shapes)
+    samples = [f[:, None] if leading_one else f for f in feeds]
+    for detail, sample in zip(inputs, samples, strict=True):
+        interpreter.resize_tensor_input(detail["index"], list(sample.shape[1:]))
+    interpreter.allocate_tensors()
+    found: list[list[np.ndarray]] = [[] for _ in interpreter.get_output_details()]
+    for i in range(len(samples[0])):
+        for detail, sample in zip(inputs, samples, strict=True):
+            interpreter.set_tensor(detail["index"], sample[i].astype(detail["dtype"]))
+        interpreter.invoke()
+        for k, detail in enumerate(interpreter.get_output_details()):
+            found[k].append(interpreter.get_tensor(detail["index"]).copy())
+    return [np.stack(values) for values in found]
+
+
+def litert_sqnr(float_blob: bytes, quantized_blob: bytes, feeds, xnnpack: bool) -> list[float]:
+    """Each output's SQNR (dB) of the quantized model against the float one, both in LiteRT."""
+    reference = litert_outputs(float_blob, feeds, xnnpack)
+    got = litert_outputs(quantized_blob, feeds, xnnpack)
+    return [sqnr_db(r, g.reshape(r.shape)) for r, g in zip(reference, got, strict=True)]
