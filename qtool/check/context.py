@@ -17,7 +17,7 @@ from qtool.check.rulebook import RuleInfo
 from qtool.check.settings import load_settings
 from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.model.types import tensor_types
-from qtool.op_facts import type_class
+from qtool.op_facts import shape_only_inputs, type_class
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 
 FLOAT_TYPES = tensor_types(type_class("floating"))
@@ -74,7 +74,8 @@ def _compute_mode(
     inputs: tuple[Operand, ...], outputs: tuple[Operand, ...], rule: OpRule | None, scheme: Mode
 ) -> Mode:
     # Weights and biases do not decide the mode: a float op with int8 weights is a hybrid
-    # (dynamic-range) op, which computes in float.
+    # (dynamic-range) op, which computes in float. Nor do operands whose values the op never
+    # reads (SHAPE's input): they bring no real-valued data into it.
     if rule is None:
         deciding = inputs + outputs
     else:
@@ -130,6 +131,8 @@ class AuditContext:
 
         inputs, outputs = operands("input", op.inputs), operands("output", op.outputs)
         scheme = Mode.INT16 if spec is self.spec16 else Mode.INT8
+        shape_only = shape_only_inputs(op_type)
+        valued = tuple(o for o in inputs if o.position not in shape_only)
         return OpView(
             s,
             i,
@@ -138,7 +141,7 @@ class AuditContext:
             inputs,
             outputs,
             boundary=op_type in self.settings.boundary_ops,
-            mode=_compute_mode(inputs, outputs, rule, scheme),
+            mode=_compute_mode(valued, outputs, rule, scheme),
             scheme=scheme.value,
         )
 

@@ -19,6 +19,18 @@ class FloatModel:
     source_index: list[list[int]]  # per subgraph: input-model index of each operator
     rewritten: dict[tuple[int, int], RewrittenOp] = field(default_factory=dict)  # by source op
 
+    def input_types(self, subgraph_index: int) -> list[str]:
+        """The type each operator of a subgraph had in the input model (before a rewrite)."""
+        subgraph = self.model.subgraphs[subgraph_index]
+        return [
+            rewrite.op_type
+            if (rewrite := self.rewritten.get((subgraph_index, source))) is not None
+            else self.model.op_type(op)
+            for op, source in zip(
+                subgraph.operators, self.source_index[subgraph_index], strict=True
+            )
+        ]
+
 
 def prepare_float_model(model: Model) -> FloatModel:
     """A copy of `model` with constant operators folded and operators without an integer

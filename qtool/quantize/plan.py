@@ -32,6 +32,7 @@ import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
 from qtool.numerics import AffineParams, activation_params, multiplier_reaches_one
+from qtool.op_facts import shape_only_inputs
 from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec, input_scale_below_one
 
 FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
@@ -80,9 +81,12 @@ class Precision:
     specs: Mapping[str, QuantSpec]  # INT8 -> int8 table, INT16 -> int16x8 table
     int16_patterns: tuple[str, ...] = ()  # op-type or tensor-name globs; "*" for every op
 
-    def wanted(self, model: Model, subgraph: Subgraph, op: Operator) -> str:
+    def wanted(
+        self, model: Model, subgraph: Subgraph, op: Operator, op_type: str | None = None
+    ) -> str:
+        """INT16 where a pattern matches the op (`op_type`: its type in the input model)."""
         if INT16 in self.specs and any(
-            model.op_matches(op, subgraph, p) for p in self.int16_patterns
+            model.op_matches(op, subgraph, p, op_type) for p in self.int16_patterns
         ):
             return INT16
         return INT8
@@ -120,9 +124,27 @@ class _Groups:
 
 
 def keep_float_match(
-    model: Model, subgraph: Subgraph, op: Operator, patterns: tuple[str, ...]
+    model: Model,
+    subgraph: Subgraph,
+    op: Operator,
+    patterns: tuple[str, ...],
+    op_type: str | None = None,
 ) -> str | None:
-    return next((p for p in patterns if model.op_matches(op, subgraph, p)), None)
+    return next((p for p in patterns if model.op_matches(op, subgraph, p, op_type)), None)
+
+
+def unmatched_pattern(
+    model: Model, input_types: list[list[str]], patterns: tuple[str, ...]
+) -> str | None:
+    """The first of `patterns` that matches no operator of any subgraph, the op types being
+    those of the input model (`input_types[s][i]`: SQUARE, not the MUL it became)."""
+    for pattern in patterns:
+        if not any(
+            model.op_matches(op, subgraph, pattern, input_types[s][i])
+            for s, i, subgraph, op in model.iter_ops()
+        ):
+            return pattern
+    return None
 
 
 def _is_float(tensor: Tensor) -> bool:
@@ -176,18 +198,21 @@ def decide(
     precision: Precision,
     ranges: Mapping[int, tuple[float, float]],
     keep_float: tuple[str, ...],
+    input_type: str | None = None,
 ) -> OpDecision:
-    """How an operator runs: in int16x8 when asked and possible, else int8, else float."""
+    """How an operator runs: in int16x8 when asked and possible, else int8, else float.
+    Patterns match `input_type`, the type the op had in the input model, when given."""
     tensors = subgraph.tensors
-    has_float = any(t >= 0 and _is_float(tensors[t]) for t in op.inputs + op.outputs)
-    if not has_float:
+    shape_only = shape_only_inputs(model.op_type(op))  # their values are never read
+    valued = [t for p, t in enumerate(op.inputs) if p not in shape_only]
+    if not any(t >= 0 and _is_float(tensors[t]) for t in valued + op.outputs):
         return OpDecision(INTEGER)
-    pattern = keep_float_match(model, subgraph, op, keep_float)
+    pattern = keep_float_match(model, subgraph, op, keep_float, input_type)
     if pattern is not None:
         return OpDecision(FLOAT, f"kept in float by keep-float pattern {pattern!r}")
     op_type = model.op_type(op)
     note = None
-    if precision.wanted(model, subgraph, op) == INT16:
+    if precision.wanted(model, subgraph, op, input_type) == INT16:
         rule16 = precision.specs[INT16].rule(op_type)
         why = _unsupported(model, subgraph, op, rule16, ranges, INT16)
         if why is None:

@@ -83,6 +83,7 @@ class Planner:
     source_index: list[int]
     subgraph_index: int = 0
     calibration: Dataset | None = None  # samples for the second moments of rounding
+    input_types: list[str] | None = None  # each op's type in the input model (for patterns)
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
@@ -98,9 +99,10 @@ class Planner:
     def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:
         """The precision's decisions, with the recipe's int16 regions and float operators."""
         subgraph = self.subgraph
+        types = self.input_types or [None] * len(subgraph.operators)
         decisions = [
-            decide(self.model, subgraph, op, self.precision, ranges, self.keep_float)
-            for op in subgraph.operators
+            decide(self.model, subgraph, op, self.precision, ranges, self.keep_float, input_type)
+            for op, input_type in zip(subgraph.operators, types, strict=True)
         ]
         if recipe.int16_tensors and INT16 in self.precision.specs:
             wide = Precision(self.precision.specs, ("*",))

@@ -34,7 +34,7 @@ from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.litert_worker import start_children, submit_model
-from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
+from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision, unmatched_pattern
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
@@ -182,8 +182,16 @@ def calibrate_loaded(
         raise UsageError(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
+    _check_patterns(prepared, options)
     planners = {
-        s: Planner(prepared.model, precision, options.keep_float, prepared.source_index[s], s)
+        s: Planner(
+            prepared.model,
+            precision,
+            options.keep_float,
+            prepared.source_index[s],
+            s,
+            input_types=prepared.input_types(s),
+        )
         for s in entries
     }
     if statistics is not None:
@@ -229,6 +237,19 @@ def calibrate_loaded(
         correct = True if options.bias_correction is None else options.bias_correction
         start, scores = Recipe(parse_method(options.calibration), correct), {}
     return Calibrated(prepared, collected, statistics, planners, start, scores, datasets)
+
+
+def _check_patterns(prepared: FloatModel, options: QuantizeOptions) -> None:
+    """A keep-float or int16 pattern that matches no operator is a mistake worth a stop."""
+    types = [prepared.input_types(s) for s in range(len(prepared.model.subgraphs))]
+    for kind, patterns in (("keep-float", options.keep_float), ("int16", options.int16)):
+        pattern = unmatched_pattern(prepared.model, types, patterns)
+        if pattern is not None:
+            known = sorted({t for per_subgraph in types for t in per_subgraph})
+            raise UsageError(
+                f"{kind} pattern {pattern!r} matches no operator: neither an op type of the "
+                f"model ({', '.join(known)}) nor the name of a tensor an op produces"
+            )
 
 
 def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None]:
@@ -316,10 +337,10 @@ def quantize_loaded(
         )
     plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
     work, notes = rewritten(prepared.model, plans, precision.specs, options.io)
-    float_ops = [
-        FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
+    float_ops = [  # named as in the input model (a SQUARE kept float, not the MUL it became)
+        FloatOp(s, decision.source_index, op_type, decision.reason or "")
         for s, plan in plans.items()
-        for op, decision in zip(prepared.model.subgraphs[s].operators, plan.decisions, strict=True)
+        for op_type, decision in zip(prepared.input_types(s), plan.decisions, strict=True)
         if decision.mode == FLOAT
     ]
     accuracy = [
