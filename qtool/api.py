@@ -20,15 +20,16 @@ signatures, a dict keyed by signature.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from qtool.calibrate import model_inputs
 from qtool.calibrate.collect import calibration_statistics
-from qtool.calibrate.datasets import as_dataset, entry_datasets
+from qtool.calibrate.datasets import as_dataset, entry_data, entry_datasets
 from qtool.calibrate.inputs import entry_subgraphs
+from qtool.calibrate.shapes import shaped_model
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import check_loaded
 from qtool.check.findings import SEVERITY_RANK, Finding
@@ -42,6 +43,23 @@ from qtool.report.analysis_report import analysis_section
 from qtool.spec import spec_profiles
 
 ModelLike = str | os.PathLike | bytes | bytearray | memoryview | Model
+
+
+InputShapes = dict[str, "tuple[int, ...] | list[int]"]
+
+
+def _shaped(model: Model, data: Any, input_shapes: InputShapes | None) -> tuple[Model, Any]:
+    """The model at the input shapes it runs at (`input_shapes`, else the data's where a
+    dynamic input lets the data choose), and the data (a one-shot iterator read into a list
+    first: learning the shape reads a sample)."""
+    if isinstance(data, Iterator):
+        data = list(data)
+    per_entry = {} if data is None else entry_data(model, data)
+
+    def data_for(s: int, specs):
+        return as_dataset(per_entry[s], specs) if s in per_entry else None
+
+    return shaped_model(model, input_shapes, data_for), data
 
 
 def load_model(model: ModelLike) -> Model:
@@ -112,6 +130,7 @@ def quantize_model(
     holdout: Any = None,
     statistics: CalibrationStatistics | str | os.PathLike | None = None,
     samples: int | None = None,
+    input_shapes: InputShapes | None = None,
     strict: bool = False,
     analyze: bool = False,
     layer_sqnr: bool = False,
@@ -122,14 +141,17 @@ def quantize_model(
 
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
     optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
-    target, engine. `layer_sqnr` also measures each quantized activation's SQNR along the graph
+    target, engine. `input_shapes` ({input name: shape}) sets the shape a dynamic input (-1
+    in its signature) runs at; without it, the data's shape where the signature allows it.
+    `layer_sqnr` also measures each quantized activation's SQNR along the graph
     (simulated on the held-out samples, for `Quantized.html()`). Raises QtoolError subclasses
     for bad input; `strict` and an unreachable `target_sqnr` raise too (exit code 1 on the
     command line).
     """
     from qtool.jobs import finish_quantization
 
-    loaded = load_model(model)
+    original = load_model(model)
+    loaded, data = _shaped(original, data, input_shapes)
     settings = QuantizeOptions(**options)
     if isinstance(statistics, str | os.PathLike):
         statistics = CalibrationStatistics.load(statistics)
@@ -148,7 +170,7 @@ def quantize_model(
         strict=strict,
         progress=progress,
         input_path=None if source is None else os.fspath(source),
-        input_data=model_to_bytes(loaded) if source is None else None,
+        input_data=model_to_bytes(original) if source is None else None,
         data_sources=[_describe(data)],
         samples_limit=samples,
         measure_layer_sqnr=layer_sqnr,
@@ -169,10 +191,11 @@ def calibrate_model(
     samples: int | None = None,
     engine: str = "auto",
     progress: Callable[[int], None] | None = None,
+    input_shapes: InputShapes | None = None,
 ) -> CalibrationStatistics:
     """The calibration statistics of `data` (`qtool calibrate`): save, merge with other shards
-    (exactly), and pass to `quantize(statistics=...)`."""
-    loaded = load_model(model)
+    (exactly), and pass to `quantize(statistics=...)` (with the same `input_shapes`)."""
+    loaded, data = _shaped(load_model(model), data, input_shapes)
     return calibration_statistics(loaded, entry_datasets(loaded, data, samples), engine, progress)
 
 
@@ -183,10 +206,11 @@ def analyze_model(
     holdout: Any = None,
     samples: int | None = None,
     progress: Callable[[int], None] | None = None,
+    input_shapes: InputShapes | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Where the quantization error comes from (`qtool analyze --json`)."""
-    loaded = load_model(model)
+    loaded, data = _shaped(load_model(model), data, input_shapes)
     holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
     diagnosis = analyze_loaded(
         loaded,

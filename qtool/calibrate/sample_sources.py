@@ -174,7 +174,7 @@ def _leading_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
     sample = tuple(spec.sample_shape)
     if array.shape == sample:
         return array[None]
-    if array.shape[1:] != sample:
+    if not spec.fits(array.shape[1:]):
         expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
         raise DataError(
             f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "

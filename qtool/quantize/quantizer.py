@@ -261,8 +261,8 @@ def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None
 def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:
     if statistics.fingerprint != model_fingerprint(model):
         raise DataError(
-            "the calibration statistics were gathered on another model (or another qtool "
-            "version's preparation of it)"
+            "the calibration statistics were gathered on another model (or at other input "
+            "shapes, or by another qtool version's preparation of it)"
         )
 
 

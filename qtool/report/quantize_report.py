@@ -129,6 +129,17 @@ def _calibration_rows(result: QuantizeResult, model: Model) -> list[dict[str, An
     ]
 
 
+def _dynamic_input_shapes(result: QuantizeResult) -> dict[str, list[int]]:
+    """The shape each input declared dynamic (-1 in its signature) was quantized at."""
+    model = result.float_model
+    return {
+        model.subgraphs[s].tensors[t].name: list(model.subgraphs[s].tensors[t].shape)
+        for s in sorted(result.calibrations)
+        for t in model.subgraphs[s].inputs
+        if -1 in (model.subgraphs[s].tensors[t].shape_signature or ())
+    }
+
+
 def build_report(
     result: QuantizeResult,
     source: Model,
@@ -164,6 +175,7 @@ def build_report(
             "synthetic": any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
             "seed": seed,
+            "input_shapes": _dynamic_input_shapes(result),
         },
         "input_model": file_facts(input_path, input_data),
         "output_model": file_facts(output_path, output_data),

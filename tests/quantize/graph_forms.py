@@ -104,6 +104,85 @@ def vector_form(samples: int = 40) -> Form:
     )
 
 
+def _signed(b: GraphBuilder, t: int, signature: list[int]) -> int:
+    b.subgraph.tensors[t].shape_signature = signature
+    return t
+
+
+def dynamic_form(samples: int = 40, width: int = 64) -> Form:
+    """An audio front-end as exporters write it: input [1, 1] with signature [-1, -1] (the
+    window length is the caller's), framed by a strided convolution, flattened by a RESHAPE to
+    a shape computed at run time (SHAPE -> STRIDED_SLICE -> CONCATENATION, Keras' Flatten of
+    a dynamic batch). The data holds windows of `width` samples."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder()
+    x = _signed(b, b.input("audio", [1, 1]), [-1, -1])
+    rows = _signed(
+        b,
+        b.op(
+            "EXPAND_DIMS",
+            [x, b.constant("axis1", np.array(1, np.int32))],
+            output_shape=[1, 1, 1],
+            options_type="ExpandDimsOptions",
+        ),
+        [-1, 1, -1],
+    )
+    image = _signed(
+        b,
+        b.op(
+            "EXPAND_DIMS",
+            [rows, b.constant("axis3", np.array(3, np.int32))],
+            output_shape=[1, 1, 1, 1],
+            options_type="ExpandDimsOptions",
+        ),
+        [-1, 1, -1, 1],
+    )
+    filters = b.constant("filters", (rng.standard_normal((4, 1, 8, 1)) / 3).astype(np.float32))
+    frames = _signed(
+        b,
+        b.op(
+            "CONV_2D",
+            [image, filters, b.constant("bias", np.zeros(4, np.float32))],
+            output_shape=[1, 1, 1, 4],
+            name="frames",
+            options_type="Conv2DOptions",
+            options={"padding": 1, "stride_w": 4, "stride_h": 1, "fused_activation_function": 1},
+        ),
+        [-1, 1, -1, 4],
+    )
+    shape = b.op(
+        "SHAPE",
+        [frames],
+        output_shape=[4],
+        output_dtype=np.int32,
+        options_type="ShapeOptions",
+        options={"out_type": 2},
+    )
+    batch = b.op(
+        "STRIDED_SLICE",
+        [shape]
+        + [b.constant(n, np.array([v], np.int32)) for n, v in (("b", 0), ("e", 1), ("s", 1))],
+        output_shape=[1],
+        output_dtype=np.int32,
+        options_type="StridedSliceOptions",
+    )
+    flat_shape = b.op(
+        "CONCATENATION",
+        [batch, b.constant("rest", np.array([-1], np.int32))],
+        output_shape=[2],
+        output_dtype=np.int32,
+        options_type="ConcatenationOptions",
+    )
+    flat = _signed(
+        b, b.op("RESHAPE", [frames, flat_shape], output_shape=[1, 4], name="flat"), [-1, -1]
+    )
+    model = parse_model(model_to_bytes(b.finish([flat])))
+    t = np.arange(width) / width
+    waves = np.sin(2 * np.pi * np.outer(rng.uniform(1, 6, samples + 24), t))
+    data = (waves * rng.uniform(0.2, 1.0, (samples + 24, 1))).astype(np.float32)
+    return Form(model, {"audio": data[:samples]}, {"audio": data[samples:]})
+
+
 def litert_outputs(blob: bytes, feeds: Sequence[np.ndarray], xnnpack: bool) -> list[np.ndarray]:
     """Every sample of `feeds` (N, ...) through the model in LiteRT, one invoke per sample,
     the input resized to the sample's shape; each output's values stacked (N, ...)."""

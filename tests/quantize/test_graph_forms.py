@@ -1,4 +1,4 @@
-"""Graph forms exporters produce, end to end: 0-d and 1-d activations.
+"""Graph forms exporters produce, end to end: 0-d and 1-d activations, dynamic input shapes.
 
 Every command runs on small built models (no TensorFlow), and every produced model is compared
 with its float original in LiteRT, with the builtin kernels and with XNNPACK, in dB.
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import qtool
-from tests.quantize.graph_forms import Form, litert_sqnr, scalar_form, vector_form
+from tests.quantize.graph_forms import Form, dynamic_form, litert_sqnr, scalar_form, vector_form
 
 FORMS = {"scalar": scalar_form, "vector": vector_form}
 
@@ -91,3 +91,73 @@ def test_scalar_activations_in_reports_and_pages(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "scalar_int8.report.json").read_text())
     assert {e["tensor"] for e in report["layer_errors"]} >= {"peak", "floor"}
     assert "floor" in (tmp_path / "page.html").read_text()
+
+
+def qtool_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "qtool", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_dynamic_input_takes_the_shape_of_the_data() -> None:
+    form = dynamic_form()
+    result = qtool.quantize_model(form.model, form.calibration, holdout=form.holdout)
+    (audio,) = [row for row in result.report["io"] if row["role"] == "input"]
+    assert audio["shape"] == [1, 64]
+    assert result.report["settings"]["input_shapes"] == {"audio": [1, 64]}
+    subgraph = result.model.subgraphs[0]
+    written = subgraph.tensors[subgraph.inputs[0]]
+    assert (written.shape, written.shape_signature) == ([1, 64], [-1, -1])
+    assert min(result.accuracy.values()) > 30
+    # It runs at the shape it was quantized at, and at any other the signature allows, as the
+    # float model does (the run-time SHAPE -> RESHAPE chain is kept, not frozen).
+    for width in (64, 128):
+        windows = np.tile(form.holdout["audio"], 2)[:, :width]
+        for xnnpack in (False, True):
+            measured = litert_sqnr(form.blob, result.model_bytes, [windows], xnnpack)
+            assert min(measured) > 25, (width, xnnpack, measured)
+
+
+def test_input_shape_option(tmp_path: Path) -> None:
+    form = dynamic_form()
+    model = tmp_path / "frontend.tflite"
+    model.write_bytes(form.blob)
+    np.save(tmp_path / "audio.npy", form.calibration["audio"])
+    data = ["--data", str(tmp_path / "audio.npy")]
+    chosen = ["--input-shape", "audio=1,64"]
+    stats = str(tmp_path / "stats.json")
+    assert qtool_cli("calibrate", str(model), *data, *chosen, "-o", stats, "-q").returncode == 0
+    named = qtool_cli("quantize", str(model), *data, *chosen, "-o", str(tmp_path / "a.tflite"))
+    assert named.returncode == 0, named.stderr
+    assert "[1, 64]" in named.stdout
+    from_data = qtool_cli("quantize", str(model), *data, "-o", str(tmp_path / "b.tflite"))
+    assert (tmp_path / "a.tflite").read_bytes() == (tmp_path / "b.tflite").read_bytes()
+    assert from_data.returncode == 0
+    from_statistics = qtool_cli(
+        "quantize", str(model), "--statistics", stats, *chosen, "-o", str(tmp_path / "c.tflite")
+    )
+    assert from_statistics.returncode == 0, from_statistics.stderr
+    analysis = qtool_cli("analyze", str(model), *data, *chosen, "-q")
+    assert analysis.returncode == 0, analysis.stderr
+
+
+@pytest.mark.parametrize(
+    ("shape", "data_width", "fragment"),
+    [
+        (None, 1, "cannot run at the input shapes audio=[1, 1]: operator 2 (CONV_2D)"),
+        ("audio=64", 64, "cannot take shape [64]: the model declares it [-1, -1]"),
+        ("sound=1,64", 64, "no such input (inputs: audio)"),
+        ("audio=1,0", 64, "positive dimensions"),
+    ],
+)
+def test_input_shapes_it_cannot_take(
+    tmp_path: Path, shape: str | None, data_width: int, fragment: str
+) -> None:
+    model = tmp_path / "frontend.tflite"
+    model.write_bytes(dynamic_form().blob)
+    np.save(tmp_path / "audio.npy", np.zeros((8, data_width), np.float32))
+    chosen = [] if shape is None else ["--input-shape", shape]
+    result = qtool_cli("quantize", str(model), "--data", str(tmp_path / "audio.npy"), *chosen)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("qtool: error: ") and fragment in line, line
