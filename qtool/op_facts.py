@@ -37,6 +37,7 @@ class OpFacts:
     options: str | None  # the BuiltinOptions table the operator takes
     shape: str  # the shape rule (qtool/model/shape_rules.py)
     custom_options: tuple[str, ...] = ()  # a custom op's raw C struct: its int32 fields in order
+    calls: tuple[str, ...] = ()  # options naming the subgraphs a control-flow op runs
 
     @staticmethod
     def _count(operands: tuple[OperandFacts, ...]) -> tuple[int, int | None]:
@@ -112,6 +113,7 @@ def _op(name: str, op: dict[str, Any], classes: dict[str, list[str]]) -> OpFacts
         options=op["options"],
         shape=op["shape"],
         custom_options=tuple(op.get("custom_options", ())),
+        calls=tuple(op.get("calls", ())),
     )
 
 

@@ -23,6 +23,7 @@ from qtool.calibrate.ranges import MINMAX, Method
 from qtool.errors import DataError
 from qtool.files import open_regular, os_reason, write_atomic
 from qtool.model import Model, TensorType
+from qtool.model.calls import called_subgraphs
 from qtool.spec import weighted_operands
 
 STATISTICS_FORMAT = "qtool-calibration-statistics"
@@ -74,6 +75,9 @@ class SubgraphStatistics:
     histograms: HistogramObserver
     means: MeanObserver
     samples: int = 0
+    # The statistics of the subgraphs this one's control-flow operators ran (directly or not),
+    # by subgraph index; their `samples` count the runs.
+    calls: dict[int, SubgraphStatistics] = field(default_factory=dict)
     _pending: dict[int, list[np.ndarray]] = field(default_factory=dict, repr=False)
     _pending_bytes: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -121,11 +125,17 @@ class SubgraphStatistics:
         elif parts:
             self._fold(tensor_index, parts[0])
 
+    def count_call(self) -> None:
+        """One more run of this subgraph by a control-flow operator (the engine's `Callees`)."""
+        self.samples += 1
+
     def flush(self) -> None:
         """Fold every value still held back."""
         for tensor_index in list(self._pending):
             self._flush_tensor(tensor_index)
         self.means.close()
+        for called in self.calls.values():
+            called.flush()
 
     def merge(self, other: SubgraphStatistics) -> None:
         self.flush()
@@ -133,6 +143,11 @@ class SubgraphStatistics:
         self.histograms.merge(other.histograms)
         self.means.merge(other.means)
         self.samples += other.samples
+        for s, called in other.calls.items():
+            if s in self.calls:
+                self.calls[s].merge(called)
+            else:
+                self.calls[s] = called
 
     def ranges(self, method: Method = MINMAX) -> dict[int, tuple[float, float]]:
         self.flush()
@@ -151,6 +166,32 @@ class SubgraphStatistics:
 def new_subgraph_statistics(
     model: Model, subgraph_index: int, tensors: Iterable[int], batched: bool
 ) -> SubgraphStatistics:
+    """Empty statistics of `tensors` of a subgraph, and of the float activations of every
+    subgraph its control flow runs (each run is one sample of it: a leading 1 is its batch)."""
+    statistics = _subgraph_statistics(model, subgraph_index, tensors, batched)
+    for body in called_subgraphs(model, subgraph_index):
+        statistics.calls[body] = _subgraph_statistics(
+            model, body, activation_tensors(model, body), True
+        )
+    return statistics
+
+
+def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
+    """Float tensors whose values come from running the graph (inputs and op outputs)."""
+    subgraph = model.subgraphs[subgraph_index]
+    produced = set(subgraph.inputs) | {t for op in subgraph.operators for t in op.outputs}
+    return [
+        t
+        for t in sorted(produced)
+        if t >= 0
+        and subgraph.tensors[t].dtype == TensorType.FLOAT32
+        and not model.is_constant(subgraph.tensors[t])
+    ]
+
+
+def _subgraph_statistics(
+    model: Model, subgraph_index: int, tensors: Iterable[int], batched: bool
+) -> SubgraphStatistics:
     shapes = {t: sample_shape(model, subgraph_index, t, batched) for t in tensors}
     elements = {t: int(np.prod(shape, dtype=np.int64)) for t, shape in shapes.items()}
     channels = {t: (shape[-1] if shape else 1) for t, shape in shapes.items()}
@@ -160,6 +201,26 @@ def new_subgraph_statistics(
         MeanObserver(
             corrected, {t: sample_shape(model, subgraph_index, t, batched) for t in corrected}
         ),
+    )
+
+
+def _state(stats: SubgraphStatistics) -> dict[str, Any]:
+    found = {
+        "samples": stats.samples,
+        "histograms": stats.histograms.state()["histograms"],
+        "means": stats.means.state()["means"],
+    }
+    if stats.calls:
+        found["calls"] = {str(s): _state(called) for s, called in sorted(stats.calls.items())}
+    return found
+
+
+def _from_state(raw: dict[str, Any]) -> SubgraphStatistics:
+    return SubgraphStatistics(
+        HistogramObserver.from_state({"histograms": raw["histograms"]}),
+        MeanObserver.from_state({"means": raw["means"]}),
+        int(raw["samples"]),
+        {int(s): _from_state(called) for s, called in raw.get("calls", {}).items()},
     )
 
 
@@ -190,14 +251,7 @@ class CalibrationStatistics:
             "format": STATISTICS_FORMAT,
             "version": STATISTICS_VERSION,
             "fingerprint": self.fingerprint,
-            "subgraphs": {
-                str(s): {
-                    "samples": stats.samples,
-                    "histograms": stats.histograms.state()["histograms"],
-                    "means": stats.means.state()["means"],
-                }
-                for s, stats in sorted(self.subgraphs.items())
-            },
+            "subgraphs": {str(s): _state(stats) for s, stats in sorted(self.subgraphs.items())},
         }
 
     @classmethod
@@ -207,14 +261,7 @@ class CalibrationStatistics:
         if state.get("version") != STATISTICS_VERSION:
             raise DataError(f"statistics format version {state.get('version')} is not supported")
         try:
-            subgraphs = {
-                int(s): SubgraphStatistics(
-                    HistogramObserver.from_state({"histograms": raw["histograms"]}),
-                    MeanObserver.from_state({"means": raw["means"]}),
-                    int(raw["samples"]),
-                )
-                for s, raw in state["subgraphs"].items()
-            }
+            subgraphs = {int(s): _from_state(raw) for s, raw in state["subgraphs"].items()}
             fingerprint = str(state["fingerprint"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"malformed calibration statistics ({exc})") from None

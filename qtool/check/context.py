@@ -124,10 +124,16 @@ class AuditContext:
         def operands(kind: str, indices: list[int]) -> tuple[Operand, ...]:
             lookup = (rule.input_rule if kind == "input" else rule.output_rule) if rule else None
             return tuple(
-                Operand(kind, p, t, tensors[t], lookup(p) if lookup else None)
+                Operand(kind, p, t, tensors[t], lookup(p) if lookup and real(t) else None)
                 for p, t in enumerate(indices)
                 if t >= 0
             )
+
+        def real(t: int) -> bool:
+            # A control-flow op passes its condition and integer operands on untouched: only
+            # its real-valued operands are quantized under its rule.
+            passed = rule is not None and rule.control_flow is not None
+            return not passed or tensors[t].dtype in FLOAT_TYPES | QUANTIZED_TYPES
 
         inputs, outputs = operands("input", op.inputs), operands("output", op.outputs)
         scheme = Mode.INT16 if spec is self.spec16 else Mode.INT8

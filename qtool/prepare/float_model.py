@@ -8,6 +8,7 @@ from qtool.model import Model
 from qtool.model.edit import clone_model, remove_unused
 from qtool.prepare.canonical import RewrittenOp, canonicalize
 from qtool.prepare.fold import FoldedOp, fold_constants
+from qtool.prepare.inline import inline_constant_operands
 
 
 @dataclass
@@ -33,9 +34,11 @@ class FloatModel:
 
 
 def prepare_float_model(model: Model) -> FloatModel:
-    """A copy of `model` with constant operators folded and operators without an integer
-    kernel rewritten into equivalents that have one, in every subgraph."""
+    """A copy of `model` with constants passed to control-flow subgraphs moved into them,
+    constant operators folded and operators without an integer kernel rewritten into
+    equivalents that have one, in every subgraph."""
     work = clone_model(model)
+    inline_constant_operands(work)
     counts = [len(sg.operators) for sg in work.subgraphs]
     folded = [op for s in range(len(work.subgraphs)) for op in fold_constants(work, s)]
     remove_unused(work)

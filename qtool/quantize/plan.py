@@ -56,14 +56,30 @@ class Plan:
     reads: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, input pos) -> slot
     writes: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, output pos) -> slot
     weights: dict[int, object] = field(default_factory=dict)  # op -> LayerWeights (weights.py)
+    # A subgraph a control-flow op runs: the int8 parameters its inputs arrive with and its
+    # outputs must leave with (the caller's operands'), by tensor.
+    boundary_inputs: dict[int, AffineParams] = field(default_factory=dict)
+    boundary_outputs: dict[int, AffineParams] = field(default_factory=dict)
+    # The plans of the subgraphs this one's control-flow ops run in int8, by subgraph index
+    # (nested calls in theirs).
+    bodies: dict[int, Plan] = field(default_factory=dict)
+
+    def with_bodies(self) -> list[Plan]:
+        """This plan and the plans of every subgraph it runs, callers first."""
+        found = [self]
+        for body in self.bodies.values():
+            found += body.with_bodies()
+        return found
 
     def requantized(self, model: Model) -> list[tuple[int, int]]:
-        """(op, input position) of every activation read through a private requantized copy."""
-        tensors = model.subgraphs[self.subgraph_index].tensors
+        """(op, input position) of every activation an integer op writes that is read through
+        a private requantized copy."""
+        subgraph = model.subgraphs[self.subgraph_index]
+        written = self.home(subgraph)
         return sorted(
             key
             for key, slot in self.reads.items()
-            if len(slot) > 2 and not model.is_constant(tensors[slot[0]])
+            if len(slot) > 2 and slot[0] in written and written[slot[0]] != slot
         )
 
     def home(self, subgraph: Subgraph) -> dict[int, Slot]:
@@ -164,8 +180,8 @@ def _unsupported(
     if rule is None:
         return f"{model.op_type(op)} has no {scheme} kernel in the {scheme} spec"
     for position, t in enumerate(op.inputs):
-        if t < 0:
-            continue
+        if t < 0 or (rule.control_flow is not None and not _is_float(tensors[t])):
+            continue  # a control-flow op passes its condition and integer operands on as they are
         if not _is_float(tensors[t]):
             operand = rule.input_rule(position)
             live = not model.is_constant(tensors[t])
@@ -252,9 +268,16 @@ def make_plan(
     source_index: list[int],
     subgraph_index: int = 0,
     decisions: list[OpDecision] | None = None,
+    pins: Mapping[Slot, tuple[float, int]] | None = None,
+    boundary_inputs: Mapping[int, AffineParams] | None = None,
+    boundary_outputs: Mapping[int, AffineParams] | None = None,
 ) -> Plan:
     """Decide every operator of a subgraph (unless `decisions` are given) and the parameters of
-    every slot. `source_index[i]` is the input-model index of operator i (for reports)."""
+    every slot. `source_index[i]` is the input-model index of operator i (for reports).
+    `pins` fixes the parameters of slots of control-flow operators; `boundary_inputs` and
+    `boundary_outputs` are the int8 parameters a subgraph that control flow runs receives its
+    inputs with and must give its outputs with (its group takes them unless fixed otherwise;
+    where they differ, the rewriter requantizes)."""
     subgraph = model.subgraphs[subgraph_index]
     if decisions is None:
         decisions = [
@@ -263,7 +286,11 @@ def make_plan(
     for position, decision in enumerate(decisions):
         decision.source_index = source_index[position]
     plan = Plan(subgraph_index, decisions, params={}, ranges=dict(ranges))
+    plan.boundary_inputs = dict(boundary_inputs or {})
+    plan.boundary_outputs = dict(boundary_outputs or {})
     groups = _Groups()
+    for t, params in plan.boundary_inputs.items():
+        groups.pin((t, INT8), _fixed(params))
     tensors = subgraph.tensors
     multi_input = []
     for i, op in enumerate(subgraph.operators):
@@ -282,8 +309,10 @@ def make_plan(
         inputs = activation_positions(rule, op, tensors)
         for p in inputs:
             slot = (op.inputs[p], rule.input_rule(p).dtype)
-            if model.is_constant(tensors[op.inputs[p]]):
-                slot = (*slot, i, p)  # this reader's own copy: joins only this op's group
+            if model.is_constant(tensors[op.inputs[p]]) or rule.control_flow == "loop":
+                # This reader's own copy: joins only this op's group (a loop variable is
+                # requantized to the parameters it has all along the loop).
+                slot = (*slot, i, p)
             plan.reads[(i, p)] = slot
             groups.find(slot)
         live = [p for p in inputs if not model.is_constant(tensors[op.inputs[p]])]
@@ -304,6 +333,9 @@ def make_plan(
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for slot in [plan.reads[(i, p)] for p in inputs] + [plan.writes[(i, q)] for q in outputs]:
             groups.union(anchor, slot)
+    for slot, fixed in (pins or {}).items():
+        if groups.pinned(slot) is None:
+            groups.pin(slot, fixed)
     for i, inputs, outputs in multi_input:
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for p in inputs:
@@ -319,8 +351,16 @@ def make_plan(
             groups.union(anchor, slot)
         for q in outputs[1:]:
             groups.union(anchor, plan.writes[(i, q)])
+    home = plan.home(subgraph)
+    for t, params in plan.boundary_outputs.items():
+        if t in home and groups.pinned(home[t]) is None:
+            groups.pin(home[t], _fixed(params))
     _assign_params(model, subgraph, plan, groups)
     return plan
+
+
+def _fixed(params: AffineParams) -> tuple[float, int]:
+    return float(params.scale[0]), int(params.zero_point[0])
 
 
 def _coarse(model: Model, tensor: Tensor, mode: str) -> bool:

@@ -4,6 +4,7 @@ weights."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -14,8 +15,10 @@ from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
+from qtool.model.calls import call_sites
 from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
+from qtool.quantize.control_flow import NO_BOUNDARY, Boundary, boundaries, call_pins, refusal
 from qtool.quantize.evaluation import (
     OutputAccuracy,
     candidate_outputs,
@@ -84,6 +87,10 @@ class Planner:
     subgraph_index: int = 0
     calibration: Dataset | None = None  # samples for the second moments of rounding
     input_types: list[str] | None = None  # each op's type in the input model (for patterns)
+    # Planners of the subgraphs control flow runs (from any subgraph: shared by all planners),
+    # and the engine that observed them ("litert" observes none).
+    callees: dict[int, Planner] = field(default_factory=dict)
+    engine: str = "numpy"
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
@@ -158,8 +165,66 @@ class Planner:
             plan = self.plan(statistics, recipe)
             self._started[key] = candidate_outputs(self.model, plan, self.precision.specs, inputs)
 
-    def _build(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
+    def body_plan(
+        self,
+        statistics: SubgraphStatistics,
+        calls: Mapping[int, SubgraphStatistics],
+        recipe: Recipe,
+        boundary: Boundary,
+    ) -> Plan:
+        """The plan of a subgraph control flow runs, around the caller's parameters at its
+        boundary; `calls`: the statistics of every subgraph the calling entry point ran."""
+        key = (_Same(statistics), recipe, boundary.key())
+        if key not in self._plans:
+            self._plans[key] = self._build(statistics, recipe, boundary, calls)
+            if len(self._plans) > KEPT_PLANS:
+                self._plans.popitem(last=False)
+        return self._plans[key]
+
+    def _call_decisions(
+        self, decisions: list[OpDecision], calls: Mapping[int, SubgraphStatistics]
+    ) -> None:
+        """Control-flow operators whose subgraphs cannot be planned around them stay float."""
+        for site in call_sites(self.model, self.subgraph_index):
+            if decisions[site.op_index].mode in QUANTIZED:
+                why = refusal(self.model, site, calls, self.engine)
+                if why is not None:
+                    decisions[site.op_index] = OpDecision(FLOAT, why)
+
+    def _body_plans(
+        self, plan: Plan, calls: Mapping[int, SubgraphStatistics], recipe: Recipe
+    ) -> dict[int, Plan]:
+        """Plans of the subgraphs this plan's control flow runs: around the caller's int8
+        parameters, or with a float boundary where the caller stays float (those that ran)."""
+        inner = Recipe(recipe.method, recipe.bias_correction)
+        found = {}
+        for site in call_sites(self.model, self.subgraph_index):
+            mode = plan.decisions[site.op_index].mode
+            around = (
+                boundaries(self.model, plan, site)
+                if mode in QUANTIZED
+                else dict.fromkeys(site.bodies, NO_BOUNDARY)
+            )
+            for body, boundary in around.items():
+                statistics = calls.get(body)
+                planner = self.callees.get(body)
+                if planner is None or statistics is None or not statistics.samples:
+                    continue
+                found[body] = planner.body_plan(statistics, calls, inner, boundary)
+        return found
+
+    def _build(
+        self,
+        statistics: SubgraphStatistics,
+        recipe: Recipe,
+        boundary: Boundary = NO_BOUNDARY,
+        calls: Mapping[int, SubgraphStatistics] | None = None,
+    ) -> Plan:
+        calls = statistics.calls if calls is None else calls
         ranges = statistics.ranges(recipe.method)
+        decisions = self.decisions(recipe, ranges)
+        self._call_decisions(decisions, calls)
+        specs = self.precision.specs
         plan = make_plan(
             self.model,
             self.precision,
@@ -167,7 +232,12 @@ class Planner:
             self.keep_float,
             self.source_index,
             self.subgraph_index,
-            self.decisions(recipe, ranges),
+            decisions,
+            pins=call_pins(
+                self.model, self.subgraph_index, decisions, specs, ranges, calls, recipe.method
+            ),
+            boundary_inputs=boundary.inputs,
+            boundary_outputs=boundary.outputs,
         )
         quantize_weights(
             self.model,
@@ -179,6 +249,7 @@ class Planner:
             self._shifts,
             self._weights,
         )
+        plan.bodies = self._body_plans(plan, calls, recipe)
         return plan
 
     def prepare_rounding(self, ops) -> None:

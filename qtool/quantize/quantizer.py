@@ -27,10 +27,12 @@ from qtool.calibrate.statistics import (
 )
 from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
+from qtool.model.calls import called_subgraphs, callers
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
 from qtool.prepare.fold import FoldedOp
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
+from qtool.quantize.control_flow import body_role
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.litert_worker import start_children, submit_model
@@ -183,17 +185,22 @@ def calibrate_loaded(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
     _check_patterns(prepared, options)
-    planners = {
-        s: Planner(
+
+    def planner(s: int) -> Planner:
+        return Planner(
             prepared.model,
             precision,
             options.keep_float,
             prepared.source_index[s],
             s,
             input_types=prepared.input_types(s),
+            callees=callees,
         )
-        for s in entries
-    }
+
+    callees: dict[int, Planner] = {}  # of the subgraphs control flow runs, shared
+    called = {b for s in entries for b in called_subgraphs(prepared.model, s)}
+    callees.update({b: planner(b) for b in sorted(called)})
+    planners = {s: planner(s) for s in entries}
     if statistics is not None:
         _check_fingerprint(statistics, prepared.model)
         collected = {
@@ -231,6 +238,7 @@ def calibrate_loaded(
         )
     for s, c in collected.items():
         planners[s].calibration = c.fit_data  # samples for the second moments of rounding
+        planners[s].engine = c.calibration.engine
     if options.calibration == AUTO:
         start, scores = choose_recipe(prepared.model, collected, planners, options.bias_correction)
     else:
@@ -335,8 +343,12 @@ def quantize_loaded(
             options.io,
             options.target,
         )
-    plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
-    work, notes = rewritten(prepared.model, plans, precision.specs, options.io)
+    entry_plans = {
+        s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()
+    }
+    # Every planned subgraph: the entry points and what their control flow runs.
+    plans = {p.subgraph_index: p for plan in entry_plans.values() for p in plan.with_bodies()}
+    work, notes = rewritten(prepared.model, entry_plans, precision.specs, options.io)
     float_ops = [  # named as in the input model (a SQUARE kept float, not the MUL it became)
         FloatOp(s, decision.source_index, op_type, decision.reason or "")
         for s, plan in plans.items()
@@ -385,7 +397,7 @@ def quantize_loaded(
         diagnosis=diagnosis,
         accuracy=accuracy,
         accuracy_source=_accuracy_source(collected, accuracy),
-        warnings=_warnings(work, collected, calibrated.datasets, notes),
+        warnings=_warnings(work, prepared.model, plans, calibrated.datasets, notes),
         layer_sqnr=layers,
     )
 
@@ -418,17 +430,34 @@ def _accuracy_source(collected: Mapping[int, Collected], accuracy: list[OutputAc
 
 def _warnings(
     work: Model,
-    collected: Mapping[int, Collected],
+    planned: Model,
+    plans: Mapping[int, Plan],
     datasets: Mapping[int, Dataset],
     notes: RewriteNotes,
 ) -> list[str]:
+    """The rewrite's warnings, then every subgraph of the written model `work` left float (and
+    why), from the `plans` of the prepared model `planned`."""
     warnings = list(notes.warnings)
+    runs = callers(planned)
     for s, subgraph in enumerate(work.subgraphs):
-        if s not in collected:
+        if s in plans or not _computes_in_float(work, s):
+            continue
+        name = f"subgraph {s} ({subgraph.name or 'unnamed'})"
+        sites = runs.get(s)
+        if not sites:
             warnings.append(
-                f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
-                "data (not a signature's entry point): kept in float"
+                f"{name} has no calibration data (not a signature's entry point, and no "
+                "control flow runs it): kept in float"
             )
+            continue
+        site = sites[0]
+        caller = plans.get(site.subgraph)
+        why = (
+            caller.decisions[site.op_index].reason
+            if caller is not None and caller.decisions[site.op_index].mode == FLOAT
+            else None
+        ) or "it never ran on the calibration data"
+        warnings.append(f"{name}, the {body_role(planned, site, s)}, kept in float: {why}")
     if any(d.synthetic for d in datasets.values()):
         warnings.insert(
             0,

@@ -96,9 +96,13 @@ class _Rewriter:
     def _slot_version(self, slot: Slot) -> _Version:
         return _Version(slot[1], self.plan.params[slot])
 
-    def _boundary_version(self, t: int) -> _Version:
-        """The version of a model input or output that `io` asks for."""
-        if self.io == FLOAT:
+    def _boundary_version(self, t: int, output: bool = False) -> _Version:
+        """The version of a model input or output that `io` asks for; in a subgraph control
+        flow runs, the int8 version its caller passes (`Plan.boundary_inputs`/`_outputs`)."""
+        given = (self.plan.boundary_outputs if output else self.plan.boundary_inputs).get(t)
+        if given is not None:
+            return _Version(INT8, given)
+        if self.plan.boundary_inputs or self.plan.boundary_outputs or self.io == FLOAT:
             return _Version(FLOAT, None)
         params = self.plan.params.get((t, INT8))
         if params is None:
@@ -134,7 +138,7 @@ class _Rewriter:
                 if t not in boundary:
                     self._register(key, version, t)
                     continue
-                outer = self._boundary_version(t)
+                outer = self._boundary_version(t, output=t in self.subgraph.outputs)
                 self._register(("io", t), outer, t)
                 if outer.dtype == FLOAT:
                     self._register(("float", t), outer, t)  # float readers use the output itself
@@ -324,11 +328,27 @@ class _Rewriter:
             self._emit(op, i)
             for t in boundary_outputs:
                 self._emit_converter(self.tensor_of[self.home[t]], t, self.kind[("io", t)].dtype)
+        self._passed_through()
         for key, t in self.tensor_of.items():
             self._set_type(t, self.kind[key])
         self.subgraph.operators = self.emitted
         self.notes.origins[self.plan.subgraph_index] = self.origins
         return self.notes
+
+    def _passed_through(self) -> None:
+        """An output that is an input of the subgraph (a branch passing an operand on) leaves
+        with the parameters its caller expects: a requantized copy where they differ."""
+        for position, t in enumerate(self.subgraph.outputs):
+            wanted = self.plan.boundary_outputs.get(t)
+            if t not in self.subgraph.inputs or wanted is None:
+                continue
+            version = _Version(INT8, wanted)
+            if self.kind[("io", t)].same_as(version):
+                continue
+            copy = self._copy_tensor(t, "int8_out")
+            self._register(("out", t), version, copy)
+            self._emit_converter(t, copy, INT8)
+            self.subgraph.outputs[position] = copy
 
     def _set_type(self, t: int, version: _Version) -> None:
         tensor = self.subgraph.tensors[t]
@@ -357,11 +377,18 @@ def rewrite(
 def rewrite_plans(
     work: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
 ) -> RewriteNotes:
-    """Rewrite every planned subgraph of `work` in place, then drop the unused float originals
-    (operators stay: `RewriteNotes.origins` maps the result's operators to the plans')."""
+    """Rewrite every planned subgraph of `work` (and those its control flow runs, planned with
+    it) in place, then drop the unused float originals (operators stay: `RewriteNotes.origins`
+    maps the result's operators to the plans')."""
     notes = RewriteNotes()
-    for plan in plans.values():
-        rewrite(work, plan, specs, io=io, notes=notes)
+    done = set()
+    for entry in plans.values():
+        for plan in entry.with_bodies():
+            if plan.subgraph_index not in done:
+                done.add(plan.subgraph_index)
+                # The boundary of a subgraph control flow runs is its caller's business.
+                boundary = io if plan is entry else FLOAT
+                rewrite(work, plan, specs, io=boundary, notes=notes)
     remove_unused(work)
     return notes
 

@@ -58,7 +58,7 @@ ALL = Parts()
 
 class _Builder:
     def __init__(self, model: Model, plan: Plan, parts: Parts) -> None:
-        self.model = clone_model(model)
+        self.model = model  # a copy of the float model, edited in place
         self.plan = plan
         self.parts = parts
         self.subgraph = self.model.subgraphs[plan.subgraph_index]
@@ -180,8 +180,13 @@ class _Builder:
 
 
 def simulation_model(model: Model, plan: Plan, parts: Parts = ALL) -> Model:
-    """The float graph simulating `plan` on `model` (which stays unchanged)."""
-    return _Builder(model, plan, parts).build()
+    """The float graph simulating `plan` on `model` (which stays unchanged); with all parts,
+    the subgraphs its control flow runs in int8 too (their plans, `Plan.bodies`)."""
+    simulated = clone_model(model)
+    plans = plan.with_bodies() if parts is ALL else [plan]
+    for each in plans:
+        _Builder(simulated, each, parts if each is plan else ALL).build()
+    return simulated
 
 
 class Simulator:

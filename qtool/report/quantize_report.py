@@ -75,7 +75,8 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
                 "index": None,
                 "op": "QUANTIZE",
                 "mode": INSERTED,
-                "reason": f"{count} requantization(s) in front of same-scale ops",
+                "reason": f"{count} requantization(s) in front of ops that need other "
+                "parameters (same-scale groups, loop variables)",
             }
         )
     return ordered

@@ -34,6 +34,7 @@ KERNEL_MODULES = (
     "qtool.runtime.kernels.generators",
     "qtool.runtime.kernels.quant",
     "qtool.runtime.kernels.mediapipe",
+    "qtool.runtime.kernels.control",
 )
 
 
@@ -45,7 +46,7 @@ class OpContext:
     activations carry `batch` samples along their leading axis.
     """
 
-    __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "subgraph")
+    __slots__ = ("batch", "calls", "index", "inputs", "model", "op", "op_type", "subgraph")
 
     def __init__(
         self,
@@ -55,6 +56,7 @@ class OpContext:
         op: Operator,
         inputs: list[np.ndarray | None],
         batch: int = 1,
+        calls: Any = None,
     ) -> None:
         self.model = model
         self.subgraph = subgraph
@@ -63,6 +65,9 @@ class OpContext:
         self.op_type = model.op_type(op)
         self.inputs = inputs
         self.batch = batch
+        # What runs the subgraphs a control-flow op calls (the engine's `Callees`); None at
+        # plan time and when folding constants.
+        self.calls = calls
 
     def option(self, name: str) -> Any:
         # An operator written without its options table takes that table's defaults.

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-from qtool.model import Model, model_to_bytes, parse_model
+from qtool.model import Model, Subgraph, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
 
@@ -181,6 +181,139 @@ def dynamic_form(samples: int = 40, width: int = 64) -> Form:
     waves = np.sin(2 * np.pi * np.outer(rng.uniform(1, 6, samples + 24), t))
     data = (waves * rng.uniform(0.2, 1.0, (samples + 24, 1))).astype(np.float32)
     return Form(model, {"audio": data[:samples]}, {"audio": data[samples:]})
+
+
+def _subgraph(b: GraphBuilder, name: str) -> GraphBuilder:
+    """A builder of a new, empty subgraph of the model `b` builds."""
+    b.model.subgraphs.append(Subgraph(tensors=[], inputs=[], outputs=[], operators=[], name=name))
+    return GraphBuilder(b.model, len(b.model.subgraphs) - 1)
+
+
+def _dense(b: GraphBuilder, x: int, rng: np.random.Generator, n_in: int, n_out: int, name: str):
+    return b.fully_connected(
+        x, rng.standard_normal((n_out, n_in)) / np.sqrt(n_in), rng.standard_normal(n_out) / 10, name
+    )
+
+
+def if_form(samples: int = 48) -> Form:
+    """A dense layer whose peak picks one of two heads, as wake-word exporters write it: IF
+    passes the layer (and the weights of one head, as ONNX converters do) to its branches.
+    Output 0: then LOGISTIC, else TANH (fixed parameters that differ); output 1: then the layer
+    passed through unchanged, else the layer halved."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder()
+    x = b.input("x", [1, 8])
+    h = _dense(b, x, rng, 8, 8, "layer")
+    peak = b.op(
+        "REDUCE_MAX",
+        [h, b.constant("axes", np.array([0, 1], np.int32))],
+        output_shape=[],
+        options_type="ReducerOptions",
+        options={"keep_dims": False},
+    )
+    condition = b.op(
+        "GREATER",
+        [peak, b.constant("threshold", np.array(0.9, np.float32))],
+        output_shape=[],
+        output_dtype=np.bool_,
+    )
+    weights = b.constant("then/weights", (rng.standard_normal((4, 8)) / 3).astype(np.float32))
+    then = _subgraph(b, "then")
+    t_h, t_w = then.input("then_h", [1, 8]), then.input("then_w", [4, 8])
+    t_fc = then.op(
+        "FULLY_CONNECTED", [t_h, t_w, -1], output_shape=[1, 4], options_type="FullyConnectedOptions"
+    )
+    then.finish([then.op("LOGISTIC", [t_fc], output_shape=[1, 4]), t_h])
+    other = _subgraph(b, "else")
+    e_h, _ = other.input("else_h", [1, 8]), other.input("else_w", [4, 8])
+    e_out = other.op("TANH", [_dense(other, e_h, rng, 8, 4, "else_fc")], output_shape=[1, 4])
+    half = other.constant("half", np.array(0.5, np.float32))
+    other.finish([e_out, _mul(other, e_h, half, [1, 8], "halved")])
+    outputs = [b.tensor("head", [1, 4]), b.tensor("layer_out", [1, 8])]
+    b.op(
+        "IF",
+        [condition, h, weights],
+        outputs,
+        options_type="IfOptions",
+        options={"then_subgraph_index": 1, "else_subgraph_index": 2},
+    )
+    model = parse_model(model_to_bytes(b.finish(outputs)))
+    data = rng.uniform(-1, 1, (samples + 32, 8)).astype(np.float32)
+    return Form(model, {"x": data[:samples]}, {"x": data[samples:]})
+
+
+def while_form(samples: int = 40, steps: int = 6) -> Form:
+    """A recurrent layer as Keras 3 lowers one: WHILE carries a step counter, the state
+    (zeros at first) and the input sequence through a condition (counter < steps) and a body
+    (the state becomes TANH(W x_t + U h); the counter grows by one; the sequence passes
+    through); a dense layer reads the last state."""
+    rng = np.random.default_rng(4)
+    b = GraphBuilder()
+    x = b.input("sequence", [1, steps, 4])
+    start = b.constant("start", np.array(0, np.int32))
+    zeros = b.constant("zeros", np.zeros((1, 8), np.float32))
+    condition = _subgraph(b, "condition")
+    c_i = condition.input("c_step", [], np.int32)
+    condition.input("c_state", [1, 8])
+    condition.input("c_sequence", [1, steps, 4])
+    condition.finish(
+        [
+            condition.op(
+                "LESS",
+                [c_i, condition.constant("steps", np.array(steps, np.int32))],
+                output_shape=[],
+                output_dtype=np.bool_,
+            )
+        ]
+    )
+    body = _subgraph(b, "body")
+    i = body.input("b_step", [], np.int32)
+    state = body.input("b_state", [1, 8])
+    sequence = body.input("b_sequence", [1, steps, 4])
+    frame = body.op(
+        "GATHER",
+        [sequence, i],
+        output_shape=[1, 4],
+        options_type="GatherOptions",
+        options={"axis": 1},
+    )
+    mixed = body.op(
+        "ADD",
+        [_dense(body, frame, rng, 4, 8, "input_gate"), _dense(body, state, rng, 8, 8, "recurrent")],
+        output_shape=[1, 8],
+        options_type="AddOptions",
+    )
+    new_state = body.op("TANH", [mixed], output_shape=[1, 8], name="new_state")
+    step = body.op(
+        "ADD",
+        [i, body.constant("one", np.array(1, np.int32))],
+        output_shape=[],
+        output_dtype=np.int32,
+        options_type="AddOptions",
+    )
+    body.finish([step, new_state, sequence])
+    outputs = [
+        b.tensor("last_step", [], np.int32),
+        b.tensor("last_state", [1, 8]),
+        b.tensor("sequence_out", [1, steps, 4]),
+    ]
+    b.op(
+        "WHILE",
+        [start, zeros, x],
+        outputs,
+        options_type="WhileOptions",
+        options={"cond_subgraph_index": 1, "body_subgraph_index": 2},
+    )
+    logits = _dense(b, outputs[1], rng, 8, 3, "classifier")
+    model = parse_model(model_to_bytes(b.finish([logits])))
+    t = np.linspace(0, 1, steps)[None, :, None]
+    data = np.sin(
+        2
+        * np.pi
+        * (t * rng.uniform(0.5, 2, (samples + 24, 1, 4)) + rng.uniform(0, 1, (samples + 24, 1, 4)))
+    )
+    data = data.astype(np.float32)
+    return Form(model, {"sequence": data[:samples]}, {"sequence": data[samples:]})
 
 
 def litert_outputs(blob: bytes, feeds: Sequence[np.ndarray], xnnpack: bool) -> list[np.ndarray]:

@@ -1,4 +1,5 @@
-"""Graph forms exporters produce, end to end: 0-d and 1-d activations, dynamic input shapes.
+"""Graph forms exporters produce, end to end: 0-d and 1-d activations, dynamic input shapes,
+control flow (IF, WHILE).
 
 Every command runs on small built models (no TensorFlow), and every produced model is compared
 with its float original in LiteRT, with the builtin kernels and with XNNPACK, in dB.
@@ -15,7 +16,17 @@ import numpy as np
 import pytest
 
 import qtool
-from tests.quantize.graph_forms import Form, dynamic_form, litert_sqnr, scalar_form, vector_form
+from qtool.model import TensorType
+from tests.quantize.graph_forms import (
+    Form,
+    dynamic_form,
+    if_form,
+    litert_outputs,
+    litert_sqnr,
+    scalar_form,
+    vector_form,
+    while_form,
+)
 
 FORMS = {"scalar": scalar_form, "vector": vector_form}
 
@@ -161,3 +172,69 @@ def test_input_shapes_it_cannot_take(
     assert result.returncode == 2, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("qtool: error: ") and fragment in line, line
+
+
+def float_ops_by_subgraph(model) -> dict[int, list[str]]:
+    """Per subgraph, the types of the ops that compute in float (converters aside)."""
+    found = {}
+    for s, subgraph in enumerate(model.subgraphs):
+        found[s] = [
+            model.op_type(op)
+            for op in subgraph.operators
+            if model.op_type(op) not in ("QUANTIZE", "DEQUANTIZE")
+            and any(subgraph.tensors[t].dtype == TensorType.FLOAT32 for t in op.inputs + op.outputs)
+        ]
+    return found
+
+
+@pytest.mark.parametrize("make", [if_form, while_form], ids=["if", "while"])
+def test_control_flow_bodies_are_calibrated_and_quantized(make) -> None:
+    form = make()
+    result = qtool.quantize_model(form.model, form.calibration, holdout=form.holdout)
+    assert result.compliant
+    assert result.report["warnings"] == []
+    # Every subgraph computes in int8: the caller's control-flow op and what it runs.
+    assert all(not found for found in float_ops_by_subgraph(result.model).values())
+    assert qtool.check_model(result.model_bytes).passed
+    reported = result.accuracy
+    assert reported and min(reported.values()) > 20
+    feeds = [form.holdout[name] for name in form.holdout]
+    for xnnpack in (False, True):
+        measured = litert_sqnr(form.blob, result.model_bytes, feeds, xnnpack)
+        assert min(measured) > 20, (xnnpack, measured)
+        if xnnpack:
+            assert np.allclose(list(reported.values()), measured, atol=0.05)
+
+
+def test_control_flow_in_every_command(tmp_path: Path) -> None:
+    form = if_form()
+    searched = qtool.quantize_model(
+        form.model, form.calibration, holdout=form.holdout, target_sqnr=30, allow_float=True
+    )
+    assert min(searched.accuracy.values()) > 24
+    analysis = qtool.analyze_model(form.model, form.calibration, holdout=form.holdout)
+    assert analysis["subgraphs"][0]["places"]
+    statistics = qtool.calibrate_model(form.model, form.calibration)
+    path = tmp_path / "stats.json"
+    statistics.save(path)
+    from_file = qtool.quantize_model(form.model, statistics=path, holdout=form.holdout)
+    direct = qtool.quantize_model(
+        form.model, form.calibration, holdout=form.holdout, calibration="minmax"
+    )
+    # The statistics of what the IF ran travel with the file, exactly.
+    assert float_ops_by_subgraph(from_file.model) == float_ops_by_subgraph(direct.model)
+    assert abs(min(from_file.accuracy.values()) - min(direct.accuracy.values())) < 3
+
+
+def test_a_branch_that_never_ran_stays_float_and_says_why() -> None:
+    form = if_form()
+    quiet = {"x": form.calibration["x"] * 0.05}  # the peak never reaches the threshold
+    result = qtool.quantize_model(form.model, quiet, holdout=form.holdout)
+    (warning,) = result.report["warnings"]
+    assert "then branch of IF op 3 (subgraph 0)" in warning and "never ran" in warning
+    modes = {(row["subgraph"], row["op"]): row["mode"] for row in result.report["ops"]}
+    assert modes[(0, "IF")] == "float"
+    assert modes[(2, "TANH")] == "int8"  # the branch that ran is int8 inside
+    feeds = [form.holdout["x"]]
+    assert litert_outputs(result.model_bytes, feeds, False)  # it runs
+    assert qtool.check_model(result.model_bytes).passed
