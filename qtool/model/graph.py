@@ -298,7 +298,7 @@ class Model:
         deduplicates equal constants) and the others must keep their values.
         """
         tensor = subgraph.tensors[index]
-        values = np.ascontiguousarray(values)
+        values = np.asarray(values, order="C")  # ascontiguousarray would make a scalar 1-d
         tensor.buffer = self.add_buffer(values)
         tensor.shape = list(values.shape)
         if _stored_dtype(tensor.dtype) != values.dtype:  # float32 values for a float16 tensor

@@ -172,7 +172,7 @@ def _evaluate(model: Model, subgraph_index: int, index: int) -> bool:
         return np.zeros(tensor.shape, numpy_dtype(tensor.dtype))  # read only for its shape
 
     for t, value in zip(op.outputs, entry.fold(model, subgraph, index, value_of), strict=True):
-        value = np.ascontiguousarray(value)
+        value = np.asarray(value, order="C")  # a scalar stays 0-d
         model.set_tensor_data(subgraph, t, value)
         tensor = subgraph.tensors[t]
         tensor.dtype = tensor_type(value.dtype) if value.dtype != np.bool_ else TensorType.BOOL

@@ -238,3 +238,32 @@ def test_a_branch_that_never_ran_stays_float_and_says_why() -> None:
     feeds = [form.holdout["x"]]
     assert litert_outputs(result.model_bytes, feeds, False)  # it runs
     assert qtool.check_model(result.model_bytes).passed
+
+
+def test_a_scalar_folded_from_constants_stays_a_scalar() -> None:
+    """A shape computed from constants (ADD of two scalars) packed with another scalar: once
+    folded it must stay 0-d, or PACK would join a [1] with a []."""
+    from qtool.model.build import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 4])
+    one = b.op(
+        "ADD",
+        [b.constant("a", np.array(1, np.int32)), b.constant("b", np.array(0, np.int32))],
+        output_shape=[],
+        output_dtype=np.int32,
+        options_type="AddOptions",
+    )
+    shape = b.op(
+        "PACK",
+        [one, b.constant("width", np.array(4, np.int32))],
+        output_shape=[2],
+        output_dtype=np.int32,
+        options_type="PackOptions",
+        options={"values_count": 2, "axis": 0},
+    )
+    dense = b.fully_connected(x, np.eye(4) * 0.5, None, "dense")
+    model = b.finish([b.op("RESHAPE", [dense, shape], output_shape=[1, 4], name="out")])
+    samples = np.random.default_rng(6).uniform(-1, 1, (24, 4)).astype(np.float32)
+    result = qtool.quantize_model(model, samples)
+    assert min(result.accuracy.values()) > 30
