@@ -235,6 +235,21 @@ class CalibrationStatistics:
     def samples(self) -> int:
         return sum(s.samples for s in self.subgraphs.values())
 
+    def of(self, subgraph_index: int) -> SubgraphStatistics | None:
+        """The statistics of a subgraph: an entry point's, or those of a subgraph control flow
+        ran, as its caller's statistics hold them."""
+        found = self.subgraphs.get(subgraph_index)
+        if found is not None:
+            return found
+        return next(
+            (
+                entry.calls[subgraph_index]
+                for entry in self.subgraphs.values()
+                if subgraph_index in entry.calls
+            ),
+            None,
+        )
+
     def merge(self, other: CalibrationStatistics) -> None:
         if other.fingerprint != self.fingerprint:
             raise DataError("the statistics come from different models and cannot be merged")
