@@ -57,6 +57,7 @@ def _shaped(model: Model, data: Any, input_shapes: InputShapes | None) -> tuple[
     per_entry = {} if data is None else entry_data(model, data)
 
     def data_for(s: int, specs):
+        """The data of entry subgraph s read as `specs` ask."""
         return as_dataset(per_entry[s], specs) if s in per_entry else None
 
     return shaped_model(model, input_shapes, data_for), data

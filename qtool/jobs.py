@@ -180,6 +180,7 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
     sources = split_sources(job.data, entry_subgraphs(model)) if job.data else {}
 
     def data_for(s: int, specs: list[InputSpec]) -> Dataset | None:
+        """The `--data` sources of entry subgraph s read as `specs` ask."""
         return load_dataset(sources[s], specs) if s in sources else None
 
     model = shaped_model(model, parse_input_shapes(job.input_shapes), data_for)

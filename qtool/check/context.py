@@ -130,8 +130,8 @@ class AuditContext:
             )
 
         def real(t: int) -> bool:
-            # A control-flow op passes its condition and integer operands on untouched: only
-            # its real-valued operands are quantized under its rule.
+            """Whether tensor t is audited under the op's rule: a control-flow op passes its
+            condition and integer operands on untouched, only real-valued ones are quantized."""
             passed = rule is not None and rule.control_flow is not None
             return not passed or tensors[t].dtype in FLOAT_TYPES | QUANTIZED_TYPES
 

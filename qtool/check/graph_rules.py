@@ -223,6 +223,8 @@ def _passed_pairs(ctx: AuditContext, site: CallSite) -> Iterator[tuple[str, int,
 
 @family("control flow", CALL_PARAMS)
 def check_calls(ctx: AuditContext) -> Iterator[Finding]:
+    """Every tensor an IF or WHILE hands to a subgraph, or takes from it, has one type and one
+    set of quantization parameters on both sides (QT-CALL-PARAMS)."""
     for s in range(len(ctx.model.subgraphs)):
         for site in call_sites(ctx.model, s):
             view = next(op for op in ctx.ops if (op.subgraph, op.index) == (s, site.op_index))

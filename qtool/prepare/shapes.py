@@ -111,7 +111,7 @@ def _propagated(
             changed = [
                 t
                 for t in op.inputs
-                if t in found and found[t] != model_shape(model, subgraph_index, t)
+                if t in found and found[t] != _model_shape(model, subgraph_index, t)
             ]
             if changed:
                 raise UsageError(
@@ -143,7 +143,8 @@ def _propagated(
     return found
 
 
-def model_shape(model: Model, subgraph_index: int, t: int) -> list[int]:
+def _model_shape(model: Model, subgraph_index: int, t: int) -> list[int]:
+    """A tensor's declared shape."""
     return list(model.subgraphs[subgraph_index].tensors[t].shape)
 
 

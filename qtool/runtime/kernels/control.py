@@ -21,12 +21,16 @@ def _true(value: np.ndarray) -> bool:
 
 @kernel("IF", batch=never)
 def if_(ctx: OpContext) -> list[np.ndarray]:
+    """IF: the then branch's outputs on the other inputs when the condition holds, else the
+    else branch's."""
     taken = "then_subgraph_index" if _true(ctx.inputs[0]) else "else_subgraph_index"
     return ctx.calls.run(int(ctx.option(taken)), list(ctx.inputs[1:]))
 
 
 @kernel("WHILE", batch=never)
 def while_(ctx: OpContext) -> list[np.ndarray]:
+    """WHILE: the body's outputs become its inputs as long as the condition subgraph says so;
+    the loop variables' last values."""
     condition = int(ctx.option("cond_subgraph_index"))
     body = int(ctx.option("body_subgraph_index"))
     values = list(ctx.inputs)
