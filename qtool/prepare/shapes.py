@@ -12,7 +12,9 @@ kernels once the shapes it reads are known, so a RESHAPE to a computed shape is 
 The resized model keeps every `shape_signature` as it was: LiteRT allocates it at the new
 shapes and may still resize it to any other size the signature allows, as it could the float
 model. A shape the signature fixes differently, or an operator that cannot run at the chosen
-shape, is a UsageError naming the tensor or operator.
+shape, is a UsageError naming the tensor or operator; so is a shape that cannot be known before
+running (an operator without a shape rule, control flow) when an input was resized, while a
+model kept at its declared shapes is then left as it is.
 """
 
 from __future__ import annotations
@@ -60,7 +62,15 @@ def resized(model: Model, shapes: Mapping[int, Sequence[int]], subgraph_index: i
                 f"input {tensor.name!r} cannot take shape {list(shape)}: the model declares "
                 f"it {list(fixed)} (-1 marks the dimensions a runtime may choose)"
             )
-    found = _propagated(model, subgraph_index, shapes)
+    try:
+        found = _propagated(model, subgraph_index, shapes)
+    except _Unknown as unknown:
+        changed = any(
+            list(shape) != _model_shape(model, subgraph_index, t) for t, shape in shapes.items()
+        )
+        if changed:
+            raise UsageError(str(unknown)) from None
+        return model  # at its declared shapes: the engines follow the graph as it runs
     work = clone_model(model)
     tensors = work.subgraphs[subgraph_index].tensors
     for t, shape in found.items():
@@ -87,6 +97,10 @@ def _described(model: Model, subgraph_index: int, shapes: Mapping[int, Sequence[
     return ", ".join(f"{tensors[t].name}={shape}" for t, shape in chosen.items())
 
 
+class _Unknown(Exception):
+    """A shape after some operator is not known before running the model."""
+
+
 def _propagated(
     model: Model, subgraph_index: int, shapes: Mapping[int, Sequence[int]]
 ) -> dict[int, list[int]]:
@@ -107,16 +121,17 @@ def _propagated(
         op_type = scratch.op_type(op)
         facts = facts_of.facts(op_type)
         where = f"operator {index} ({op_type})"
-        if facts is None:
+        if facts is None or facts.calls:
             changed = [
                 t
                 for t in op.inputs
                 if t in found and found[t] != _model_shape(model, subgraph_index, t)
             ]
             if changed:
-                raise UsageError(
+                raise _Unknown(
                     f"at the input shapes {_described(model, subgraph_index, shapes)}, {where} "
-                    "has no shape rule in qtool, so the shapes after it are unknown"
+                    "has no shape rule in qtool that follows a resized input, so the shapes "
+                    "after it are unknown"
                 )
             found.update({t: list(subgraph.tensors[t].shape) for t in op.outputs})
             continue
@@ -133,7 +148,7 @@ def _propagated(
             ) from None
         for t, shape in zip(op.outputs, inferred, strict=True):
             if shape is None or None in shape:
-                raise UsageError(
+                raise _Unknown(
                     f"at the input shapes {_described(model, subgraph_index, shapes)}, the "
                     f"shape of {subgraph.tensors[t].name!r} ({where}) depends on values known "
                     "only at run time"

@@ -267,3 +267,15 @@ def test_a_scalar_folded_from_constants_stays_a_scalar() -> None:
     samples = np.random.default_rng(6).uniform(-1, 1, (24, 4)).astype(np.float32)
     result = qtool.quantize_model(model, samples)
     assert min(result.accuracy.values()) > 30
+
+
+def test_a_dynamic_batch_before_control_flow() -> None:
+    """A dynamic batch (signature [-1, 8]) kept at its declared shape quantizes although no
+    static shape follows the IF; resizing it past the IF is a one-line refusal."""
+    form = if_form()
+    subgraph = form.model.subgraphs[0]
+    subgraph.tensors[subgraph.inputs[0]].shape_signature = [-1, 8]
+    result = qtool.quantize_model(form.model, form.calibration, holdout=form.holdout)
+    assert min(result.accuracy.values()) > 20
+    with pytest.raises(qtool.errors.UsageError, match=r"operator 3 \(IF\) has no shape rule"):
+        qtool.quantize_model(form.model, form.calibration, input_shapes={"x": (2, 8)})
