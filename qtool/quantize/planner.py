@@ -195,10 +195,13 @@ class Planner:
         self, plan: Plan, calls: Mapping[int, SubgraphStatistics], recipe: Recipe
     ) -> dict[int, Plan]:
         """Plans of the subgraphs this plan's control flow runs: around the caller's int8
-        parameters, or with a float boundary where the caller stays float (those that ran)."""
+        parameters, or with a float boundary where the caller stays float (those that ran),
+        none where the recipe keeps the caller float (a target SQNR's remedy)."""
         inner = Recipe(recipe.method, recipe.bias_correction)
         found = {}
         for site in call_sites(self.model, self.subgraph_index):
+            if site.op_index in recipe.float_ops:
+                continue  # kept float for a target SQNR: what it runs stays float too
             mode = plan.decisions[site.op_index].mode
             around = (
                 boundaries(self.model, plan, site)

@@ -36,7 +36,16 @@ from qtool.quantize.control_flow import body_role
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.litert_worker import start_children, submit_model
-from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision, unmatched_pattern
+from qtool.quantize.plan import (
+    FLOAT,
+    INT8,
+    INT16,
+    INTEGER,
+    OpDecision,
+    Plan,
+    Precision,
+    unmatched_pattern,
+)
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
@@ -349,6 +358,8 @@ def quantize_loaded(
     # Every planned subgraph: the entry points and what their control flow runs.
     plans = {p.subgraph_index: p for plan in entry_plans.values() for p in plan.with_bodies()}
     work, notes = rewritten(prepared.model, entry_plans, precision.specs, options.io)
+    float_bodies = _float_bodies(prepared, plans)
+    plans.update(float_bodies)
     float_ops = [  # named as in the input model (a SQUARE kept float, not the MUL it became)
         FloatOp(s, decision.source_index, op_type, decision.reason or "")
         for s, plan in plans.items()
@@ -397,7 +408,7 @@ def quantize_loaded(
         diagnosis=diagnosis,
         accuracy=accuracy,
         accuracy_source=_accuracy_source(collected, accuracy),
-        warnings=_warnings(work, prepared.model, plans, calibrated.datasets, notes),
+        warnings=_warnings(work, plans, float_bodies, calibrated.datasets, notes),
         layer_sqnr=layers,
     )
 
@@ -428,36 +439,55 @@ def _accuracy_source(collected: Mapping[int, Collected], accuracy: list[OutputAc
     return f"{how} on {samples} calibration samples held out, calibrating on the others"
 
 
+def _float_bodies(prepared: FloatModel, plans: Mapping[int, Plan]) -> dict[int, Plan]:
+    """Plans keeping float the subgraphs control flow runs that were not planned (callers
+    first), each op with the reason: the caller's float decision's, or that it never ran."""
+    model = prepared.model
+    found: dict[int, Plan] = {}
+    for s, sites in sorted(callers(model).items()):
+        if s in plans or not _computes_in_float(model, s):
+            continue
+        site = sites[0]
+        caller = plans.get(site.subgraph, found.get(site.subgraph))
+        decision = None if caller is None else caller.decisions[site.op_index]
+        why = (decision.reason if decision is not None and decision.mode == FLOAT else None) or (
+            "it never ran on the calibration data"
+        )
+        reason = f"the {body_role(model, site, s)} is kept in float: {why}"
+        decisions = [
+            OpDecision(FLOAT if _has_float(model, s, op) else INTEGER, reason, source)
+            for op, source in zip(
+                model.subgraphs[s].operators, prepared.source_index[s], strict=True
+            )
+        ]
+        found[s] = Plan(s, decisions, params={}, ranges={})
+    return found
+
+
+def _has_float(model: Model, s: int, op) -> bool:
+    tensors = model.subgraphs[s].tensors
+    return any(t >= 0 and tensors[t].dtype == TensorType.FLOAT32 for t in op.inputs + op.outputs)
+
+
 def _warnings(
     work: Model,
-    planned: Model,
     plans: Mapping[int, Plan],
+    float_bodies: Mapping[int, Plan],
     datasets: Mapping[int, Dataset],
     notes: RewriteNotes,
 ) -> list[str]:
-    """The rewrite's warnings, then every subgraph of the written model `work` left float (and
-    why), from the `plans` of the prepared model `planned`."""
+    """The rewrite's warnings, then every subgraph of the written model `work` left float:
+    those control flow runs with the reason (`float_bodies`), the others unplanned."""
     warnings = list(notes.warnings)
-    runs = callers(planned)
     for s, subgraph in enumerate(work.subgraphs):
-        if s in plans or not _computes_in_float(work, s):
-            continue
         name = f"subgraph {s} ({subgraph.name or 'unnamed'})"
-        sites = runs.get(s)
-        if not sites:
+        if s in float_bodies:
+            warnings.append(f"{name}, {float_bodies[s].decisions[0].reason}")
+        elif s not in plans and _computes_in_float(work, s):
             warnings.append(
                 f"{name} has no calibration data (not a signature's entry point, and no "
                 "control flow runs it): kept in float"
             )
-            continue
-        site = sites[0]
-        caller = plans.get(site.subgraph)
-        why = (
-            caller.decisions[site.op_index].reason
-            if caller is not None and caller.decisions[site.op_index].mode == FLOAT
-            else None
-        ) or "it never ran on the calibration data"
-        warnings.append(f"{name}, the {body_role(planned, site, s)}, kept in float: {why}")
     if any(d.synthetic for d in datasets.values()):
         warnings.insert(
             0,

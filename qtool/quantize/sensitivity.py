@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.model import Model, Subgraph
+from qtool.model.calls import call_sites
 from qtool.model.edit import clone_model
 from qtool.numerics import SqnrAccumulator
 from qtool.quantize.plan import Plan, Slot
@@ -33,15 +34,20 @@ MAX_SAMPLES = 16  # a ranking of places needs a few samples, not the whole fold
 class Place:
     """A place where quantization adds noise: an operator's weights or an activation tensor."""
 
-    kind: str  # "weights" | "activation"
-    op_index: int  # the operator (weights), or the producer of the tensor (activation)
-    tensor: int  # the weight tensor, or the activation tensor
+    kind: str  # "weights" | "activation" | "calls"
+    # the operator (weights), the producer of the tensor (activation), or the control-flow
+    # operator whose subgraphs are quantized (calls)
+    op_index: int
+    tensor: int  # the weight tensor, the activation tensor, or the call's first output
     slots: tuple[Slot, ...] = ()  # activation: every slot the tensor is stored in
 
     def parts(self) -> Parts:
+        """The part of the plan this place alone quantizes."""
         if self.kind == "weights":
-            return Parts(weights={self.op_index}, slots=())
-        return Parts(weights=(), slots=set(self.slots))
+            return Parts(weights={self.op_index}, slots=(), bodies=False)
+        if self.kind == "calls":
+            return Parts(weights=(), slots=(), bodies=True)
+        return Parts(weights=(), slots=set(self.slots), bodies=False)
 
 
 @dataclass
@@ -57,7 +63,8 @@ class Sensitivity:
 
 
 def places(model: Model, plan: Plan) -> list[Place]:
-    """Every operator with planned weights and every activation stored in some slot."""
+    """Every operator with planned weights, every activation stored in some slot, and every
+    control-flow operator whose subgraphs are quantized (their noise, as one place)."""
     subgraph = model.subgraphs[plan.subgraph_index]
     found = [
         Place("weights", i, subgraph.operators[i].inputs[layer.weight_position])
@@ -71,6 +78,10 @@ def places(model: Model, plan: Plan) -> list[Place]:
     for t, tensor_slots in sorted(slots.items()):
         producer = producers.get(t, -1)
         found.append(Place("activation", producer, t, tuple(dict.fromkeys(tensor_slots))))
+    for site in call_sites(model, plan.subgraph_index):
+        if plan.bodies.keys() & set(site.bodies):
+            op = subgraph.operators[site.op_index]
+            found.append(Place("calls", site.op_index, op.outputs[0] if op.outputs else -1))
     return found
 
 

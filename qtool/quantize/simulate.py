@@ -51,6 +51,7 @@ class Parts:
 
     weights: Collection[int] | None = None  # operator indices whose weights are quantized
     slots: Collection[Slot] | None = None  # activation slots that are fake-quantized
+    bodies: bool = True  # the subgraphs control flow runs, as their plans quantize them
 
 
 ALL = Parts()
@@ -180,12 +181,13 @@ class _Builder:
 
 
 def simulation_model(model: Model, plan: Plan, parts: Parts = ALL) -> Model:
-    """The float graph simulating `plan` on `model` (which stays unchanged); with all parts,
-    the subgraphs its control flow runs in int8 too (their plans, `Plan.bodies`)."""
+    """The float graph simulating `plan` (the `parts` of it) on `model`, which stays
+    unchanged; with `parts.bodies`, the subgraphs its control flow runs too, as their plans
+    (`Plan.bodies`) quantize them."""
     simulated = clone_model(model)
-    plans = plan.with_bodies() if parts is ALL else [plan]
-    for each in plans:
-        _Builder(simulated, each, parts if each is plan else ALL).build()
+    _Builder(simulated, plan, parts).build()
+    for body in plan.with_bodies()[1:] if parts.bodies else ():
+        _Builder(simulated, body, ALL).build()
     return simulated
 
 

@@ -212,8 +212,17 @@ def test_control_flow_in_every_command(tmp_path: Path) -> None:
         form.model, form.calibration, holdout=form.holdout, target_sqnr=30, allow_float=True
     )
     assert min(searched.accuracy.values()) > 24
+    # Beyond what int8 branches give, the IF and what it runs are kept float as one place.
+    strict = qtool.quantize_model(
+        form.model, form.calibration, holdout=form.holdout, target_sqnr=40, allow_float=True
+    )
+    assert min(strict.accuracy.values()) > 40
+    modes = {(row["subgraph"], row["op"]): row["mode"] for row in strict.report["ops"]}
+    assert modes[(0, "IF")] == "float" and modes[(1, "LOGISTIC")] == "float"
+    assert all("to reach the target SQNR" in w for w in strict.report["warnings"])
     analysis = qtool.analyze_model(form.model, form.calibration, holdout=form.holdout)
-    assert analysis["subgraphs"][0]["places"]
+    kinds = {place["place"] for place in analysis["subgraphs"][0]["places"]}
+    assert kinds == {"weights", "activation", "calls"}
     statistics = qtool.calibrate_model(form.model, form.calibration)
     path = tmp_path / "stats.json"
     statistics.save(path)
