@@ -248,6 +248,8 @@ def calibrate_loaded(
     for s, c in collected.items():
         planners[s].calibration = c.fit_data  # samples for the second moments of rounding
         planners[s].engine = c.calibration.engine
+        for b in called_subgraphs(prepared.model, s):  # what observed the subgraphs it runs
+            callees[b].engine = c.calibration.engine
     if options.calibration == AUTO:
         start, scores = choose_recipe(prepared.model, collected, planners, options.bias_correction)
     else:
