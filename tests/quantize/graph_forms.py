@@ -244,18 +244,21 @@ def if_form(samples: int = 48) -> Form:
 
 def while_form(samples: int = 40, steps: int = 6) -> Form:
     """A recurrent layer as Keras 3 lowers one: WHILE carries a step counter, the state
-    (zeros at first) and the input sequence through a condition (counter < steps) and a body
-    (the state becomes TANH(W x_t + U h); the counter grows by one; the sequence passes
-    through); a dense layer reads the last state."""
+    (zeros at first), the input sequence and the recurrent weights U (a constant the loop
+    passes through unchanged, as converters capture weights) through a condition (counter <
+    steps) and a body (the state becomes TANH(W x_t + U h); the counter grows by one); a
+    dense layer reads the last state."""
     rng = np.random.default_rng(4)
     b = GraphBuilder()
     x = b.input("sequence", [1, steps, 4])
     start = b.constant("start", np.array(0, np.int32))
     zeros = b.constant("zeros", np.zeros((1, 8), np.float32))
+    recurrent = b.constant("recurrent", (rng.standard_normal((8, 8)) / 4).astype(np.float32))
     condition = _subgraph(b, "condition")
     c_i = condition.input("c_step", [], np.int32)
     condition.input("c_state", [1, 8])
     condition.input("c_sequence", [1, steps, 4])
+    condition.input("c_recurrent", [8, 8])
     condition.finish(
         [
             condition.op(
@@ -270,6 +273,7 @@ def while_form(samples: int = 40, steps: int = 6) -> Form:
     i = body.input("b_step", [], np.int32)
     state = body.input("b_state", [1, 8])
     sequence = body.input("b_sequence", [1, steps, 4])
+    weights = body.input("b_recurrent", [8, 8])
     frame = body.op(
         "GATHER",
         [sequence, i],
@@ -279,7 +283,15 @@ def while_form(samples: int = 40, steps: int = 6) -> Form:
     )
     mixed = body.op(
         "ADD",
-        [_dense(body, frame, rng, 4, 8, "input_gate"), _dense(body, state, rng, 8, 8, "recurrent")],
+        [
+            _dense(body, frame, rng, 4, 8, "input_gate"),
+            body.op(
+                "FULLY_CONNECTED",
+                [state, weights, -1],
+                output_shape=[1, 8],
+                options_type="FullyConnectedOptions",
+            ),
+        ],
         output_shape=[1, 8],
         options_type="AddOptions",
     )
@@ -291,15 +303,16 @@ def while_form(samples: int = 40, steps: int = 6) -> Form:
         output_dtype=np.int32,
         options_type="AddOptions",
     )
-    body.finish([step, new_state, sequence])
+    body.finish([step, new_state, sequence, weights])
     outputs = [
         b.tensor("last_step", [], np.int32),
         b.tensor("last_state", [1, 8]),
         b.tensor("sequence_out", [1, steps, 4]),
+        b.tensor("recurrent_out", [8, 8]),
     ]
     b.op(
         "WHILE",
-        [start, zeros, x],
+        [start, zeros, x, recurrent],
         outputs,
         options_type="WhileOptions",
         options={"cond_subgraph_index": 1, "body_subgraph_index": 2},
