@@ -280,7 +280,7 @@ def check_model(
     )
     gate = None
     if reference is not None:
-        float_model = load_model(reference)
+        float_model, data = _shaped(load_model(reference), data, None)
         (s,) = list(entry_subgraphs(float_model))[:1]
         gate = AccuracyGate(float_model, as_dataset(data, model_inputs(float_model, s)), min_sqnr)
     profiles = spec_profiles(per_tensor_fc)

@@ -150,6 +150,10 @@ def test_input_shape_option(tmp_path: Path) -> None:
     assert from_statistics.returncode == 0, from_statistics.stderr
     analysis = qtool_cli("analyze", str(model), *data, *chosen, "-q")
     assert analysis.returncode == 0, analysis.stderr
+    # The accuracy gate runs the float reference at the data's shape too.
+    gate = qtool_cli("check", str(tmp_path / "a.tflite"), "--reference", str(model), *data)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "worst output SQNR" in gate.stdout
 
 
 @pytest.mark.parametrize(
