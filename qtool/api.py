@@ -19,13 +19,15 @@ signatures, a dict keyed by signature.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from qtool.calibrate import model_inputs
+from qtool import arguments
+from qtool.calibrate import ENGINES, model_inputs
 from qtool.calibrate.collect import calibration_statistics
 from qtool.calibrate.datasets import as_dataset, entry_data, entry_datasets
 from qtool.calibrate.inputs import entry_subgraphs
@@ -35,12 +37,14 @@ from qtool.check.audit import check_loaded
 from qtool.check.findings import SEVERITY_RANK, Finding
 from qtool.check.gates import DEFAULT_MIN_SQNR, AccuracyGate
 from qtool.errors import UsageError
+from qtool.files import InputFiles, recording_inputs
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model import load_model as _load_path
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.quantizer import analyze_loaded
 from qtool.report.analysis_report import analysis_section
 from qtool.spec import spec_profiles
+from qtool.targets import target_names
 
 ModelLike = str | os.PathLike | bytes | bytearray | memoryview | Model
 
@@ -50,27 +54,40 @@ InputShapes = dict[str, "tuple[int, ...] | list[int]"]
 
 def _shaped(model: Model, data: Any, input_shapes: InputShapes | None) -> tuple[Model, Any]:
     """The model at the input shapes it runs at (`input_shapes`, else the data's where a
-    dynamic input lets the data choose), and the data (a one-shot iterator read into a list
-    first: learning the shape reads a sample)."""
-    if isinstance(data, Iterator):
-        data = list(data)
+    dynamic input lets the data choose), and the data (a one-shot iterator whose first sample
+    was read to learn the shape gets it back in front; nothing more is read)."""
     per_entry = {} if data is None else entry_data(model, data)
+    peeked = False
 
     def data_for(s: int, specs):
         """The data of entry subgraph s read as `specs` ask."""
-        return as_dataset(per_entry[s], specs) if s in per_entry else None
+        nonlocal peeked
+        given = per_entry.get(s)
+        if isinstance(given, Iterator):
+            head = list(itertools.islice(given, 1))
+            per_entry[s], given, peeked = itertools.chain(head, given), head, True
+        return None if given is None else as_dataset(given, specs)
 
-    return shaped_model(model, input_shapes, data_for), data
+    shaped = shaped_model(model, input_shapes, data_for)
+    if peeked:
+        entries = entry_subgraphs(model)
+        data = (
+            next(iter(per_entry.values()))
+            if len(entries) == 1
+            else {entries[s]: given for s, given in per_entry.items()}
+        )
+    return shaped, data
 
 
-def load_model(model: ModelLike) -> Model:
-    """A model from a path, the bytes of a .tflite file, or a Model (returned as is)."""
+def load_model(model: ModelLike, validate: bool = True) -> Model:
+    """A model from a path, the bytes of a .tflite file, or a Model (returned as is). With
+    `validate`, a model that is not a valid graph raises (check audits it instead)."""
     if isinstance(model, Model):
         return model
     if isinstance(model, bytes | bytearray | memoryview):
-        return parse_model(bytes(model))
+        return parse_model(bytes(model), validate=validate)
     if isinstance(model, str | os.PathLike):
-        return _load_path(model)
+        return _load_path(model, validate=validate)
     raise UsageError(f"model must be a path, bytes or a Model, not {type(model).__name__}")
 
 
@@ -81,9 +98,11 @@ class Quantized:
     result: QuantizeResult
     report: dict[str, Any]
     model_bytes: bytes
+    inputs: InputFiles | None = None  # the files quantize read: save never replaces one
 
     @property
     def model(self) -> Model:
+        """The quantized model (the object `model_bytes` was serialised from)."""
         return self.result.model
 
     @property
@@ -93,6 +112,7 @@ class Quantized:
 
     @property
     def compliant(self) -> bool:
+        """Whether the audit of the quantized model found no errors."""
         return not self.report["audit"]["errors"]
 
     def html(self) -> str:
@@ -113,14 +133,15 @@ class Quantized:
     ) -> Path:
         """Write the model and its report (`<stem>.report.json` beside it by default), and the
         HTML page to `html` if given, all or none, after reading the model back; an existing
-        file is replaced only with `force`."""
+        file is replaced only with `force`, and never a file the quantization read (the model,
+        its data)."""
         from qtool.jobs import write_pair
 
         path = Path(path)
         report_path = Path(report) if report else path.with_name(f"{path.stem}.report.json")
         self.report["output_model"]["path"] = str(path)
         pages = [(Path(html), self.html())] if html is not None else []
-        write_pair(path, self.model_bytes, report_path, self.report, force, pages)
+        write_pair(path, self.model_bytes, report_path, self.report, force, pages, self.inputs)
         return path
 
 
@@ -135,6 +156,7 @@ def quantize_model(
     strict: bool = False,
     analyze: bool = False,
     layer_sqnr: bool = False,
+    max_size: str | int | None = None,
     progress: Callable[[int], None] | None = None,
     **options: Any,
 ) -> Quantized:
@@ -144,39 +166,58 @@ def quantize_model(
     optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
     target, engine. `input_shapes` ({input name: shape}) sets the shape a dynamic input (-1
     in its signature) runs at; without it, the data's shape where the signature allows it.
-    `layer_sqnr` also measures each quantized activation's SQNR along the graph
-    (simulated on the held-out samples, for `Quantized.html()`). Raises QtoolError subclasses
-    for bad input; `strict` and an unreachable `target_sqnr` raise too (exit code 1 on the
+    `layer_sqnr` also measures each quantized activation's SQNR along the graph (simulated on
+    the held-out samples, for `Quantized.html()`). `max_size` (bytes, or a ratio of the
+    input's size as "0.5x") refuses a bigger result. Raises QtoolError subclasses for bad
+    input; `strict`, `max_size` and an unreachable `target_sqnr` raise too (exit code 1 on the
     command line).
     """
-    from qtool.jobs import finish_quantization
+    from qtool.jobs import SizeLimit, finish_quantization
 
-    original = load_model(model)
-    loaded, data = _shaped(original, data, input_shapes)
-    settings = QuantizeOptions(**options)
-    if isinstance(statistics, str | os.PathLike):
-        statistics = CalibrationStatistics.load(statistics)
-    if data is None and statistics is None:
-        raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
-    datasets = {} if data is None else entry_datasets(loaded, data, samples)
-    holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
-    source = model if isinstance(model, str | os.PathLike) else None
-    result, report, blob = finish_quantization(
-        loaded,
-        datasets,
-        holdouts,
-        settings,
-        statistics=statistics,
-        analyze=analyze,
-        strict=strict,
-        progress=progress,
-        input_path=None if source is None else os.fspath(source),
-        input_data=model_to_bytes(original) if source is None else None,
-        data_sources=[_describe(data)],
-        samples_limit=samples,
-        measure_layer_sqnr=layer_sqnr,
-    )
-    return Quantized(result, report, blob)
+    settings = _options("quantize_model", options)
+    samples = arguments.sample_limit(samples)
+    for name, value in (("strict", strict), ("analyze", analyze), ("layer_sqnr", layer_sqnr)):
+        arguments.flag(name, value)
+    arguments.callback("progress", progress)
+    limit = None if max_size is None else SizeLimit.parse(max_size)
+    with recording_inputs() as inputs:  # what is read here, `save` will not replace
+        original = load_model(model)
+        loaded, data = _shaped(original, data, input_shapes)
+        if isinstance(statistics, str | os.PathLike):
+            statistics = CalibrationStatistics.load(statistics)
+        elif statistics is not None and not isinstance(statistics, CalibrationStatistics):
+            raise UsageError(
+                "`statistics` must be CalibrationStatistics or the path of a statistics file, "
+                f"not {type(statistics).__name__}"
+            )
+        if data is None and statistics is None:
+            raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
+        datasets = {} if data is None else entry_datasets(loaded, data, samples)
+        holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
+        source = model if isinstance(model, str | os.PathLike) else None
+        result, report, blob = finish_quantization(
+            loaded,
+            datasets,
+            holdouts,
+            settings,
+            statistics=statistics,
+            analyze=analyze,
+            strict=strict,
+            progress=progress,
+            input_path=None if source is None else os.fspath(source),
+            input_data=original.source_data or model_to_bytes(original),
+            data_sources=[_describe(data)],
+            samples_limit=samples,
+            measure_layer_sqnr=layer_sqnr,
+            max_size=limit,
+        )
+    return Quantized(result, report, blob, inputs)
+
+
+def _options(function: str, options: Mapping[str, Any]) -> QuantizeOptions:
+    """QuantizeOptions from a call's keywords: unknown keywords and bad values are UsageErrors."""
+    arguments.known_keywords(function, options, (f.name for f in fields(QuantizeOptions)))
+    return QuantizeOptions(**options)
 
 
 def _describe(data: Any) -> str:
@@ -196,6 +237,9 @@ def calibrate_model(
 ) -> CalibrationStatistics:
     """The calibration statistics of `data` (`qtool calibrate`): save, merge with other shards
     (exactly), and pass to `quantize(statistics=...)` (with the same `input_shapes`)."""
+    samples = arguments.sample_limit(samples)
+    arguments.choice("engine", engine, ENGINES)
+    arguments.callback("progress", progress)
     loaded, data = _shaped(load_model(model), data, input_shapes)
     return calibration_statistics(loaded, entry_datasets(loaded, data, samples), engine, progress)
 
@@ -211,14 +255,13 @@ def analyze_model(
     **options: Any,
 ) -> dict[str, Any]:
     """Where the quantization error comes from (`qtool analyze --json`)."""
+    settings = _options("analyze_model", options)
+    samples = arguments.sample_limit(samples)
+    arguments.callback("progress", progress)
     loaded, data = _shaped(load_model(model), data, input_shapes)
     holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
     diagnosis = analyze_loaded(
-        loaded,
-        entry_datasets(loaded, data, samples),
-        QuantizeOptions(**options),
-        progress,
-        holdouts,
+        loaded, entry_datasets(loaded, data, samples), settings, progress, holdouts
     )
     return analysis_section(diagnosis)
 
@@ -235,18 +278,23 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
+        """Whether no finding is at or above the severity `fail_on`."""
         threshold = SEVERITY_RANK[self.fail_on]
         return all(SEVERITY_RANK[f.severity] < threshold for f in self.findings)
 
     @property
     def errors(self) -> list[Finding]:
+        """The findings of severity error."""
         return [f for f in self.findings if f.severity == "error"]
 
     @property
     def warnings(self) -> list[Finding]:
+        """The findings of severity warning."""
         return [f for f in self.findings if f.severity == "warning"]
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as JSON-ready data: verdict, counts, findings, and the target and accuracy
+        sections (None when not asked for)."""
         return {
             "passed": self.passed,
             "fail_on": self.fail_on,
@@ -269,15 +317,15 @@ def check_model(
 ) -> CheckResult:
     """Audit a quantized model against the int8 spec (`qtool check`), optionally where its ops
     run on a `target` device and how close it stays to a float `reference` on `data`."""
-    if fail_on not in SEVERITY_RANK:
-        raise UsageError(f"fail_on must be one of {', '.join(SEVERITY_RANK)}, not {fail_on!r}")
+    arguments.choice("fail_on", fail_on, SEVERITY_RANK)
+    arguments.flag("per_tensor_fc", per_tensor_fc)
+    arguments.choice("target", target, target_names(), optional=True)
+    min_sqnr = arguments.number("min_sqnr", min_sqnr)
     if (reference is None) != (data is None):
         raise UsageError("an accuracy check needs both reference and data")
-    loaded = (
-        load_model(model)
-        if not isinstance(model, str | os.PathLike)
-        else _load_path(model, validate=False)
-    )
+    # Not validated on reading: a model that is not a valid graph is audited (QT-MODEL-INVALID),
+    # whether it comes as a path or as bytes.
+    loaded = load_model(model, validate=False)
     gate = None
     if reference is not None:
         float_model, data = _shaped(load_model(reference), data, None)

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from qtool.calibrate import Dataset
+from qtool.calibrate.collect import refuse_nonfinite
+from qtool.calibrate.memory import check_memory
 from qtool.errors import UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, numpy_dtype
 from qtool.model.edit import clone_model
@@ -30,25 +32,33 @@ INTEGER_TYPES = (TensorType.INT8, TensorType.UINT8, TensorType.INT16, TensorType
 
 @dataclass(frozen=True)
 class OutputAccuracy:
+    """How close one output of the candidate stays to the reference: SQNR in dB (inf when exact)
+    and the top-1 agreement."""
+
     name: str  # the candidate's output tensor name
     sqnr_db: float
     top1: float | None  # share of samples whose argmax agrees; None unless classifier-like
 
     def to_dict(self) -> dict:
+        """Every field, JSON-ready."""
         return asdict(self)
 
 
 @dataclass(frozen=True)
 class Comparison:
+    """The comparison of a candidate model with its float reference, output by output."""
+
     outputs: list[OutputAccuracy]
     samples: int
     engine: str  # how the candidate ran: "litert" or "simulate"
 
     @property
     def worst_db(self) -> float:
+        """The lowest output SQNR (dB)."""
         return min(o.sqnr_db for o in self.outputs)
 
     def to_dict(self) -> dict:
+        """JSON-ready: samples, engine and every output's accuracy."""
         return {
             "samples": self.samples,
             "engine": self.engine,
@@ -98,6 +108,8 @@ def compare_models(
             f"{len(ref_graph.outputs)}, candidate {len(cand_graph.inputs)} -> "
             f"{len(cand_graph.outputs)}"
         )
+    for model in (reference, candidate):
+        check_memory(model, what="running")
     run_reference = _float_runner(reference)
     run_candidate = (
         _litert_runner(candidate) if engine == "litert" else _simulated_runner(candidate)
@@ -108,6 +120,7 @@ def compare_models(
     samples = 0
     for batch in dataset.iter_chunks(CHUNK):
         expected, got = run_reference(batch), run_candidate(batch)
+        refuse_nonfinite(expected, dataset.source)
         samples += batch[0].shape[0]
         for k, (want, have) in enumerate(zip(expected, got, strict=True)):
             have = np.asarray(have, np.float64).reshape(want.shape)

@@ -10,24 +10,34 @@ report stay as they were, and any failure (or SIGINT/SIGTERM) removes the tempor
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qtool.arguments import sample_limit
 from qtool.calibrate import Dataset, InputSpec, load_dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.collect import calibration_statistics
 from qtool.calibrate.datasets import source_datasets, split_sources
 from qtool.calibrate.inputs import entry_subgraphs
+from qtool.calibrate.sample_sources import source_files
 from qtool.calibrate.shapes import parse_input_shapes, shaped_model
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
 from qtool.check.findings import severity_counts
 from qtool.errors import QtoolError, UsageError
-from qtool.files import check_destination, commit, discard, stage, write_atomic
+from qtool.files import (
+    InputFiles,
+    check_destination,
+    commit,
+    discard,
+    refuse_shared_destinations,
+    stage,
+    write_atomic,
+)
 from qtool.model import Model, load_model, model_to_bytes
-from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
@@ -53,6 +63,47 @@ class TargetNotReachedError(QtoolError):
     """A target SQNR that the allowed remedies cannot reach: exit code 1, nothing written."""
 
     exit_code = 1
+
+
+class SizeLimitError(QtoolError):
+    """The quantized model exceeds `max_size`: exit code 1, nothing written."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class SizeLimit:
+    """The largest model a run may write: a number of bytes, or a ratio of the input's size
+    (`--max-size 1500000`, `--max-size 0.5x`)."""
+
+    value: float
+    ratio: bool
+
+    @classmethod
+    def parse(cls, text: str | int | float) -> SizeLimit:
+        """`BYTES` (a whole number) or `RATIOx` (a positive number then x); UsageError else."""
+        raw = str(text).strip()
+        ratio = raw.lower().endswith("x")
+        number = raw[:-1] if ratio else raw
+        try:
+            value = float(number) if ratio else int(number)
+        except ValueError:
+            value = -1
+        if not (value > 0 and math.isfinite(value)):
+            raise UsageError(
+                f"`max_size={raw!r}` is neither a number of bytes (1500000) nor a positive "
+                "ratio of the input's size (0.5x)"
+            )
+        return cls(float(value), ratio)
+
+    def bytes_for(self, input_bytes: int) -> int:
+        """The limit in bytes for an input of `input_bytes`."""
+        return int(self.value * input_bytes) if self.ratio else int(self.value)
+
+    def describe(self, input_bytes: int) -> str:
+        """The limit as a message says it: "1,000 bytes", or "0.5x the input: 37,184 bytes"."""
+        limit = f"{self.bytes_for(input_bytes):,} bytes"
+        return f"{self.value:g}x the input: {limit}" if self.ratio else limit
 
 
 class OutputCheckError(QtoolError):
@@ -106,6 +157,7 @@ class QuantizeJob(ModelJob):
     layer_errors: bool = False  # measure every layer's SQNR (needs ai-edge-litert)
     analyze: bool = False  # where the error comes from (simulated), in the report
     html_path: str | None = None  # the HTML page of the run, written with the other outputs
+    max_size: SizeLimit | None = None  # refuse to write a bigger model
 
 
 @dataclass
@@ -127,6 +179,9 @@ class CalibrateJob(ModelJob):
 
 @dataclass
 class QuantizeOutcome:
+    """What `run_quantize` wrote (the model, its report, the page when asked) and the result they
+    came from."""
+
     result: QuantizeResult
     report: dict[str, Any]
     output_path: str
@@ -135,10 +190,15 @@ class QuantizeOutcome:
 
     @property
     def exit_code(self) -> int:
+        """The command's exit status: 1 when the audit of the quantized model found errors, else
+        0."""
         return 1 if self.report["audit"]["errors"] else 0
 
 
 def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
+    """The output model and report paths of a quantize job: as given, else `<model>_int8.tflite`
+    beside the input and `<output>.report.json` beside the output; UsageError for a path given as
+    '' or ending in a separator."""
     for what, given in (("output path", job.output_path), ("report path", job.report_path)):
         if given is not None and (given == "" or given.endswith(("/", os.sep))):
             raise UsageError(f"{what} {given!r} is not a file name")
@@ -156,24 +216,30 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     return output, report
 
 
-def _job_inputs(job: ModelJob) -> list[str]:
-    """Every file the job reads (module:function data sources name no file and match none)."""
-    return [job.model_path, *job.data, *job.holdout, *job.statistics]
+def job_inputs(job: ModelJob) -> list[str]:
+    """Every file the job will read, as far as the command line tells before anything is read
+    (what is read later is recorded as it is read, and checked again before the outputs are put
+    in place)."""
+    files = [job.model_path, *job.statistics]
+    for source in (*job.data, *job.holdout):
+        files += source_files(source)
+        key, separator, path = source.partition("=")
+        if separator and key:  # KEY=PATH for a signature
+            files += source_files(path)
+    return files
 
 
 def _check_destinations(job: QuantizeJob, *paths: Path) -> None:
     """Refuse unwritable destinations before the work, not after it."""
+    inputs = InputFiles.of(job_inputs(job))
     for path in paths:
-        refuse_input_overwrite(path, _job_inputs(job))
-        check_destination(path, overwrite=job.force)
-    if len({path.absolute() for path in paths}) < len(paths):
-        raise UsageError("the model, the report and the page must be written to different files")
+        check_destination(path, overwrite=job.force, inputs=inputs)
+    refuse_shared_destinations(*paths, what="the model, the report and the page")
 
 
 def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int, Dataset]]:
     """The model, its calibration datasets and its held-out datasets, per subgraph."""
-    if job.samples is not None and job.samples < 1:
-        raise UsageError("`samples` must be at least 1")
+    sample_limit(job.samples)
     if job.custom_ops:
         load_custom_ops(job.custom_ops)
     model = load_model(job.model_path)
@@ -215,13 +281,11 @@ def calibrate_file(
     job: CalibrateJob, progress: Callable[[int], None] | None = None
 ) -> CalibrationStatistics:
     """Run `qtool calibrate`: the statistics of the job's data, written to its output path."""
-    refuse_input_overwrite(job.output_path, _job_inputs(job))
-    target = Path(job.output_path)
-    if target.exists() and not job.force:
-        raise UsageError(f"{target}: already exists (use `force=True` to replace it)")
+    inputs = InputFiles.of(job_inputs(job))
+    check_destination(job.output_path, overwrite=job.force, inputs=inputs)
     model, datasets, _ = load_job_inputs(job)
     statistics = calibration_statistics(model, datasets, job.options.engine, progress)
-    statistics.save(target)
+    statistics.save(job.output_path, overwrite=job.force)
     return statistics
 
 
@@ -229,8 +293,7 @@ def analyze_file(job: AnalyzeJob, progress: Callable[[int], None] | None = None)
     """Run `qtool analyze`: the analysis report of the plan `quantize_file` would make."""
     html = Path(job.html_path) if job.html_path else None
     if html is not None:
-        refuse_input_overwrite(html, _job_inputs(job))
-        check_destination(html, overwrite=True)
+        check_destination(html, overwrite=True, inputs=InputFiles.of(job_inputs(job)))
     model, datasets, holdouts = load_job_inputs(job)
     calibrated = calibrate_loaded(model, datasets, job.options, progress, holdouts)
     diagnosis = diagnose_calibrated(calibrated)
@@ -259,6 +322,7 @@ def finish_quantization(
     seed: int | None = None,
     measure_layers: bool = False,
     measure_layer_sqnr: bool = False,
+    max_size: SizeLimit | None = None,
 ) -> tuple[QuantizeResult, dict[str, Any], bytes]:
     """Quantize in memory, refuse what the options forbid, audit, and build the report:
     (result, report, model bytes). Nothing is written. `measure_layers` runs both models in
@@ -308,6 +372,15 @@ def finish_quantization(
         audit=audit,
         layer_errors=errors,
     )
+    if max_size is not None:
+        limit = max_size.bytes_for(report["input_model"]["size_bytes"])
+        if len(blob) > limit:
+            grew = ", ".join(f"{r['part']} {r['bytes']:+,}" for r in report["size"]["grew"][:3])
+            raise SizeLimitError(
+                f"the quantized model is {len(blob):,} bytes, over `max_size` "
+                f"({max_size.describe(report['input_model']['size_bytes'])}); nothing written"
+                + (f" (grew: {grew})" if grew else "")
+            )
     return result, report, blob
 
 
@@ -335,12 +408,14 @@ def quantize_file(
         strict=job.strict,
         progress=progress,
         input_path=job.model_path,
+        input_data=model.source_data,  # what was read, whatever the file holds by now
         output_path=str(output),
         data_sources=list(job.data) or list(job.statistics),
         samples_limit=job.samples,
         seed=job.seed if job.synthetic else None,
         measure_layers=job.layer_errors,
         measure_layer_sqnr=bool(html),
+        max_size=job.max_size,
     )
     pages = [(path, quantize_html(report, quantize_pictures(result))) for path in html]
     write_pair(output, blob, report_path, report, job.force, pages)
@@ -360,19 +435,24 @@ def write_pair(
     report: dict,
     force: bool,
     pages: Sequence[tuple[Path, str]] = (),
+    inputs: InputFiles | None = None,
 ) -> None:
-    """Stage the model, its report and any `(path, text)` pages, read the model back, then
-    rename all (the model last) or none."""
+    """Stage the model, its report and any `(path, text)` pages, read the model back, then put
+    all in place (the model last) or none. None may replace a file of `inputs` or one the run
+    read; without `force` none may replace any file."""
+    refuse_shared_destinations(
+        output, report_path, *(path for path, _ in pages), what="the model, the report and the page"
+    )
     staged = []
     try:
-        staged.append(stage(output, blob, overwrite=force))
+        staged.append(stage(output, blob, overwrite=force, inputs=inputs))
         problem = written_model_problem(staged[0].temporary)
         if problem:
             raise OutputCheckError(
                 f"{output}: the quantized model is not valid, not written: {problem}"
             )
-        staged.append(stage(report_path, readable_json(report), overwrite=force))
-        staged += [stage(path, page, overwrite=force) for path, page in pages]
+        staged.append(stage(report_path, readable_json(report), overwrite=force, inputs=inputs))
+        staged += [stage(path, page, overwrite=force, inputs=inputs) for path, page in pages]
         commit(*reversed(staged))
     except BaseException:
         discard(*staged)

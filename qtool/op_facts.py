@@ -1,6 +1,6 @@
 """What a well-formed operator looks like, loaded once from `schemas/ops.json`.
 
-Per builtin (and per custom op qtool has a kernel for): its operands in order (name, allowed tensor types, optional, repeated, constant),
+Per builtin (and per custom op qtool has a kernel for, or that a device compiler writes): its operands in order (name, allowed tensor types, optional, repeated, constant, runtime buffer),
 its options table and the name of the shape rule relating its operand shapes; the enums that
 options such as `padding` take their values from; and the limits on what a model may make qtool
 allocate. The model validator checks models against these facts and
@@ -20,6 +20,8 @@ FACTS_FILE = "ops.json"
 
 @dataclass(frozen=True)
 class OperandFacts:
+    """One operand slot of an operator as ops.json declares it."""
+
     name: str
     types: frozenset[str]  # TensorType names, e.g. "FLOAT32"
     optional: bool = False  # may be absent (index -1, or left off the end)
@@ -27,17 +29,20 @@ class OperandFacts:
     repeat: bool = False  # the last operand may occur any number of times (at least once)
     constant: bool = False  # must be a constant tensor
     shape_only: bool = False  # only its shape is read, never its values (SHAPE's input)
+    runtime_buffer: bool = False  # a buffer the runtime places: no data and no producer
 
 
 @dataclass(frozen=True)
 class OpFacts:
+    """What a well-formed operator of one type looks like (builtin, or custom with a kernel)."""
+
     name: str
     inputs: tuple[OperandFacts, ...]
     outputs: tuple[OperandFacts, ...]
     options: str | None  # the BuiltinOptions table the operator takes
     shape: str  # the shape rule (qtool/model/shape_rules.py)
     custom_options: tuple[str, ...] = ()  # a custom op's raw C struct: its int32 fields in order
-    calls: tuple[str, ...] = ()  # options naming the subgraphs a control-flow op runs
+    compiled_for: str | None = None  # the target whose compiler wrote the op (its program)
 
     @staticmethod
     def _count(operands: tuple[OperandFacts, ...]) -> tuple[int, int | None]:
@@ -51,6 +56,7 @@ class OpFacts:
 
     @property
     def output_count(self) -> tuple[int, int | None]:
+        """(fewest, most) outputs; most is None for a repeated last operand."""
         return self._count(self.outputs)
 
     @staticmethod
@@ -60,14 +66,20 @@ class OpFacts:
         return operands[-1] if operands and operands[-1].repeat else None
 
     def input(self, position: int) -> OperandFacts | None:
+        """The facts of the input at `position` (a repeated last operand covers every later one);
+        None past the last."""
         return self._at(self.inputs, position)
 
     def output(self, position: int) -> OperandFacts | None:
+        """The facts of the output at `position` (a repeated last operand covers every later
+        one); None past the last."""
         return self._at(self.outputs, position)
 
 
 @dataclass(frozen=True)
 class Limits:
+    """What a model may make qtool allocate, checked by the validator before anything runs."""
+
     max_rank: int
     max_activation_elements: int  # per tensor, as declared (one sample)
     max_activation_bytes: int
@@ -75,19 +87,30 @@ class Limits:
 
 @dataclass(frozen=True)
 class OpTable:
+    """Everything ops.json says: each builtin's facts, the custom ops qtool has kernels for,
+    option domains and limits."""
+
     ops: dict[str, OpFacts]
     limits: Limits
     option_domains: dict[str, str]  # option name -> the schema enum its values come from
-    custom_ops: dict[str, OpFacts]  # by custom code: the custom ops qtool has kernels for
+    custom_ops: dict[str, OpFacts]  # by custom code: with a kernel, or compiled for a device
 
     def facts(self, op_type: str) -> OpFacts | None:
+        """The facts of a builtin op type; None when qtool has none."""
         return self.ops.get(op_type)
 
     def custom(self, custom_code: str) -> OpFacts | None:
+        """The facts of a custom op by its custom code; None when qtool knows none."""
         return self.custom_ops.get(custom_code)
+
+    def compiled_for(self, op_type: str) -> str | None:
+        """The target whose compiler wrote ops of `op_type` (Vela's `ethos-u`), or None."""
+        facts = self.custom_ops.get(op_type)
+        return None if facts is None else facts.compiled_for
 
 
 def raw_facts() -> dict[str, Any]:
+    """`schemas/ops.json` as the package ships it (`qtool/_schemas`), parsed."""
     text = resources.files("qtool").joinpath("_schemas", FACTS_FILE).read_text()
     return json.loads(text)
 
@@ -102,6 +125,7 @@ def _operand(raw: dict[str, Any], classes: dict[str, list[str]]) -> OperandFacts
         repeat=raw.get("repeat", False),
         constant=raw.get("constant", False),
         shape_only=raw.get("shape_only", False),
+        runtime_buffer=raw.get("runtime_buffer", False),
     )
 
 
@@ -113,12 +137,13 @@ def _op(name: str, op: dict[str, Any], classes: dict[str, list[str]]) -> OpFacts
         options=op["options"],
         shape=op["shape"],
         custom_options=tuple(op.get("custom_options", ())),
-        calls=tuple(op.get("calls", ())),
+        compiled_for=op.get("compiled_for"),
     )
 
 
 @functools.cache
 def load_op_facts() -> OpTable:
+    """The op table, read once."""
     raw = raw_facts()
     classes = raw["type_classes"]
     return OpTable(

@@ -101,6 +101,7 @@ class Histogram:
 
     @property
     def empty(self) -> bool:
+        """Whether no finite value has been added (min > max)."""
         return self.min > self.max
 
     def add(self, samples: np.ndarray, channels: int = 1) -> bool:
@@ -127,6 +128,7 @@ class Histogram:
         return every_finite
 
     def merge(self, other: Histogram) -> None:
+        """Add another histogram's counts and widen min/max to include its (exact, in any order)."""
         self.counts += other.counts
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)
 
@@ -144,6 +146,7 @@ class Histogram:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> Histogram:
+        """The histogram a `state()` describes."""
         histogram = cls()
         if state["min"] is not None:
             histogram.min, histogram.max = float(state["min"]), float(state["max"])

@@ -23,6 +23,7 @@ class InputSpec:
     signature: tuple[int, ...] | None = None
 
     def matches(self, key: str) -> bool:
+        """Whether `key` names this input: its tensor name or one of its aliases."""
         return key == self.name or key in self.aliases
 
     def fits(self, shape: tuple[int, ...]) -> bool:

@@ -69,6 +69,8 @@ class MinMaxObserver(RangeObserver):
         self._max: dict[int, float] = {}
 
     def update(self, tensor_index: int, value: np.ndarray) -> None:
+        """Widen the tensor's range to the chunk's finite minimum and maximum (a chunk with no
+        finite value changes nothing)."""
         low = float(np.min(value))
         high = float(np.max(value))
         if not (np.isfinite(low) and np.isfinite(high)):
@@ -80,14 +82,17 @@ class MinMaxObserver(RangeObserver):
         self._max[tensor_index] = max(high, self._max.get(tensor_index, high))
 
     def ranges(self) -> dict[int, tuple[float, float]]:
+        """The (min, max) of every tensor that had a finite value."""
         return {t: (self._min[t], self._max[t]) for t in self._min}
 
     def merge(self, other: RangeObserver) -> None:
+        """Widen every range to include the other observer's."""
         for t, (low, high) in other.ranges().items():
             self._min[t] = min(low, self._min.get(t, low))
             self._max[t] = max(high, self._max.get(t, high))
 
     def state(self) -> dict[str, Any]:
+        """{"kind", "ranges": {tensor index: [min, max]}}, JSON-ready."""
         return {
             "kind": self.kind,
             "ranges": {str(t): [lo, hi] for t, (lo, hi) in self.ranges().items()},
@@ -95,6 +100,7 @@ class MinMaxObserver(RangeObserver):
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> MinMaxObserver:
+        """The observer a `state()` describes."""
         observer = cls(int(t) for t in state["ranges"])
         for t, (low, high) in state["ranges"].items():
             observer._min[int(t)] = float(low)
@@ -128,15 +134,19 @@ class HistogramObserver(RangeObserver):
         return histogram.add(rows.reshape(len(rows), -1), self.channels.get(tensor_index, 1))
 
     def ranges(self) -> dict[int, tuple[float, float]]:
+        """The exact (min, max) of every tensor that had a finite value."""
         return {t: (h.min, h.max) for t, h in self.histograms.items() if not h.empty}
 
     def merge(self, other: RangeObserver) -> None:
+        """Add another histogram observer's counts, tensor by tensor (TypeError for another kind
+        of observer)."""
         if not isinstance(other, HistogramObserver):
             raise TypeError(f"cannot merge {type(other).__name__} into a histogram observer")
         for t, histogram in other.histograms.items():
             self.histograms.setdefault(t, Histogram()).merge(histogram)
 
     def state(self) -> dict[str, Any]:
+        """{"kind", "histograms": {tensor index: Histogram.state()}}, JSON-ready."""
         return {
             "kind": self.kind,
             "histograms": {str(t): h.state() for t, h in sorted(self.histograms.items())},
@@ -144,6 +154,7 @@ class HistogramObserver(RangeObserver):
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> HistogramObserver:
+        """The observer a `state()` describes."""
         observer = cls(int(t) for t in state["histograms"])
         observer.histograms = {
             int(t): Histogram.from_state(h) for t, h in state["histograms"].items()
@@ -271,12 +282,15 @@ class MeanObserver:
         return mean
 
     def merge(self, other: MeanObserver) -> None:
+        """Add another shard's sums and sample counts (exact: the sums are integers)."""
         for t, total in other.sums.items():
             self.sums[t] = self.sums[t] + total if t in self.sums else total.copy()
             self.counts[t] = self.counts.get(t, 0) + other.counts[t]
             self.sample_shapes.setdefault(t, other.sample_shapes[t])
 
     def state(self) -> dict[str, Any]:
+        """{"kind", "means": {tensor index: {"count", "shape", "sum"}}}, JSON-ready; the sums in
+        units of RESOLUTION."""
         return {
             "kind": self.kind,
             "means": {
@@ -287,6 +301,7 @@ class MeanObserver:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> MeanObserver:
+        """The observer a `state()` describes."""
         means = state["means"]
         shapes = {int(t): tuple(m["shape"]) for t, m in means.items()}
         observer = cls(shapes, shapes)

@@ -41,6 +41,8 @@ class Method:
         return f"percentile:{self.percentile:g}" if self.name == "percentile" else self.name
 
     def range(self, histogram: Histogram) -> tuple[float, float]:
+        """The (low, high) range this method picks from a histogram, within the observed [min,
+        max]; ValueError when the histogram is empty."""
         if histogram.empty:
             raise ValueError("no values observed")
         if self.name == "percentile":
@@ -78,6 +80,7 @@ def parse_method(text: str) -> Method:
 
 
 def minmax_range(histogram: Histogram) -> tuple[float, float]:
+    """The exact minimum and maximum observed."""
     return histogram.min, histogram.max
 
 
@@ -98,6 +101,7 @@ def _quantile(histogram: Histogram, fraction: float) -> float:
 
 
 def percentile_range(histogram: Histogram, percentile: float) -> tuple[float, float]:
+    """The (100 - P)-th and P-th percentiles of the binned values (interpolated within a bin)."""
     keep = percentile / 100
     return _quantile(histogram, 1 - keep), _quantile(histogram, keep)
 

@@ -24,6 +24,7 @@ from qtool.errors import DataError
 from qtool.files import open_regular, os_reason, write_atomic
 from qtool.model import Model, TensorType
 from qtool.model.calls import called_subgraphs
+from qtool.runtime.state import state_tensors
 from qtool.spec import weighted_operands
 
 STATISTICS_FORMAT = "qtool-calibration-statistics"
@@ -86,6 +87,7 @@ class SubgraphStatistics:
 
     @property
     def tensors(self) -> frozenset[int]:
+        """The tensors the statistics watch (histograms and means together)."""
         return self.histograms.tensors | self.means.tensors
 
     @property
@@ -138,6 +140,7 @@ class SubgraphStatistics:
             called.flush()
 
     def merge(self, other: SubgraphStatistics) -> None:
+        """Add the statistics of another shard of the same subgraph (exact)."""
         self.flush()
         other.flush()
         self.histograms.merge(other.histograms)
@@ -150,10 +153,13 @@ class SubgraphStatistics:
                 self.calls[s] = called
 
     def ranges(self, method: Method = MINMAX) -> dict[int, tuple[float, float]]:
+        """The (low, high) range `method` picks for every tensor with a finite value (min/max by
+        default)."""
         self.flush()
         return {t: method.range(h) for t, h in self.histograms.histograms.items() if not h.empty}
 
     def histogram(self, t: int) -> Histogram | None:
+        """Tensor t's histogram; None when no value of t was observed."""
         self.flush()
         return self.histograms.histograms.get(t)
 
@@ -177,9 +183,14 @@ def new_subgraph_statistics(
 
 
 def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
-    """Float tensors whose values come from running the graph (inputs and op outputs)."""
+    """Float tensors whose values come from running the graph: inputs, op outputs, the
+    intermediates some ops report (LSTM's gates) and state tensors (LSTM's states, observed at
+    every step)."""
     subgraph = model.subgraphs[subgraph_index]
-    produced = set(subgraph.inputs) | {t for op in subgraph.operators for t in op.outputs}
+    produced = set(subgraph.inputs) | {
+        t for op in subgraph.operators for t in (*op.outputs, *op.intermediates)
+    }
+    produced.update(state_tensors(model, subgraph_index))
     return [
         t
         for t in sorted(produced)
@@ -192,6 +203,9 @@ def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
 def _subgraph_statistics(
     model: Model, subgraph_index: int, tensors: Iterable[int], batched: bool
 ) -> SubgraphStatistics:
+    """Empty statistics for one subgraph: histograms of `tensors` and means of the layer inputs
+    whose bias may be corrected, with sample shapes as the engines hold them (`batched`: a
+    declared leading 1 dropped)."""
     shapes = {t: sample_shape(model, subgraph_index, t, batched) for t in tensors}
     elements = {t: int(np.prod(shape, dtype=np.int64)) for t, shape in shapes.items()}
     channels = {t: (shape[-1] if shape else 1) for t, shape in shapes.items()}
@@ -233,6 +247,7 @@ class CalibrationStatistics:
 
     @property
     def samples(self) -> int:
+        """The samples observed, summed over the subgraphs."""
         return sum(s.samples for s in self.subgraphs.values())
 
     def of(self, subgraph_index: int) -> SubgraphStatistics | None:
@@ -251,6 +266,7 @@ class CalibrationStatistics:
         )
 
     def merge(self, other: CalibrationStatistics) -> None:
+        """Add another shard's statistics (exact); DataError when they come from another model."""
         if other.fingerprint != self.fingerprint:
             raise DataError("the statistics come from different models and cannot be merged")
         for s, stats in other.subgraphs.items():
@@ -260,6 +276,7 @@ class CalibrationStatistics:
                 self.subgraphs[s] = stats
 
     def state(self) -> dict[str, Any]:
+        """The statistics as JSON-ready data (what `save` writes)."""
         for stats in self.subgraphs.values():
             stats.flush()
         return {
@@ -271,6 +288,8 @@ class CalibrationStatistics:
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> CalibrationStatistics:
+        """The statistics a `state()` describes; DataError for another format or version, or
+        malformed data."""
         if state.get("format") != STATISTICS_FORMAT:
             raise DataError("not a qtool calibration statistics file")
         if state.get("version") != STATISTICS_VERSION:
@@ -282,12 +301,15 @@ class CalibrationStatistics:
             raise DataError(f"malformed calibration statistics ({exc})") from None
         return cls(fingerprint, subgraphs)
 
-    def save(self, path: str | Path) -> None:
-        """Written atomically (never a partial file), compact JSON."""
-        write_atomic(path, json.dumps(self.state(), separators=(",", ":")) + "\n")
+    def save(self, path: str | Path, overwrite: bool = True) -> None:
+        """Written atomically (never a partial file), compact JSON; without `overwrite` only
+        where no file is (checked as the file is put in place)."""
+        text = json.dumps(self.state(), separators=(",", ":")) + "\n"
+        write_atomic(path, text, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationStatistics:
+        """Statistics saved by `save`; every problem reading the file is a DataError naming it."""
         try:
             with open_regular(path) as handle:
                 state = json.loads(handle.read())

@@ -17,7 +17,7 @@ from qtool.check.rulebook import RuleInfo
 from qtool.check.settings import load_settings
 from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.model.types import tensor_types
-from qtool.op_facts import shape_only_inputs, type_class
+from qtool.op_facts import load_op_facts, shape_only_inputs, type_class
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 
 FLOAT_TYPES = tensor_types(type_class("floating"))
@@ -30,6 +30,8 @@ ACTIVATION_TYPES = frozenset({TensorType.INT8, TensorType.UINT8, TensorType.INT1
 
 @dataclass(frozen=True)
 class Operand:
+    """One tensor an operator reads or writes, with the op table's rule for its position."""
+
     kind: str  # "input" | "output"
     position: int
     index: int  # tensor index in the subgraph
@@ -38,17 +40,23 @@ class Operand:
 
     @property
     def role(self) -> str:
+        """ "weight" or "bias" for those operands, else its side and position ("input 0", "output
+        0")."""
         if self.rule is not None and self.rule.role in ("weight", "bias"):
             return self.rule.role
         return f"{self.kind} {self.position}"
 
     @property
     def label(self) -> str:
+        """The operand as messages name it: its role and tensor name ("input 0 'x'")."""
         return f"{self.role} '{self.tensor.name}'"
 
 
 @dataclass(frozen=True)
 class OpView:
+    """One operator as the rules see it: its spec rule, its operands (absent ones left out) and
+    how it computes."""
+
     subgraph: int
     index: int
     type: str
@@ -58,15 +66,21 @@ class OpView:
     boundary: bool  # QUANTIZE/DEQUANTIZE: one side may be float (or uint8) by design
     mode: Mode  # INT8 or INT16 (computes in integers), FLOAT, or INTEGER (neither)
     scheme: str = "int8"  # the spec table audited against: "int8", or "int16" (16x8)
+    # The target whose compiler wrote the op (Vela's ethos-u): its program computes in integers
+    # on the device, its operands are the device's (audited where CPU ops read and write them).
+    compiled_for: str | None = None
 
     @property
     def operands(self) -> tuple[Operand, ...]:
+        """Inputs, then outputs."""
         return self.inputs + self.outputs
 
     def input_at(self, position: int) -> Operand | None:
+        """The input at `position`; None when it is absent."""
         return next((o for o in self.inputs if o.position == position), None)
 
     def output_at(self, position: int) -> Operand | None:
+        """The output at `position`; None when it is absent."""
         return next((o for o in self.outputs if o.position == position), None)
 
 
@@ -89,6 +103,10 @@ def _compute_mode(
 
 
 class AuditContext:
+    """One model prepared for the rule families: the spec tables under the audit's profiles,
+    every operator's view, and which ops read and write each tensor. `severity` maps rule ids to
+    the level each is reported at."""
+
     def __init__(
         self, model: Model, severity: Mapping[str, str], profiles: tuple[str, ...] = ()
     ) -> None:
@@ -137,6 +155,9 @@ class AuditContext:
 
         inputs, outputs = operands("input", op.inputs), operands("output", op.outputs)
         scheme = Mode.INT16 if spec is self.spec16 else Mode.INT8
+        device = load_op_facts().compiled_for(op_type)
+        if device is not None:  # nothing for the int8 spec's rules to read
+            return OpView(s, i, op_type, None, inputs, outputs, False, Mode.INTEGER, "int8", device)
         shape_only = shape_only_inputs(op_type)
         valued = tuple(o for o in inputs if o.position not in shape_only)
         return OpView(
@@ -164,8 +185,12 @@ class AuditContext:
 
     @functools.cached_property
     def quantized(self) -> bool:
-        """Whether any op (besides the boundary conversions) computes in int8."""
-        return any(op.mode in QUANTIZED and not op.boundary for op in self.ops)
+        """Whether any op (besides the boundary conversions) computes in int8, on the CPU or in
+        a device's compiled program."""
+        return any(
+            (op.mode in QUANTIZED or op.compiled_for is not None) and not op.boundary
+            for op in self.ops
+        )
 
     def int8_ops(self) -> Iterator[OpView]:
         """Ops that compute in int8 and that the spec has rules for."""

@@ -13,6 +13,9 @@ SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 
 @dataclass(frozen=True)
 class Finding:
+    """One thing the audit found: the rule, its severity, the message, and where in the model
+    (None fields: not that specific)."""
+
     rule: str  # stable id, e.g. QT-BIAS-SCALE
     severity: str  # "error" | "warning" | "info"
     message: str  # expected vs actual values
@@ -24,9 +27,12 @@ class Finding:
     tensor_index: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready."""
         return asdict(self)
 
     def sort_key(self) -> tuple:
+        """The order reports list findings in: model-level first, then graph order, the most
+        severe first at one place."""
         # Model-level findings first, then in graph order; errors before warnings at one place.
         return (
             -1 if self.subgraph is None else self.subgraph,
@@ -35,6 +41,19 @@ class Finding:
             self.rule,
             -1 if self.tensor_index is None else self.tensor_index,
         )
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """A finding left out of the verdict on purpose, and what the user gave that left it out.
+    Every report format records it (JSON `suppressed`, SARIF `suppressions`, JUnit skipped)."""
+
+    finding: Finding
+    kind: str  # "ignore" (--ignore or `ignore` in pyproject.toml) or "baseline"
+    source: str  # e.g. "--ignore QT-TINY-SCALE", "pyproject.toml: ignore QT-*", "baseline b.json"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.finding.to_dict(), "suppression": {"kind": self.kind, "source": self.source}}
 
 
 @dataclass
@@ -48,9 +67,11 @@ class ModelResult:
     target: dict[str, Any] | None = None  # placement on the --target (TargetReport.to_dict)
     accuracy: dict[str, Any] | None = None  # comparison with the --reference model
     seconds: float = 0.0  # time taken to read and audit the model
+    suppressed: list[Suppressed] = field(default_factory=list)  # left out by ignores, baselines
 
     @property
     def summary(self) -> dict[str, int]:
+        """The number of findings per severity: {"errors", "warnings", "infos"}."""
         return severity_counts(self.findings)
 
     def fails(self, fail_on: str) -> bool:

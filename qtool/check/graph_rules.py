@@ -58,6 +58,8 @@ FLOAT_OP = rule(
 
 @family("float ops", FLOAT_OP)
 def check_float_ops(ctx: AuditContext) -> Iterator[Finding]:
+    """An operator that computes in float in a model where others compute in int8 (boundary
+    conversions aside)."""
     for op in ctx.ops:
         if op.mode != Mode.FLOAT or op.boundary:
             continue
@@ -84,6 +86,7 @@ FLOAT_FEED = rule(
 
 @family("float inputs of int8 ops", FLOAT_FEED)
 def check_float_feeds(ctx: AuditContext) -> Iterator[Finding]:
+    """A float tensor read by an int8 operator without a QUANTIZE in between."""
     for op in ctx.int8_ops():
         if op.boundary:
             continue
@@ -117,6 +120,8 @@ LEGACY_UINT8 = rule(
 
 @family("legacy dtypes", LEGACY_UINT8)
 def check_legacy_dtypes(ctx: AuditContext) -> Iterator[Finding]:
+    """A quantized uint8 tensor inside the graph (the legacy asymmetric scheme); uint8 model
+    inputs and outputs that only boundary conversions touch are fine."""
     modern = {legacy: spec for spec, legacy in ctx.settings.legacy_dtypes.items()}
     for s, subgraph in enumerate(ctx.model.subgraphs):
         boundary = set(subgraph.inputs) | set(subgraph.outputs)
@@ -165,6 +170,8 @@ OP_EXTENDED = rule(
 
 @family("op coverage", OP_UNCOVERED, OP_EXTENDED)
 def check_coverage(ctx: AuditContext) -> Iterator[Finding]:
+    """An int8 operator the spec does not cover (cannot be audited), or one audited against its
+    kernel's rules because the op table lacks it."""
     for op in ctx.ops:
         if op.mode not in QUANTIZED or op.boundary:
             continue

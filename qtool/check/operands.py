@@ -159,6 +159,8 @@ ZERO_POINT = rule(
 
 @family("zero points", ZERO_POINT, per_tensor=True)
 def check_zero_points(ctx: AuditContext) -> Iterator[Finding]:
+    """Operands with another zero point than their rule fixes (0 for weights, biases and int16
+    activations)."""
     for op, operand in ctx.param_operands():
         wanted = operand.rule.zero_point
         if wanted is None or not ctx.is_dtype(operand.tensor, operand.rule.dtype):
@@ -228,6 +230,8 @@ BIAS_SCALE = rule(
 
 @family("bias scale", BIAS_SCALE)
 def check_bias_scales(ctx: AuditContext) -> Iterator[Finding]:
+    """A bias whose scale is not input scale x weight scale (per channel, within
+    bias_scale_rtol), or whose number of scales differs from the weights'."""
     rtol = ctx.spec.tolerances["bias_scale_rtol"]
     for op, bias in ctx.param_operands():
         if bias.rule.bias_scale_inputs is None:
@@ -284,6 +288,7 @@ FIXED_OUTPUT = rule(
 
 @family("fixed outputs", FIXED_OUTPUT)
 def check_fixed_outputs(ctx: AuditContext) -> Iterator[Finding]:
+    """Outputs whose parameters the spec fixes (LOGISTIC's 1/256, -128, ...) with others."""
     rtol = ctx.spec.tolerances["fixed_scale_rtol"]
     for op, operand in ctx.param_operands():
         fixed = operand.rule.fixed
@@ -315,6 +320,8 @@ SAME_SCALE = rule(
 
 @family("same scale", SAME_SCALE)
 def check_same_scale(ctx: AuditContext) -> Iterator[Finding]:
+    """Operands of a same-scale op (CONCATENATION, MAX_POOL_2D, ...) whose scale or zero point
+    differs from the output's."""
     rtol = ctx.spec.tolerances["same_scale_rtol"]
     for op in ctx.int8_ops():
         if not op.rule.same_scale:

@@ -13,6 +13,7 @@ from qtool.check.qparams import num
 from qtool.check.rulebook import family, rule
 from qtool.model import TensorType, dtype_name
 from qtool.numerics import multiplier_reaches_one, quantize_multiplier
+from qtool.spec import input_scale_below_one
 
 # int32/int64 tensors in a quantized graph are biases, whose scale is a product of scales and
 # tiny by construction: values are large integers, no precision is lost.
@@ -114,6 +115,7 @@ BIAS_SATURATED = rule(
 
 @family("bias saturation", BIAS_SATURATED, per_tensor=True)
 def check_bias_saturation(ctx: AuditContext) -> Iterator[Finding]:
+    """Biases with values at the int32 limit: the real bias did not fit at its scale."""
     limit = ctx.spec.bias_value_limit
     for op in ctx.int8_ops():
         for operand in ctx.checked_operands(op):
@@ -272,7 +274,7 @@ def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
     multipliers are the input scales themselves.
     """
     for op in ctx.int8_ops():
-        if op.type in ctx.settings.input_scale_below_one:
+        if op.type in input_scale_below_one(op.scheme):
             yield from _comparison_scales(ctx, op)
             continue
         shift = ctx.settings.rescale_left_shift.get(op.type)

@@ -22,6 +22,8 @@ RULE_ID = re.compile(r"QT(-[A-Z0-9]+)+")  # QT-WORD[-WORD...]
 
 @dataclass(frozen=True)
 class RuleInfo:
+    """A declared rule: its stable id (QT-...), default severity, and the text users read."""
+
     id: str
     severity: str  # default severity
     title: str  # one line

@@ -19,6 +19,8 @@ from qtool.check.rulebook import family
     qparams.ZP_RANGE,
 )
 def check_param_structure(ctx: AuditContext) -> Iterator[Finding]:
+    """Tensors whose quantization parameters are malformed: counts, axis, scales, zero points out
+    of range."""
     for (s, t), problems in ctx.broken.items():
         for rule, message in problems:
             yield ctx.tensor_finding(rule, message, s, t)

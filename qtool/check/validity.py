@@ -28,6 +28,7 @@ MODEL_INVALID = rule(
 
 @family("model validity", MODEL_INVALID)
 def check_validity(model: Model, severity: Mapping[str, str]) -> Iterator[Finding]:
+    """One finding per problem the model validator finds (the graph does not fit together)."""
     for problem in model_problems(model):
         yield MODEL_INVALID.finding(
             severity,

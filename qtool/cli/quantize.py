@@ -18,7 +18,7 @@ from qtool.cli.planning import (
 )
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
 from qtool.display import printable
-from qtool.jobs import QuantizeJob, QuantizeOutcome, quantize_file
+from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
 from qtool.report import summary_counts
 from qtool.targets import target_names
@@ -74,6 +74,19 @@ from qtool.targets import target_names
     "names of the tensors an op produces. Repeatable.",
 )
 @click.option("--strict", is_flag=True, help="Fail (exit 1) if any op has to stay float.")
+@click.option(
+    "--sparsify",
+    is_flag=True,
+    help="Also store dense weights that are mostly zero (pruned) sparse, behind a DENSIFY, "
+    "where that is smaller and LiteRT runs it (weights stored sparse in the source stay "
+    "sparse anyway).",
+)
+@click.option(
+    "--max-size",
+    metavar="BYTES|RATIOx",
+    help="Fail (exit 1, nothing written) if the quantized model is bigger than this: a number "
+    "of bytes (1500000) or a ratio of the input's size (0.5x).",
+)
 @click.option("--report", "report_path", help="Report file (default: <output stem>.report.json).")
 @click.option(
     "--html",
@@ -113,6 +126,8 @@ def quantize_command(
     target: str | None,
     keep_float: tuple[str, ...],
     strict: bool,
+    sparsify: bool,
+    max_size: str | None,
     report_path: str | None,
     html_path: str | None,
     engine: str,
@@ -133,6 +148,7 @@ def quantize_command(
     """
     job = QuantizeJob(
         model_path=model_path,
+        max_size=None if max_size is None else SizeLimit.parse(max_size),
         output_path=output,
         report_path=report_path,
         data=data,
@@ -154,13 +170,17 @@ def quantize_command(
             keep_float=keep_float,
             engine=engine,
             target=target,
+            sparsify=sparsify,
             **options_from(planning),
         ),
     )
     if synthetic and not data:
         stderr.print(
-            "[bold yellow]qtool: warning:[/] calibrating on SYNTHETIC random data: the "
-            "activation ranges are not meaningful and accuracy will be poor",
+            Text("qtool: warning:", style="bold yellow")
+            + Text(
+                " calibrating on SYNTHETIC random data: the activation ranges are not "
+                "meaningful and accuracy will be poor"
+            ),
             soft_wrap=True,
         )
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
@@ -182,9 +202,11 @@ def _db(value: float | None) -> str:
 
 
 def _target_fields(report: dict) -> list[tuple[str, str]]:
-    target = report["target"]
+    device = report["device"]
+    fields = [] if device is None else [("device", f"{device['name']} ({device['title']})")]
+    target = report["sqnr_target"]
     if target is None:
-        return []
+        return fields
     remedies = [r for s in target["subgraphs"] for r in s["remedies"]]
     kinds = {
         kind: sum(r["kind"] == kind for r in remedies) for kind in ("rounding", "int16", "float")
@@ -193,12 +215,13 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     baseline = target["size_without_remedies_bytes"]
     cost = f", {size - baseline:+,} bytes" if baseline is not None else ""
     return [
+        *fields,
         (
-            "target",
+            "SQNR target",
             f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
             f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
             f"remedies{cost}",
-        )
+        ),
     ]
 
 

@@ -43,6 +43,8 @@ class GraphBuilder:
         quantization: QuantParams | None = None,
         buffer: int = 0,
     ) -> int:
+        """Append a tensor to the subgraph and return its index. `dtype` is a numpy dtype or a
+        TensorType code; `buffer` 0 (the default) makes it an activation."""
         code = dtype if isinstance(dtype, int) else tensor_type(dtype)
         return self.subgraph.add_tensor(
             Tensor(
@@ -57,6 +59,7 @@ class GraphBuilder:
         dtype: Any = np.float32,
         quantization: QuantParams | None = None,
     ) -> int:
+        """Append a tensor and list it among the subgraph's inputs; returns its index."""
         index = self.tensor(name, shape, dtype, quantization)
         self.subgraph.inputs.append(index)
         return index
@@ -68,6 +71,8 @@ class GraphBuilder:
         dtype: Any = None,
         quantization: QuantParams | None = None,
     ) -> int:
+        """Append a constant tensor holding `values` (cast to `dtype` when given) in a buffer of
+        its own; returns its index."""
         values = np.asarray(values if dtype is None else np.asarray(values).astype(dtype))
         buffer = self.model.add_buffer(values)
         code = tensor_type(values.dtype) if values.dtype != np.bool_ else TensorType.BOOL
@@ -121,6 +126,18 @@ class GraphBuilder:
         )
         return output
 
+    def shape(self, x: int, name: str | None = None) -> int:
+        """SHAPE of tensor `x`: its dimensions as an int32 vector."""
+        return self.op(
+            "SHAPE",
+            [x],
+            output_shape=[len(self.subgraph.tensors[x].shape)],
+            output_dtype=np.int32,
+            name=name,
+            options_type="ShapeOptions",
+            options={"out_type": TensorType.INT32},
+        )
+
     def fully_connected(
         self,
         x: int,
@@ -144,5 +161,7 @@ class GraphBuilder:
         )
 
     def finish(self, outputs: list[int]) -> Model:
+        """Set the subgraph's outputs and return the model (the one the builder edits, not a
+        copy)."""
         self.subgraph.outputs = list(outputs)
         return self.model

@@ -54,6 +54,9 @@ def format_quant(q: dict[str, Any] | None) -> str:
 
 
 def describe_model(model: Model, path: str | None = None) -> dict[str, Any]:
+    """What `qtool inspect` shows: a summary (operators and tensor types counted, weight bytes,
+    signature keys, metadata names) and each subgraph's tensors and operators; `path` is only
+    echoed."""
     subgraphs = []
     dtype_counts: Counter[str] = Counter()
     op_counts: Counter[str] = Counter()

@@ -21,6 +21,12 @@ from qtool.model.types import BuiltinOperator, TensorType, numpy_dtype, op_type_
 
 @dataclass
 class QuantParams:
+    """Affine quantization of a tensor: real = scale * (q - zero_point).
+
+    One scale and zero point for the whole tensor, or one per slice along `quantized_dimension`
+    (per-axis). A QuantParams with `min`/`max` and no scale only records a float range.
+    """
+
     scale: np.ndarray  # float32, one per tensor or per slice of quantized_dimension
     zero_point: np.ndarray  # int64, same length as scale
     quantized_dimension: int = 0
@@ -35,6 +41,8 @@ class QuantParams:
         zero_point: Any = 0,
         quantized_dimension: int = 0,
     ) -> QuantParams:
+        """Parameters from scalars or sequences: scale as float32, zero points as int64; a single
+        zero point is repeated to match per-axis scales."""
         scale = np.atleast_1d(np.asarray(scale, dtype=np.float32))
         zero_point = np.atleast_1d(np.asarray(zero_point, dtype=np.int64))
         if zero_point.size == 1 and scale.size > 1:
@@ -48,9 +56,12 @@ class QuantParams:
 
     @property
     def per_axis(self) -> bool:
+        """Whether it holds more than one scale (one per slice of quantized_dimension)."""
         return self.is_quantized and len(self.scale) > 1
 
     def same_params(self, other: QuantParams | None) -> bool:
+        """Whether both are quantized with equal scales and zero points (quantized_dimension and
+        min/max are not compared); False when `other` is None or either lacks a scale."""
         if other is None or not (self.is_quantized and other.is_quantized):
             return False
         return np.array_equal(self.scale, other.scale) and np.array_equal(
@@ -60,6 +71,20 @@ class QuantParams:
 
 @dataclass
 class Tensor:
+    """One tensor of a subgraph: a constant when its buffer holds data, an activation otherwise.
+
+    Attributes:
+        name: the name the model gives it (names need not be unique).
+        shape: the declared dimensions; `shape_signature` says which are dynamic.
+        dtype: a TensorType code (`qtool.model.types.TensorType`).
+        buffer: index into Model.buffers; activations point at an empty buffer (by convention 0).
+        quantization: None when the model writes no quantization table.
+        is_variable: a variable tensor, state that operators update from one invocation to the next.
+        shape_signature: the shape with -1 for dynamic dimensions; None when the model writes none.
+        sparsity: the decoded SparsityParameters table; the buffer then holds the compressed values.
+        extra: fields qtool has no attribute for, as decoded, written back unchanged.
+    """
+
     name: str
     shape: list[int]
     dtype: int  # TensorType
@@ -72,15 +97,29 @@ class Tensor:
 
     @property
     def quantized(self) -> bool:
+        """Whether the tensor has quantization parameters with a scale."""
         return self.quantization is not None and self.quantization.is_quantized
 
     @property
     def num_elements(self) -> int:
+        """The number of elements of the declared shape (1 for a scalar)."""
         return math.prod(self.shape)  # exact: numpy's int64 product could wrap around
 
 
 @dataclass
 class Operator:
+    """One operator: its operand tensors by index in its subgraph and its options as decoded dicts.
+
+    Attributes:
+        opcode_index: index into Model.operator_codes (`Model.op_type` gives its name).
+        inputs: tensor indices; -1 marks an absent optional input.
+        outputs: tensor indices of the results.
+        options: the options table keyed by snake_case field name (`option` fills in defaults).
+        custom_options: a custom operator's raw option bytes (a flexbuffer or a C struct).
+        intermediates: tensor indices of intermediate results some kernels keep (LSTM's).
+        extra: fields qtool has no attribute for, as decoded, written back unchanged.
+    """
+
     opcode_index: int
     inputs: list[int]
     outputs: list[int]
@@ -120,6 +159,10 @@ class Operator:
 
 @dataclass
 class OperatorCode:
+    """An entry of the model's operator code table: a BuiltinOperator code, or CUSTOM with the
+    custom op's name in `custom_code`, and the operator version the runtime's kernel must
+    support."""
+
     builtin_code: int
     custom_code: str | None = None
     version: int = 1
@@ -127,6 +170,7 @@ class OperatorCode:
 
     @property
     def name(self) -> str:
+        """The builtin's name ("CONV_2D"), or a custom op's code ("CUSTOM" if it has none)."""
         if self.builtin_code == BuiltinOperator.CUSTOM:
             return self.custom_code or "CUSTOM"
         return op_type_name(self.builtin_code)
@@ -134,16 +178,23 @@ class OperatorCode:
 
 @dataclass
 class Buffer:
+    """Raw bytes of a constant, as stored in the file (little-endian)."""
+
     data: np.ndarray | None = None  # uint8 view; None or empty for activations
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def nbytes(self) -> int:
+        """The number of bytes held (0 for an empty buffer)."""
         return 0 if self.data is None else int(self.data.size)
 
 
 @dataclass
 class Subgraph:
+    """One graph of a model: its tensors, its operators in execution order, and the indices of
+    the tensors that are its inputs and outputs. Subgraph 0 is the one a runtime runs by default;
+    others are reached through signatures or control-flow operators (WHILE, IF, CALL_ONCE)."""
+
     tensors: list[Tensor]
     inputs: list[int]
     outputs: list[int]
@@ -205,10 +256,12 @@ class Subgraph:
         return order
 
     def add_tensor(self, tensor: Tensor) -> int:
+        """Append a tensor and return its index."""
         self.tensors.append(tensor)
         return len(self.tensors) - 1
 
     def tensor_index(self, name: str) -> int:
+        """The index of the first tensor named `name`; KeyError when there is none."""
         for i, tensor in enumerate(self.tensors):
             if tensor.name == name:
                 return i
@@ -217,6 +270,23 @@ class Subgraph:
 
 @dataclass
 class Model:
+    """A TFLite model decoded into mutable Python objects (`qtool.model.io` reads and writes it).
+
+    Attributes:
+        version: the schema version (qtool reads and writes 3).
+        operator_codes: the table that Operator.opcode_index points into.
+        subgraphs: subgraph 0 first, the graph a runtime runs by default.
+        buffers: the constants' bytes; buffer 0 is empty by convention, the one activations use.
+        description: free text naming the producer.
+        metadata: named metadata entries, each {"name", "buffer"} pointing into buffers.
+        signature_defs: the decoded SignatureDef tables (signature_key, subgraph_index, and inputs
+            and outputs as lists of {"name", "tensor_index"}).
+        metadata_buffer: the deprecated list of metadata buffer indices, kept for round trips.
+        extra: fields qtool has no attribute for, as decoded, written back unchanged.
+        source_path: the resolved path the model was read from (None for a built one); `save_model`
+            refuses to write over it; not compared by ==.
+    """
+
     version: int
     operator_codes: list[OperatorCode]
     subgraphs: list[Subgraph]
@@ -227,6 +297,9 @@ class Model:
     metadata_buffer: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     source_path: str | None = field(default=None, compare=False)
+    # The file's bytes as read (the buffers are views of them): what the model is, even if
+    # the file changes afterwards (the report's size and sha256 come from these).
+    source_data: bytes | None = field(default=None, compare=False, repr=False)
 
     # ----------------------------------------------------------------- operator codes
 
@@ -264,6 +337,8 @@ class Model:
     # ----------------------------------------------------------------- buffers and tensors
 
     def add_buffer(self, data: np.ndarray | bytes | None = None) -> int:
+        """Append a buffer and return its index: bytes as they are, an array (or numpy scalar) as
+        its raw bytes in memory order, None as an empty buffer."""
         if isinstance(data, bytes | bytearray | memoryview):
             data = np.frombuffer(bytes(data), dtype=np.uint8)
         elif data is not None:  # arrays and numpy scalars (0-d results of numpy math)
@@ -272,6 +347,7 @@ class Model:
         return len(self.buffers) - 1
 
     def is_constant(self, tensor: Tensor) -> bool:
+        """Whether the tensor points at a buffer that exists and holds data."""
         return 0 <= tensor.buffer < len(self.buffers) and self.buffers[tensor.buffer].nbytes > 0
 
     def tensor_data(self, tensor: Tensor) -> np.ndarray | None:
@@ -307,6 +383,7 @@ class Model:
             tensor.shape_signature = list(values.shape)
 
     def iter_ops(self) -> Iterator[tuple[int, int, Subgraph, Operator]]:
+        """(subgraph index, operator index, subgraph, operator) of every operator, in order."""
         for s, subgraph in enumerate(self.subgraphs):
             for i, op in enumerate(subgraph.operators):
                 yield s, i, subgraph, op
@@ -323,6 +400,7 @@ class Model:
         return any(fnmatch.fnmatchcase(name, pattern) for name in names)
 
     def weights_nbytes(self) -> int:
+        """The bytes held by all buffers together (every constant, weights or not)."""
         return sum(buffer.nbytes for buffer in self.buffers)
 
 

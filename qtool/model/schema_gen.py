@@ -207,6 +207,8 @@ def dumps(schema: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write `tflite_schema.json`, or with --check compare it; returns the exit status (1: it
+    differs)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from qtool.errors import ModelError
+from qtool.model.calls import callees
 from qtool.model.custom_options import struct_options
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.types import TensorType
@@ -40,6 +41,9 @@ class ShapeError(ValueError):
 
 
 def rule(*names: str) -> Callable[[Rule], Rule]:
+    """Register the decorated function in RULES under each of `names` (the rule names of
+    ops.json)."""
+
     def register(fn: Rule) -> Rule:
         for name in names:
             RULES[name] = fn
@@ -67,15 +71,19 @@ class OpView:
     facts: OpFacts
 
     def present(self, i: int) -> bool:
+        """Whether input i is given (listed, and not -1)."""
         return i < len(self.op.inputs) and self.op.inputs[i] >= 0
 
     def tensor(self, i: int) -> Tensor:
+        """The tensor of input i (the caller checks that it is present)."""
         return self.subgraph.tensors[self.op.inputs[i]]
 
     def shape(self, i: int) -> Shape:
+        """The declared shape of input i, dynamic dimensions as None."""
         return declared_shape(self.tensor(i))
 
     def rank(self, i: int) -> int:
+        """The number of dimensions input i declares."""
         return len(self.tensor(i).shape)
 
     def value(self, i: int) -> np.ndarray | None:
@@ -95,12 +103,16 @@ class OpView:
         return [int(v) for v in value]
 
     def scalar(self, i: int, what: str) -> int | None:
+        """Input i as one integer when it is a constant, None when it is not; ShapeError when it
+        holds more than one value."""
         values = self.ints(i, what)
         if values is not None and len(values) != 1:
             raise ShapeError(f"{what} (input {i}) must be one value, got {values[:8]}")
         return None if values is None else values[0]
 
     def option(self, name: str) -> Any:
+        """An option by name: from the custom options struct for custom ops that have one (a
+        malformed one raises ShapeError), else from the options table with the schema's defaults."""
         if self.facts.custom_options:
             try:
                 return struct_options(self.op, self.facts.custom_options)[name]
@@ -115,9 +127,11 @@ class OpView:
 
     @property
     def outputs(self) -> int:
+        """The number of outputs the operator lists."""
         return len(self.op.outputs)
 
     def unknown(self) -> Inferred:
+        """A result for every output saying its shape is not known before running."""
         return [None] * self.outputs
 
 
@@ -125,20 +139,24 @@ class OpView:
 
 
 def axis_index(axis: int, rank: int, what: str = "axis") -> int:
+    """`axis` counted from 0 (a negative one counts from the end); ShapeError when out of range."""
     if not -rank <= axis < rank:
         raise ShapeError(f"{what} {axis} is out of range for rank {rank}")
     return axis + rank if axis < 0 else axis
 
 
 def elements(shape: Shape) -> int | None:
+    """The number of elements of a shape; None when a dimension is dynamic."""
     return None if None in shape else math.prod(shape)
 
 
 def same_dim(a: Dim, b: Dim) -> bool:
+    """Whether two dimensions can be equal (a dynamic one matches any)."""
     return a is None or b is None or a == b
 
 
 def same_shape(a: Shape, b: Shape) -> bool:
+    """Whether two shapes have the same rank and dimensions that can be equal."""
     return len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b, strict=True))
 
 
@@ -159,6 +177,7 @@ def broadcast(shapes: Sequence[Shape]) -> Shape:
 
 
 def need_rank(view: OpView, i: int, ranks: Sequence[int] | range, what: str) -> Shape:
+    """The shape of input i; ShapeError naming `what` unless its rank is one of `ranks`."""
     shape = view.shape(i)
     if len(shape) not in ranks:
         wanted = " or ".join(map(str, ranks)) if len(ranks) < 4 else f"{ranks[0]}..{ranks[-1]}"
@@ -167,6 +186,12 @@ def need_rank(view: OpView, i: int, ranks: Sequence[int] | range, what: str) -> 
 
 
 # --------------------------------------------------------------------------- elementwise
+
+
+@rule("compiled")
+def _compiled(view: OpView) -> Inferred:
+    # A device compiler's program (Vela's ethos-u op) computes the shapes the model declares.
+    return view.unknown()
 
 
 @rule("elementwise")
@@ -270,6 +295,8 @@ def pairs(view: OpView, i: int, rank: int, what: str) -> list[list[int]] | None:
 
 
 def target_shape(view: OpView, i: int, what: str) -> Shape | None:
+    """A shape given by constant input i (a size vector such as FILL's dims); None when the input
+    is not a constant; ShapeError when a size is negative."""
     values = view.ints(i, what)
     if values is not None and any(v < 0 for v in values):
         raise ShapeError(f"{what} {values} holds a negative size")
@@ -312,13 +339,12 @@ def _range(view: OpView) -> Inferred:
 
 
 def _called(view: OpView) -> list[Subgraph]:
-    """The subgraphs a control-flow op runs (its `calls` options), each index in range."""
+    """The subgraphs a control-flow op runs (`calls.callees`), each index in range."""
     found = []
-    for name in view.facts.calls:
-        index = view.option(name)
-        if index is None or not 0 <= int(index) < len(view.model.subgraphs):
+    for name, index in callees(view.op, view.model.op_type(view.op)):
+        if not 0 <= index < len(view.model.subgraphs):
             raise ShapeError(f"option {name} is {index}: the model has no such subgraph")
-        found.append(view.model.subgraphs[int(index)])
+        found.append(view.model.subgraphs[index])
     return found
 
 

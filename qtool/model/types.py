@@ -86,19 +86,24 @@ def padding_name(code: int) -> str:
 
 
 def known_builtin(code: int) -> bool:
+    """Whether the schema defines builtin operator code `code`."""
     return code in _OPERATOR_NAMES
 
 
 def known_tensor_type(code: int) -> bool:
+    """Whether the schema defines tensor type code `code`."""
     return code in _TYPE_NAMES
 
 
 def op_type_name(code: int) -> str:
+    """The schema's name of a builtin operator code ("CONV_2D"); BUILTIN_<code> for an unknown
+    one."""
     return _OPERATOR_NAMES.get(code, f"BUILTIN_{code}")
 
 
 @functools.cache
 def builtin_code(name: str) -> int:
+    """The BuiltinOperator code of an operator name; KeyError for an unknown name."""
     try:
         return getattr(BuiltinOperator, name)
     except AttributeError:
@@ -106,6 +111,7 @@ def builtin_code(name: str) -> int:
 
 
 def dtype_name(code: int) -> str:
+    """The schema's name of a tensor type code ("INT8"); TYPE_<code> for an unknown one."""
     return _TYPE_NAMES.get(code, f"TYPE_{code}")
 
 

@@ -19,6 +19,8 @@ def normalize_axis(axis: int, ndim: int) -> int:
 
 
 def normalize_axes(axes: Sequence[int], ndim: int) -> tuple[int, ...]:
+    """Axes counted from 0 (negative ones from the end); UsageError when one is out of range or
+    two name the same dimension."""
     normalized = tuple(normalize_axis(int(a), ndim) for a in axes)
     if len(set(normalized)) != len(normalized):
         raise UsageError(f"axes {list(axes)} name the same dimension twice")

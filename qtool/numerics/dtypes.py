@@ -23,14 +23,17 @@ class IntType:
 
     @property
     def qmin(self) -> int:
+        """The smallest value of the type."""
         return -(1 << (self.bits - 1)) if self.signed else 0
 
     @property
     def qmax(self) -> int:
+        """The largest value of the type."""
         return (1 << (self.bits - 1)) - 1 if self.signed else (1 << self.bits) - 1
 
     @property
     def storage(self) -> np.dtype:
+        """The numpy dtype that holds the values (int8/uint8 for 4-bit types)."""
         bits = max(self.bits, 8)
         return np.dtype(f"int{bits}" if self.signed else f"uint{bits}")
 

@@ -31,14 +31,17 @@ class SqnrAccumulator:
     noise: float = 0.0
 
     def add(self, reference: ArrayLike, test: ArrayLike) -> None:
+        """Add one chunk's reference and test values (float64 sums of squares)."""
         reference = np.asarray(reference, dtype=np.float64)
         self.signal += float(np.sum(reference**2))
         self.noise += float(np.sum((reference - np.asarray(test, dtype=np.float64)) ** 2))
 
     def merge(self, other: SqnrAccumulator) -> None:
+        """Add another accumulator's sums (another shard of the same data)."""
         self.signal += other.signal
         self.noise += other.noise
 
     @property
     def db(self) -> float:
+        """The SQNR of everything added, in dB; inf when there is no noise."""
         return sqnr_from_sums(self.signal, self.noise)

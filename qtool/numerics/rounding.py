@@ -30,6 +30,7 @@ class RoundMode(enum.Enum):
 
     @property
     def cli_name(self) -> str:
+        """The name the command line uses ("half-to-even")."""
         return self.value
 
     @classmethod

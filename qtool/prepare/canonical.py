@@ -25,6 +25,8 @@ from qtool.op_facts import load_op_facts
 
 @dataclass(frozen=True)
 class RewrittenOp:
+    """An operator rewritten into an equivalent one with an integer kernel (SQUARE -> MUL, ...)."""
+
     subgraph: int
     index: int  # operator index (unchanged by the rewrite)
     op_type: str  # before

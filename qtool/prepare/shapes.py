@@ -25,6 +25,7 @@ import numpy as np
 
 from qtool.errors import UsageError
 from qtool.model import Model, numpy_dtype
+from qtool.model.calls import callees
 from qtool.model.edit import clone_model
 from qtool.model.shape_rules import RULES, OpView, ShapeError
 from qtool.model.types import TensorType, tensor_type
@@ -121,7 +122,7 @@ def _propagated(
         op_type = scratch.op_type(op)
         facts = facts_of.facts(op_type)
         where = f"operator {index} ({op_type})"
-        if facts is None or facts.calls:
+        if facts is None or any(callees(op, op_type)):  # control flow: shapes of its own
             changed = [
                 t
                 for t in op.inputs

@@ -102,6 +102,9 @@ class SecondMoments:
         return per_channel.reshape(len(patches), kh * kw, -1).transpose(0, 2, 1)
 
     def moment(self, i: int) -> np.ndarray | None:
+        """H = E[x x^T] of operator i's input rows, damped by DAMPING times its mean diagonal so
+        that it stays positive definite: [K, K], or [C, K, K] for a depthwise layer; None when
+        nothing was observed for it."""
         if i not in self.sums:
             return None
         h = self.sums[i] / self.counts[i]
@@ -170,4 +173,6 @@ def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray) -> np.ndarray:
 
 
 def layer_layout(model: Model, op: Operator) -> str:
+    """How `optimise_rounding` reads the operator's weights: "depthwise" for DEPTHWISE_CONV_2D,
+    else "rows"."""
     return "depthwise" if model.op_type(op) == "DEPTHWISE_CONV_2D" else "rows"

@@ -23,6 +23,9 @@ MAX_SAMPLES = 32
 
 @dataclass(frozen=True)
 class LayerError:
+    """The SQNR (dB) of one int8 activation against the float tensor of the same name, both run
+    in LiteRT."""
+
     subgraph: int
     tensor: str
     op: str  # type of the operator producing the tensor in the int8 model

@@ -36,6 +36,7 @@ from qtool.spec import QuantSpec
 BRANCHES, LOOP = "branches", "loop"
 BRANCH_NAMES = ("then branch", "else branch")
 LOOP_NAMES = ("condition", "body")
+INIT_NAMES = ("initialiser",)
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,22 @@ class Boundary:
 NO_BOUNDARY = Boundary({}, {})
 
 
+def planned_sites(model: Model, s: int, spec: QuantSpec) -> list[CallSite]:
+    """The call sites of subgraph s whose subgraphs are planned around them: the operators with
+    a `control_flow` rule (IF, WHILE). The subgraph a CALL_ONCE runs is planned with the
+    variables it initialises (`qtool.quantize.variables`)."""
+    return [
+        site
+        for site in call_sites(model, s)
+        if (rule := spec.rule(site.op_type)) is not None and rule.control_flow is not None
+    ]
+
+
 def body_role(model: Model, site: CallSite, body: int) -> str:
     """How a report names a subgraph a call site runs: 'then branch of IF op 25 (subgraph 0)'."""
-    names = BRANCH_NAMES if site.op_type == "IF" else LOOP_NAMES
-    role = names[site.bodies.index(body)] if len(site.bodies) == len(names) else "subgraph"
+    names = {"IF": BRANCH_NAMES, "WHILE": LOOP_NAMES, "CALL_ONCE": INIT_NAMES}.get(site.op_type)
+    found = names is not None and len(site.bodies) == len(names)
+    role = names[site.bodies.index(body)] if found else "subgraph"
     return f"{role} of {site.op_type} op {site.op_index} (subgraph {site.subgraph})"
 
 

@@ -42,16 +42,24 @@ CLIP_METHODS = (Method("mse"), Method("percentile", 99.99), Method("percentile",
 
 @dataclass
 class RemedyEffect:
+    """What one remedy does for one place: each output's SQNR (dB) with only that place
+    quantized, so remedied."""
+
     remedy: str  # "clip (mse)", "bias correction off", "rounding", "int16", "float"
     output_sqnr: list[float]  # each output's SQNR with only the place quantized, so remedied
 
     @property
     def worst_db(self) -> float:
+        """The lowest output SQNR (dB); inf when there are no outputs."""
         return min(self.output_sqnr, default=float("inf"))
 
 
 @dataclass
 class PlaceReport:
+    """One place (an operator's weights or an activation) in an analysis: its sensitivity, and
+    for the most damaging places the remedies tried and the one recommended (None when the place
+    does not matter or was not remedied)."""
+
     sensitivity: Sensitivity
     layer_sqnr_db: float | None  # the tensor's own SQNR along the simulated model
     op_index: int | None = None  # the operator in the input model (None: a model input)
@@ -61,6 +69,13 @@ class PlaceReport:
 
 @dataclass
 class SubgraphDiagnosis:
+    """The analysis of one subgraph's plan on held-out samples (SQNR values in dB).
+
+    Attributes:
+        outputs: the names of the subgraph's outputs, in the order of `output_sqnr`.
+        samples: the number of held-out samples the places were measured on.
+    """
+
     subgraph: int
     outputs: list[str]
     output_sqnr: list[float]  # everything quantized
@@ -73,6 +88,9 @@ class SubgraphDiagnosis:
 
 @dataclass
 class Diagnosis:
+    """What `qtool analyze` reports: the calibration method of the plan analysed, where the
+    held-out samples came from (`source`), and each calibrated subgraph's analysis."""
+
     method: str
     source: str
     subgraphs: list[SubgraphDiagnosis]

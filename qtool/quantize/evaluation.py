@@ -23,6 +23,8 @@ SIMULATION = "simulation"  # the float simulation of the plan (simulate.py)
 
 @dataclass(frozen=True)
 class OutputAccuracy:
+    """One output's SQNR (dB) against the float model on held-out samples; inf when exact."""
+
     subgraph: int
     name: str
     sqnr_db: float
@@ -96,4 +98,5 @@ def score(accuracy: list[OutputAccuracy]) -> float:
 
 
 def worst(accuracy: list[OutputAccuracy]) -> float:
+    """The lowest SQNR (dB) of a plan's outputs; inf when there are none."""
     return min((a.sqnr_db for a in accuracy), default=float("inf"))

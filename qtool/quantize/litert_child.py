@@ -49,6 +49,8 @@ def _outputs(model: bytes, inputs: list[np.ndarray], leading_one: bool) -> list[
 
 
 def main() -> None:
+    """Answer requests from stdin until it closes; a model LiteRT refuses gets an ("error", text)
+    reply."""
     source, sink = sys.stdin.buffer, sys.stdout.buffer
     inputs = None
     while (request := _read(source)) is not None:

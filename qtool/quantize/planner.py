@@ -15,10 +15,16 @@ from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
-from qtool.model.calls import call_sites
 from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
-from qtool.quantize.control_flow import NO_BOUNDARY, Boundary, boundaries, call_pins, refusal
+from qtool.quantize.control_flow import (
+    NO_BOUNDARY,
+    Boundary,
+    boundaries,
+    call_pins,
+    planned_sites,
+    refusal,
+)
 from qtool.quantize.evaluation import (
     OutputAccuracy,
     candidate_outputs,
@@ -28,6 +34,7 @@ from qtool.quantize.evaluation import (
 from qtool.quantize.litert_worker import Pending
 from qtool.quantize.plan import (
     FLOAT,
+    INT8,
     INT16,
     QUANTIZED,
     OpDecision,
@@ -36,7 +43,10 @@ from qtool.quantize.plan import (
     decide,
     make_plan,
 )
+from qtool.quantize.recurrent import quantize_lstm
+from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
+from qtool.spec import integer_lstm
 
 FOR_TARGET = "kept in float to reach the target SQNR"
 MOMENT_CHUNK = 32
@@ -73,6 +83,7 @@ class Recipe:
     device_float: frozenset[tuple[int, str]] = frozenset()
 
     def with_changes(self, **changes) -> Recipe:
+        """A copy of the recipe with the given fields replaced."""
         return replace(self, **changes)
 
 
@@ -101,6 +112,7 @@ class Planner:
 
     @property
     def subgraph(self) -> Subgraph:
+        """The subgraph this planner plans."""
         return self.model.subgraphs[self.subgraph_index]
 
     def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:
@@ -124,6 +136,7 @@ class Planner:
         for i, why in recipe.device_float:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, why)
+        settle(self.model, self.subgraph_index, decisions)
         return decisions
 
     def plan(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
@@ -185,7 +198,7 @@ class Planner:
         self, decisions: list[OpDecision], calls: Mapping[int, SubgraphStatistics]
     ) -> None:
         """Control-flow operators whose subgraphs cannot be planned around them stay float."""
-        for site in call_sites(self.model, self.subgraph_index):
+        for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
             if decisions[site.op_index].mode in QUANTIZED:
                 why = refusal(self.model, site, calls, self.engine)
                 if why is not None:
@@ -199,7 +212,7 @@ class Planner:
         none where the recipe keeps the caller float (a target SQNR's remedy)."""
         inner = Recipe(recipe.method, recipe.bias_correction)
         found = {}
-        for site in call_sites(self.model, self.subgraph_index):
+        for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
             if site.op_index in recipe.float_ops:
                 continue  # kept float for a target SQNR: what it runs stays float too
             mode = plan.decisions[site.op_index].mode
@@ -236,6 +249,7 @@ class Planner:
             self.source_index,
             self.subgraph_index,
             decisions,
+            lambda planned: variable_slots(self.model, planned).values(),
             pins=call_pins(
                 self.model, self.subgraph_index, decisions, specs, ranges, calls, recipe.method
             ),
@@ -315,6 +329,16 @@ def quantize_weights(
         if mode not in QUANTIZED:
             continue
         rule = precision.specs[mode].rule(model.op_type(op))
+        if rule.name in integer_lstm().ops:
+            plan.weights[i] = quantize_lstm(
+                model,
+                subgraph,
+                op,
+                plan.params[plan.reads[(i, 0)]],
+                plan.params[plan.writes[(i, 0)]],
+                plan.ranges,
+            )
+            continue
         weight_rule = rule.weight_rule()
         if weight_rule is None or not isinstance(weight_rule.index, int):
             continue

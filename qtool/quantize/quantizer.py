@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
-from qtool.calibrate import CalibrationResult, Dataset
+from qtool.arguments import choice, flag, patterns
+from qtool.calibrate import ENGINES, CalibrationResult, Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
@@ -26,22 +27,21 @@ from qtool.calibrate.statistics import (
     model_fingerprint,
 )
 from qtool.errors import DataError, UsageError
-from qtool.model import Model, TensorType, model_to_bytes
-from qtool.model.calls import called_subgraphs, callers
+from qtool.model import Model, model_to_bytes
+from qtool.model.calls import called_subgraphs
+from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
-from qtool.prepare.fold import FoldedOp
+from qtool.prepare.fold import FoldedOp, StoredForm
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
-from qtool.quantize.control_flow import body_role
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
+from qtool.quantize.float_subgraphs import computes_in_float, float_body_plans, subgraph_warnings
 from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import (
     FLOAT,
     INT8,
     INT16,
-    INTEGER,
-    OpDecision,
     Plan,
     Precision,
     unmatched_pattern,
@@ -52,8 +52,8 @@ from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_r
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
 from qtool.runtime.litert import litert_available
-from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
-from qtool.targets import load_target
+from qtool.spec import QUANTIZED, load_spec, spec_profiles
+from qtool.targets import load_target, target_names
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
 ACTIVATION_TYPES = tuple(mode.value for mode in QUANTIZED)  # what `activations` may be
@@ -62,6 +62,13 @@ DEFAULT_CALIBRATION = AUTO
 
 @dataclass(frozen=True)
 class QuantizeOptions:
+    """Every choice of a quantization (the options of `qtool quantize`); invalid values raise
+    UsageError when the options are made.
+
+    Attributes:
+        engine: what calibration runs the float model on: auto, numpy or litert.
+    """
+
     io: str = "float"  # model boundary: float, int8 or uint8
     per_tensor_fc: bool = False  # per-tensor FULLY_CONNECTED weights (older TFLM, NNAPI)
     keep_float: tuple[str, ...] = ()  # op types or tensor-name globs kept in float on purpose
@@ -76,21 +83,36 @@ class QuantizeOptions:
     # A device profile (schemas/targets/): plan with its spec profiles, and keep in float the
     # ops the device runs only in float (qtool/quantize/targeting.py).
     target: str | None = None
+    # Also store dense weights sparse (int8 behind a DENSIFY) where that is smaller.
+    sparsify: bool = False
 
     def __post_init__(self) -> None:
-        if self.io not in IO_MODES:
-            raise UsageError(f"io must be one of {', '.join(IO_MODES)}, not {self.io!r}")
-        if self.activations not in ACTIVATION_TYPES:
-            raise UsageError(
-                f"activations must be one of {', '.join(ACTIVATION_TYPES)}, not {self.activations!r}"
-            )
+        # Python callers can pass anything: every field is checked (lists become tuples).
+        choice("io", self.io, IO_MODES)
+        choice("activations", self.activations, ACTIVATION_TYPES)
+        choice("engine", self.engine, ENGINES)
+        choice("target", self.target, target_names(), optional=True)
+        for name in ("per_tensor_fc", "optimize_rounding", "allow_float"):
+            flag(name, getattr(self, name))
+        if self.bias_correction is not None:
+            flag("bias_correction", self.bias_correction)
+        for name in ("keep_float", "int16"):
+            object.__setattr__(self, name, patterns(name, getattr(self, name)))
+        if not isinstance(self.calibration, str):
+            raise UsageError(f"`calibration` must be a method name, not {self.calibration!r}")
         if self.calibration != AUTO:
             parse_method(self.calibration)
-        if self.target_sqnr is not None and not math.isfinite(self.target_sqnr):
+        if self.target_sqnr is not None and (
+            isinstance(self.target_sqnr, bool)
+            or not isinstance(self.target_sqnr, int | float)
+            or not math.isfinite(self.target_sqnr)
+        ):
             raise UsageError(f"target_sqnr must be a finite number of dB, not {self.target_sqnr}")
 
     @property
     def profiles(self) -> tuple[str, ...]:
+        """The spec profiles the plan follows: those the options select, then the target
+        device's."""
         profiles = spec_profiles(self.per_tensor_fc)
         if self.target is not None:
             profiles += tuple(
@@ -100,15 +122,22 @@ class QuantizeOptions:
 
     @property
     def int16_patterns(self) -> tuple[str, ...]:
+        """The patterns of the operators asked to run in int16x8 ("*" for all under
+        activations=int16)."""
         return ("*",) if self.activations == INT16 else self.int16
 
     def precision(self) -> Precision:
+        """The int8 and int16x8 spec tables under `profiles`, with the operators asked to run in
+        int16x8."""
         specs = {INT8: load_spec(self.profiles), INT16: load_spec(self.profiles, INT16)}
         return Precision(specs, self.int16_patterns)
 
 
 @dataclass
 class FloatOp:
+    """An operator the quantized model keeps in float, and why (the planner's reason; may be
+    empty)."""
+
     subgraph: int
     index: int | None  # operator index in the input model
     op_type: str
@@ -117,6 +146,22 @@ class FloatOp:
 
 @dataclass
 class QuantizeResult:
+    """Everything a quantization produced and decided, for the report and the caller; keyed by
+    subgraph index where per subgraph.
+
+    Attributes:
+        plans: the plan each calibrated subgraph was rewritten from.
+        folded: the constant operators folded before calibration.
+        float_ops: the operators left in float, and why.
+        notes: what the rewriter noted (warnings, weight scales enlarged for the bias).
+        statistics: the calibration statistics the plans were fitted on (what `qtool calibrate`
+            saves).
+        accuracy_source: how and on which samples `accuracy` was measured, as text ("" when it was
+            not).
+        warnings: what the user should know about the result (synthetic data, uncalibrated
+            subgraphs, ...).
+    """
+
     model: Model  # the quantized model
     float_model: Model  # the float model after preparation (what was calibrated)
     calibrations: dict[int, CalibrationResult]  # per quantized subgraph
@@ -139,19 +184,6 @@ class QuantizeResult:
     # When asked for: per subgraph, each quantized activation's SQNR (dB) against the float
     # tensor along the simulated model, in graph order, on held-out samples.
     layer_sqnr: dict[int, dict[int, float]] = field(default_factory=dict)
-
-
-def _computes_in_float(model: Model, subgraph_index: int) -> bool:
-    """Whether an operator other than a QUANTIZE/DEQUANTIZE boundary has a float32 operand."""
-    subgraph = model.subgraphs[subgraph_index]
-    return any(
-        model.op_type(op) not in boundary_ops()
-        and any(
-            t >= 0 and subgraph.tensors[t].dtype == TensorType.FLOAT32
-            for t in op.inputs + op.outputs
-        )
-        for op in subgraph.operators
-    )
 
 
 def _as_datasets(data: Dataset | Mapping[int, Dataset] | None) -> dict[int, Dataset]:
@@ -189,7 +221,7 @@ def calibrate_loaded(
     precision = options.precision()
     prepared = prepare_float_model(model)
     entries = sorted(statistics.subgraphs) if statistics is not None else sorted(datasets)
-    if not any(_computes_in_float(prepared.model, s) for s in entries):
+    if not any(computes_in_float(prepared.model, s) for s in entries):
         raise UsageError(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
@@ -261,8 +293,8 @@ def calibrate_loaded(
 def _check_patterns(prepared: FloatModel, options: QuantizeOptions) -> None:
     """A keep-float or int16 pattern that matches no operator is a mistake worth a stop."""
     types = [prepared.input_types(s) for s in range(len(prepared.model.subgraphs))]
-    for kind, patterns in (("keep-float", options.keep_float), ("int16", options.int16)):
-        pattern = unmatched_pattern(prepared.model, types, patterns)
+    for kind, given in (("keep-float", options.keep_float), ("int16", options.int16)):
+        pattern = unmatched_pattern(prepared.model, types, given)
         if pattern is not None:
             known = sorted({t for per_subgraph in types for t in per_subgraph})
             raise UsageError(
@@ -359,8 +391,14 @@ def quantize_loaded(
     }
     # Every planned subgraph: the entry points and what their control flow runs.
     plans = {p.subgraph_index: p for plan in entry_plans.values() for p in plan.with_bodies()}
-    work, notes = rewritten(prepared.model, entry_plans, precision.specs, options.io)
-    float_bodies = _float_bodies(prepared, plans)
+    forms = _stored_forms(prepared, options.target)
+    sparsify = options.sparsify and forms is prepared.stored_forms
+    work, notes = rewritten(
+        prepared.model, entry_plans, precision.specs, options.io, forms, sparsify
+    )
+    if forms is not prepared.stored_forms:
+        notes.warnings += _densified(prepared, plans, options.target)
+    float_bodies = float_body_plans(prepared.model, prepared.source_index, plans, notes)
     plans.update(float_bodies)
     float_ops = [  # named as in the input model (a SQUARE kept float, not the MUL it became)
         FloatOp(s, decision.source_index, op_type, decision.reason or "")
@@ -389,7 +427,9 @@ def quantize_loaded(
             for s, found in collected.items()
         }
         baseline_size = len(
-            model_to_bytes(rewritten(prepared.model, plain, precision.specs, options.io)[0])
+            model_to_bytes(
+                rewritten(prepared.model, plain, precision.specs, options.io, forms, sparsify)[0]
+            )
         )
     return QuantizeResult(
         model=work,
@@ -410,9 +450,45 @@ def quantize_loaded(
         diagnosis=diagnosis,
         accuracy=accuracy,
         accuracy_source=_accuracy_source(collected, accuracy),
-        warnings=_warnings(work, plans, float_bodies, calibrated.datasets, notes),
+        warnings=subgraph_warnings(
+            work, plans, float_bodies, any(d.synthetic for d in calibrated.datasets.values()), notes
+        ),
         layer_sqnr=layers,
     )
+
+
+def _stored_forms(prepared: FloatModel, target: str | None) -> dict[int, dict[str, StoredForm]]:
+    """How the written model stores folded weights: as the source did (float16, sparse), except
+    on a device whose profile lacks the ops that expand them (DENSIFY, DEQUANTIZE), where they
+    are written plain."""
+    if target is not None:
+        runs = load_target(target).ops
+        if not {"DENSIFY", "DEQUANTIZE"} <= set(runs):
+            return {}
+    return prepared.stored_forms
+
+
+def _densified(prepared: FloatModel, plans: Mapping[int, Plan], target: str) -> list[str]:
+    """What writing the source's sparse weights dense cost, where the device cannot expand
+    them (one warning, or none when nothing was sparse)."""
+    extra = count = 0
+    for s, plan in plans.items():
+        tensors = prepared.model.subgraphs[s].tensors
+        ops = prepared.model.subgraphs[s].operators
+        for index, layer in plan.weights.items():
+            name = tensors[ops[index].inputs[layer.weight_position]].name
+            form = prepared.stored_forms.get(s, {}).get(name)
+            if form is None or form.sparsity is None:
+                continue
+            stored, sparsity = compact_sparsity(layer.values)
+            extra += max(layer.values.nbytes - stored.nbytes - sparsity_nbytes(sparsity), 0)
+            count += 1
+    if not count:
+        return []
+    return [
+        f"{count} weight tensor(s) stored sparse in the source are written dense: the {target} "
+        f"profile runs no DENSIFY ({extra:+,} bytes)"
+    ]
 
 
 def _estimated(found: Collected) -> SubgraphStatistics:
@@ -439,61 +515,3 @@ def _accuracy_source(collected: Mapping[int, Collected], accuracy: list[OutputAc
     if evaluations[0].source == "held-out data":
         return f"{how} on {samples} held-out samples"
     return f"{how} on {samples} calibration samples held out, calibrating on the others"
-
-
-def _float_bodies(prepared: FloatModel, plans: Mapping[int, Plan]) -> dict[int, Plan]:
-    """Plans keeping float the subgraphs control flow runs that were not planned (callers
-    first), each op with the reason: the caller's float decision's, or that it never ran."""
-    model = prepared.model
-    found: dict[int, Plan] = {}
-    for s, sites in sorted(callers(model).items()):
-        if s in plans or not _computes_in_float(model, s):
-            continue
-        site = sites[0]
-        caller = plans.get(site.subgraph, found.get(site.subgraph))
-        decision = None if caller is None else caller.decisions[site.op_index]
-        why = (decision.reason if decision is not None and decision.mode == FLOAT else None) or (
-            "it never ran on the calibration data"
-        )
-        reason = f"the {body_role(model, site, s)} is kept in float: {why}"
-        decisions = [
-            OpDecision(FLOAT if _has_float(model, s, op) else INTEGER, reason, source)
-            for op, source in zip(
-                model.subgraphs[s].operators, prepared.source_index[s], strict=True
-            )
-        ]
-        found[s] = Plan(s, decisions, params={}, ranges={})
-    return found
-
-
-def _has_float(model: Model, s: int, op) -> bool:
-    tensors = model.subgraphs[s].tensors
-    return any(t >= 0 and tensors[t].dtype == TensorType.FLOAT32 for t in op.inputs + op.outputs)
-
-
-def _warnings(
-    work: Model,
-    plans: Mapping[int, Plan],
-    float_bodies: Mapping[int, Plan],
-    datasets: Mapping[int, Dataset],
-    notes: RewriteNotes,
-) -> list[str]:
-    """The rewrite's warnings, then every subgraph of the written model `work` left float:
-    those control flow runs with the reason (`float_bodies`), the others unplanned."""
-    warnings = list(notes.warnings)
-    for s, subgraph in enumerate(work.subgraphs):
-        name = f"subgraph {s} ({subgraph.name or 'unnamed'})"
-        if s in float_bodies:
-            warnings.append(f"{name}, {float_bodies[s].decisions[0].reason}")
-        elif s not in plans and _computes_in_float(work, s):
-            warnings.append(
-                f"{name} has no calibration data (not a signature's entry point, and no "
-                "control flow runs it): kept in float"
-            )
-    if any(d.synthetic for d in datasets.values()):
-        warnings.insert(
-            0,
-            "calibrated on synthetic random data: activation ranges do not "
-            "reflect real inputs, so accuracy is not meaningful",
-        )
-    return warnings

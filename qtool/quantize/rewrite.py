@@ -16,6 +16,8 @@ The float originals are dropped when unused.
 
 from __future__ import annotations
 
+import copy
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -23,11 +25,15 @@ import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model, remove_unused
+from qtool.model.sparsity import compact_sparsity, sparsity_nbytes, stored_values
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.op_facts import options_table
+from qtool.prepare.fold import StoredForm
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
+from qtool.quantize.recurrent import TENSOR_TYPES, RecurrentOperands
+from qtool.quantize.variables import initialiser_plans
 from qtool.quantize.weights import LayerWeights
-from qtool.spec import Mode, QuantSpec
+from qtool.spec import Mode, QuantSpec, sparse_int8_consumers
 
 UINT8 = Mode.UINT8
 IO_TYPES = (FLOAT, INT8, UINT8)
@@ -43,11 +49,22 @@ _BIAS_TYPES = {np.dtype(np.int32): TensorType.INT32, np.dtype(np.int64): TensorT
 
 @dataclass
 class RewriteNotes:
+    """What the rewriter reports beside the model.
+
+    Attributes:
+        warnings: one line for each thing the user should know (bias overflows avoided, ...).
+        enlarged_weight_scales: the layers whose weight scales were enlarged so that the bias fits,
+            each {"subgraph", "op_index", "tensor", "channels"}.
+    """
+
     warnings: list[str] = field(default_factory=list)
     enlarged_weight_scales: list[dict] = field(default_factory=list)
     # Per rewritten subgraph, for each operator of the result in order: the index of the planned
     # operator it is, or None for a converter the rewrite added.
     origins: dict[int, list[int | None]] = field(default_factory=dict)
+    # Integer copies of constants and the name of the float original they replace: once the
+    # original is gone, the copy takes its name back (users know their weights by it).
+    copies: list[tuple[int, Tensor, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -75,8 +92,12 @@ class _Rewriter:
         specs: Mapping[str, QuantSpec],
         io: str,
         notes: RewriteNotes,
+        stored_forms: Mapping[str, StoredForm],
+        sparsify: bool = False,
     ) -> None:
         self.model = model
+        self.stored_forms = stored_forms  # how the source stored folded constants, by name
+        self.sparsify = sparsify  # dense weights stored sparse too where that is smaller
         self.plan = plan
         self.specs = specs
         self.io = io
@@ -89,7 +110,9 @@ class _Rewriter:
         self.emitted: list[Operator] = []
         self.origins: list[int | None] = []  # the planned operator of each emitted one
         self.constant_copies: dict[tuple, int] = {}
+        self.restored: dict[int, int] = {}  # folded float constant -> its float32 in stored form
         self.notes = notes
+        self.notes.warnings.extend(plan.widened)
 
     # ------------------------------------------------------------------ versions
 
@@ -214,7 +237,11 @@ class _Rewriter:
             )
         )
         self.constant_copies[cache_key] = copy
+        self._renamable(copy, original.name)
         return copy
+
+    def _renamable(self, t: int, base: str) -> None:
+        self.notes.copies.append((self.plan.subgraph_index, self.subgraph.tensors[t], base))
 
     def _quantized_constant(self, t: int, slot: Slot) -> int:
         values = self.model.tensor_data(self.subgraph.tensors[t])
@@ -232,13 +259,21 @@ class _Rewriter:
 
     def _store_weights(self, op_index: int, op: Operator, layer: LayerWeights) -> None:
         t = op.inputs[layer.weight_position]
-        op.inputs[layer.weight_position] = self._constant_copy(
-            t,
-            ("weight", op_index),
-            layer.values,
-            TensorType.INT8,
-            QuantParams.of(layer.scale, 0, quantized_dimension=layer.quantized_dimension),
-            "_int8",
+        params = QuantParams.of(layer.scale, 0, quantized_dimension=layer.quantized_dimension)
+        # Keyed by content: a float weight shared by several layers stays one int8 buffer when
+        # they quantize it alike (rounding optimisation may make them differ).
+        key = ("weight", _digest(layer.values), layer.scale.tobytes(), layer.quantized_dimension)
+        form = self.stored_forms.get(self.subgraph.tensors[t].name)
+        source_sparsity = None if form is None else form.sparsity
+        dense = None
+        if (source_sparsity is not None or self.sparsify) and (
+            self.model.op_type(op) in sparse_int8_consumers()
+        ):
+            dense = self._sparse_weights(t, key, layer.values, params, source_sparsity)
+        op.inputs[layer.weight_position] = (
+            dense
+            if dense is not None
+            else self._constant_copy(t, key, layer.values, TensorType.INT8, params, "_int8")
         )
         if layer.enlarged_channels:
             source = self.plan.decisions[op_index].source_index
@@ -271,12 +306,141 @@ class _Rewriter:
             )
         op.inputs[position] = self._constant_copy(
             bias_t,
-            ("bias", op_index),
+            ("bias", _digest(layer.bias), layer.bias_scale.tobytes()),
             layer.bias,
             _BIAS_TYPES[layer.bias.dtype],
             QuantParams.of(layer.bias_scale, 0, quantized_dimension=0),
             f"_{layer.bias.dtype.name}",
         )
+
+    def _store_recurrent(self, op: Operator, operands: RecurrentOperands) -> None:
+        """An integer LSTM's own operands: its constants, its state tensors made integer
+        variable tensors in place, its intermediates."""
+        for position, constant in operands.constants.items():
+            t = op.inputs[position]
+            scale = np.array([constant.scale], np.float32)
+            op.inputs[position] = self._constant_copy(
+                t,
+                ("recurrent", _digest(constant.values), scale.tobytes()),
+                constant.values,
+                TENSOR_TYPES[constant.dtype],
+                QuantParams.of(scale, 0),
+                f"_{constant.dtype}",
+            )
+        for position, (dtype, params) in operands.states.items():
+            op.inputs[position] = self._integer_copy(op.inputs[position], dtype, params, True)
+        op.intermediates = [
+            self._integer_copy(t, dtype, params, False)
+            for t, (dtype, params) in zip(op.intermediates, operands.intermediates, strict=True)
+        ]
+
+    def _integer_copy(self, t: int, dtype: str, params: AffineParams, variable: bool) -> int:
+        """An integer tensor in place of float tensor `t` (no data: a state or an intermediate),
+        named like it once it is gone."""
+        original = self.subgraph.tensors[t]
+        copy_index = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}_{dtype}"),
+                shape=list(original.shape),
+                dtype=TENSOR_TYPES[dtype],
+                quantization=QuantParams.of(params.scale, params.zero_point),
+                is_variable=variable,
+                shape_signature=original.shape_signature,
+            )
+        )
+        self._renamable(copy_index, original.name)
+        return copy_index
+
+    def _sparse_weights(
+        self, t: int, key: tuple, values: np.ndarray, params: QuantParams, sparsity: dict | None
+    ) -> int | None:
+        """Int8 weights stored sparse behind a DENSIFY that gives the layer its dense weights;
+        None where the sparse form would not be smaller."""
+        if (t, *key, "dense") in self.constant_copies:
+            return self.constant_copies[(t, *key, "dense")]
+        # The source's own encoding, or one from the int8 values (weights rounded to 0 drop
+        # out; indices narrowed to a byte): whichever is smaller, if smaller than dense.
+        candidates = [compact_sparsity(values)]
+        if sparsity is not None:
+            candidates.append((stored_values(values, sparsity), sparsity))
+        stored, sparsity = min(candidates, key=lambda c: c[0].nbytes + sparsity_nbytes(c[1]))
+        if stored.nbytes + sparsity_nbytes(sparsity) >= values.nbytes:
+            return None
+        original = self.subgraph.tensors[t]
+        sparse = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}_int8_sparse"),
+                shape=list(values.shape),
+                dtype=TensorType.INT8,
+                buffer=self.model.add_buffer(stored),
+                quantization=copy.deepcopy(params),
+                sparsity=copy.deepcopy(sparsity),
+            )
+        )
+        dense = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}_int8"),
+                shape=list(values.shape),
+                dtype=TensorType.INT8,
+                quantization=copy.deepcopy(params),
+            )
+        )
+        self._emit(self._storage_op("DENSIFY", sparse, dense), None)
+        self.constant_copies[(t, *key, "dense")] = dense
+        self._renamable(dense, original.name)
+        return dense
+
+    def _storage_op(self, op_type: str, source: int, target: int) -> Operator:
+        return Operator(
+            opcode_index=self.model.opcode_for(op_type), inputs=[source], outputs=[target]
+        )
+
+    def _restored_float(self, t: int) -> int:
+        """A folded float32 constant that a float operator reads, stored again as the source
+        stored it (float16 behind a DEQUANTIZE, sparse behind a DENSIFY): never wider."""
+        if t in self.restored:
+            return self.restored[t]
+        original = self.subgraph.tensors[t]
+        form = self.stored_forms.get(original.name)
+        if form is None or form.dtype != TensorType.FLOAT16:
+            return t
+        values = self.model.tensor_data(original).astype(np.float16)
+        source = t
+        if form.sparsity is not None:
+            stored = self.subgraph.add_tensor(
+                Tensor(
+                    name=self.names(f"{original.name}_float16_sparse"),
+                    shape=list(original.shape),
+                    dtype=TensorType.FLOAT16,
+                    buffer=self.model.add_buffer(stored_values(values, form.sparsity)),
+                    sparsity=copy.deepcopy(form.sparsity),
+                )
+            )
+            source = self.subgraph.add_tensor(
+                Tensor(
+                    name=self.names(f"{original.name}_float16"),
+                    shape=list(original.shape),
+                    dtype=TensorType.FLOAT16,
+                )
+            )
+            self._emit(self._storage_op("DENSIFY", stored, source), None)
+        else:
+            source = self.subgraph.add_tensor(
+                Tensor(
+                    name=self.names(f"{original.name}_float16"),
+                    shape=list(original.shape),
+                    dtype=TensorType.FLOAT16,
+                    buffer=self.model.add_buffer(values),
+                )
+            )
+        widened = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(original.name), shape=list(original.shape), dtype=TensorType.FLOAT32
+            )
+        )
+        self._emit(self._storage_op("DEQUANTIZE", source, widened), None)
+        self.restored[t] = widened
+        return widened
 
     # ------------------------------------------------------------------ operators
 
@@ -291,7 +455,9 @@ class _Rewriter:
         for name, value in required.items():
             op.set_option(name, value)
         layer = self.plan.weights.get(i)
-        if layer is not None:
+        if isinstance(layer, RecurrentOperands):
+            self._store_recurrent(op, layer)
+        elif layer is not None:
             self._store_weights(i, op, layer)
         tensors = self.subgraph.tensors
         for (op_index, position), slot in self.plan.reads.items():
@@ -306,8 +472,12 @@ class _Rewriter:
     def _rewrite_float(self, op: Operator) -> None:
         tensors = self.subgraph.tensors
         for position, t in enumerate(op.inputs):
-            if t >= 0 and tensors[t].dtype == TensorType.FLOAT32 and t in self.home:
+            if t < 0 or tensors[t].dtype != TensorType.FLOAT32:
+                continue
+            if t in self.home:
                 op.inputs[position] = self.need(t, self._float_key(t), _Version(FLOAT, None))
+            elif self.model.is_constant(tensors[t]):
+                op.inputs[position] = self._restored_float(t)
 
     def run(self) -> RewriteNotes:
         self._assign_homes()
@@ -359,43 +529,88 @@ class _Rewriter:
             tensor.quantization = QuantParams.of(version.params.scale, version.params.zero_point)
 
 
+StoredForms = Mapping[int, Mapping[str, StoredForm]]
+
+
 def rewrite(
     model: Model,
     plan: Plan,
     specs: Mapping[str, QuantSpec],
     io: str = FLOAT,
     notes: RewriteNotes | None = None,
+    stored_forms: Mapping[str, StoredForm] | None = None,
+    sparsify: bool = False,
 ) -> RewriteNotes:
     """Turn a planned float subgraph (in place) into its integer form.
 
     Tensor indices stay valid (the float originals remain, unused) so that several subgraphs can
     be rewritten one after the other; `remove_unused` drops the leftovers at the end.
+    `stored_forms` (by tensor name: `prepare.fold`) lets folded float16 and sparse weights be
+    stored that way again; `sparsify` stores dense weights sparse too where that is smaller.
     """
-    return _Rewriter(model, plan, specs, io, notes or RewriteNotes()).run()
+    rewriter = _Rewriter(
+        model, plan, specs, io, notes or RewriteNotes(), stored_forms or {}, sparsify
+    )
+    return rewriter.run()
 
 
 def rewrite_plans(
-    work: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
+    work: Model,
+    plans: Mapping[int, Plan],
+    specs: Mapping[str, QuantSpec],
+    io: str = FLOAT,
+    stored_forms: StoredForms | None = None,
+    sparsify: bool = False,
 ) -> RewriteNotes:
     """Rewrite every planned subgraph of `work` (and those its control flow runs, planned with
     it) in place, then drop the unused float originals (operators stay: `RewriteNotes.origins`
     maps the result's operators to the plans')."""
     notes = RewriteNotes()
-    done = set()
+    forms = stored_forms or {}
+    planned: dict[int, tuple[Plan, str]] = {}
     for entry in plans.values():
         for plan in entry.with_bodies():
-            if plan.subgraph_index not in done:
-                done.add(plan.subgraph_index)
-                # The boundary of a subgraph control flow runs is its caller's business.
-                boundary = io if plan is entry else FLOAT
-                rewrite(work, plan, specs, io=boundary, notes=notes)
+            # The boundary of a subgraph control flow runs is its caller's business.
+            planned.setdefault(plan.subgraph_index, (plan, io if plan is entry else FLOAT))
+    # The subgraphs that initialise quantized variables store their initial values quantized.
+    every = {s: plan for s, (plan, _) in planned.items()}
+    for s, plan in initialiser_plans(work, every).items():
+        planned.setdefault(s, (plan, FLOAT))
+    for s, (plan, boundary) in planned.items():
+        rewrite(work, plan, specs, boundary, notes, forms.get(s), sparsify)
     remove_unused(work)
+    _restore_names(work, notes.copies)
     return notes
 
 
+def _restore_names(model: Model, copies: list[tuple[int, Tensor, str]]) -> None:
+    """Give each integer copy of a constant its original's name where the original is gone."""
+    for s, subgraph in enumerate(model.subgraphs):
+        names = {tensor.name for tensor in subgraph.tensors}
+        present = {id(tensor) for tensor in subgraph.tensors}
+        for copy_subgraph, tensor, base in copies:
+            if copy_subgraph == s and id(tensor) in present and base not in names:
+                names.discard(tensor.name)
+                tensor.name = base
+                names.add(base)
+
+
 def rewritten(
-    model: Model, plans: Mapping[int, Plan], specs: Mapping[str, QuantSpec], io: str = FLOAT
+    model: Model,
+    plans: Mapping[int, Plan],
+    specs: Mapping[str, QuantSpec],
+    io: str = FLOAT,
+    stored_forms: StoredForms | None = None,
+    sparsify: bool = False,
 ) -> tuple[Model, RewriteNotes]:
     """A copy of `model` with every planned subgraph rewritten, unused parts dropped."""
     work = clone_model(model)
-    return work, rewrite_plans(work, plans, specs, io)
+    return work, rewrite_plans(work, plans, specs, io, stored_forms, sparsify)
+
+
+def _digest(values: np.ndarray) -> bytes:
+    """A short fingerprint of an array's type, shape and bytes (constants keyed by content)."""
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{values.dtype.str}{values.shape}".encode())
+    digest.update(np.ascontiguousarray(values).view(np.uint8).reshape(-1).data)
+    return digest.digest()

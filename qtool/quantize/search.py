@@ -41,6 +41,8 @@ WORST_SLACK_DB = 0.25
 
 @dataclass(frozen=True)
 class Remedy:
+    """A remedy the target search applied to one place (rounding, int16 or float)."""
+
     kind: str  # ROUNDING, INT16 or FLOAT
     place: Place
     name: str  # the tensor's name
@@ -50,6 +52,9 @@ class Remedy:
 
 @dataclass
 class SearchResult:
+    """The outcome of a target SQNR search for one subgraph: the recipe chosen, whether it
+    reaches the target, and the remedies it holds."""
+
     recipe: Recipe
     reached: bool
     output_sqnr: list[float]  # of the final recipe on the evaluation samples

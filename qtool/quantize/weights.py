@@ -22,11 +22,12 @@ from qtool.numerics import (
     bias_overflow,
     bias_scale,
     dequantize,
+    largest_products,
     quantize,
     quantize_bias,
     symmetric_params,
 )
-from qtool.spec import OpRule
+from qtool.spec import OpRule, kernel_contracts
 
 # Integer weights for given real weights and per-channel scales: round to nearest by default.
 Rounder = Callable[[np.ndarray, np.ndarray, int | None], np.ndarray]
@@ -51,13 +52,17 @@ class LayerWeights:
 
     @property
     def quantized_dimension(self) -> int:
+        """The axis of per-axis scales, as the model's quantization writes it (0 for per-tensor)."""
         return 0 if self.axis is None else self.axis
 
     def real_weights(self) -> np.ndarray:
+        """The weights as the integer model means them: values * scale (float32)."""
         zero = np.zeros(self.scale.shape, np.int64)
         return dequantize(self.values, self.scale, zero, axis=self.axis)
 
     def real_bias(self) -> np.ndarray | None:
+        """The bias as the integer model means it: bias * bias_scale (float32); None when there
+        is no bias."""
         if self.bias is None:
             return None
         return (self.bias.astype(np.float64) * self.bias_scale.astype(np.float64)).astype(
@@ -74,6 +79,7 @@ class RoundingCache:
     _rounded: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def scale(self, identity: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
+        """The weight scale of `identity`, computed once."""
         if identity not in self._scales:
             self._scales[identity] = compute()
         return self._scales[identity]
@@ -81,6 +87,8 @@ class RoundingCache:
     def rounded(
         self, identity: tuple, scale: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The (integer, dequantized) weights of `identity` at `scale`, computed once and
+        read-only (every plan shares them)."""
         key = (*identity, scale.tobytes())
         if key not in self._rounded:
             values = compute(scale)
@@ -99,6 +107,16 @@ def nearest(weights: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndar
 
 def _bias_limit_dtype(bias_rule) -> type:
     return np.int64 if bias_rule is not None and bias_rule.dtype == "int64" else np.int32
+
+
+def _accumulator_reserve(
+    op_type: str, values: np.ndarray, axis: int | None, input_params: AffineParams
+) -> np.ndarray | int:
+    """Per output channel, the largest |sum of products| the kernel's int32 accumulator adds to
+    the bias (kernel_contracts.accumulator): max|input - zero point| * sum|weight codes|."""
+    if op_type not in kernel_contracts().accumulator_ops:
+        return 0
+    return largest_products(values, axis, int(input_params.zero_point[0]))
 
 
 def quantize_layer(
@@ -137,14 +155,17 @@ def quantize_layer(
     wide_bias = _bias_limit_dtype(bias_rule) is np.int64
     enlarged: list[int] = []
     shift = None
-    for _ in range(2):  # a corrected bias may overflow where the original did not: once more
+    # A corrected bias may overflow where the original did not, and enlarged scales change the
+    # products the accumulator must hold: a few rounds.
+    for _ in range(4):
         values, real = cache.rounded(identity, scale, lambda s: rounder(weights, s, axis))
         layer = LayerWeights(position, values, scale, axis, bias_position)
         shift = corrector(weights, real) if corrector is not None else None
         total = bias if shift is None else (0 if bias is None else bias) + shift
         if total is None or wide_bias:
             break
-        overflow, fitted = bias_overflow(total, input_params.scale, scale)
+        reserved = _accumulator_reserve(model.op_type(op), values, weight_rule.axis, input_params)
+        overflow, fitted = bias_overflow(total, input_params.scale, scale, reserved=reserved)
         if not overflow.any():
             break
         enlarged = sorted(set(enlarged) | set(np.flatnonzero(overflow).tolist()))

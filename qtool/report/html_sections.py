@@ -31,6 +31,8 @@ CLIPPED_NOTABLE = 1e-3  # a share of values outside the grid worth pointing at
 
 @dataclass(frozen=True)
 class Section:
+    """One section of the HTML page: its anchor id, its heading, and its body as HTML."""
+
     anchor: str
     title: str
     body: str
@@ -47,6 +49,7 @@ def quality(db: float | None, target: float | None = None) -> str:
 
 
 def db_text(db: float | None) -> str:
+    """An SQNR as the page shows it: one decimal, or "exact" for None (no noise)."""
     return "exact" if db is None else f"{db:.1f}"
 
 

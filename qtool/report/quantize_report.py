@@ -12,10 +12,11 @@ from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
 from qtool.report.analysis_report import analysis_section
+from qtool.report.size_report import size_section, size_warning
 from qtool.spec import Mode
 from qtool.version import __version__
 
-REPORT_VERSION = 3
+REPORT_VERSION = 4  # 4: "target" became "sqnr_target"; "device" records --target
 FOLDED = "folded"  # an op of the float model computed at build time: no operator remains
 INSERTED = "inserted"  # a QUANTIZE qtool added between differently quantized tensors
 REPORTED_MODES = (*(m.value for m in (Mode.INT8, Mode.INT16, Mode.FLOAT, Mode.INTEGER)), FOLDED)
@@ -156,6 +157,13 @@ def build_report(
     audit: dict[str, Any],
     layer_errors: list[LayerError] = (),
 ) -> dict[str, Any]:
+    """The quantization report of one run (`schemas/report.schema.json`): settings, input and
+    output files, calibration, what became of each op and tensor, accuracy, the audit, and the
+    sections asked for (target SQNR, analysis, layer errors)."""
+    input_file = file_facts(input_path, input_data)
+    output_file = file_facts(output_path, output_data)
+    size = size_section(source, input_file["size_bytes"], result.model, output_file["size_bytes"])
+    warnings = [*result.warnings, *filter(None, [size_warning(size)])]
     return {
         "report_version": REPORT_VERSION,
         "qtool_version": __version__,
@@ -164,6 +172,7 @@ def build_report(
             "io": options.io,
             "per_tensor_fc": options.per_tensor_fc,
             "keep_float": list(options.keep_float),
+            "sparsify": options.sparsify,
             "engine": options.engine,
             "calibration": options.calibration,
             "bias_correction": options.bias_correction,  # null: chosen (see recipe)
@@ -171,6 +180,7 @@ def build_report(
             "int16": list(options.int16),
             "optimize_rounding": options.optimize_rounding,
             "target_sqnr": options.target_sqnr,
+            "device": options.target,
             "allow_float": options.allow_float,
             "data": data_sources,
             "synthetic": any(c.synthetic for c in result.calibrations.values()),
@@ -178,8 +188,9 @@ def build_report(
             "seed": seed,
             "input_shapes": _dynamic_input_shapes(result),
         },
-        "input_model": file_facts(input_path, input_data),
-        "output_model": file_facts(output_path, output_data),
+        "input_model": input_file,
+        "output_model": output_file,
+        "size": size,
         "calibration": _calibration_rows(result, source),
         "io": [
             {"subgraph": s, **row}
@@ -193,10 +204,11 @@ def build_report(
         ],
         "tensors": _tensor_rows(result, source),
         "enlarged_weight_scales": result.notes.enlarged_weight_scales,
-        "warnings": result.warnings,
+        "warnings": warnings,
         "accuracy": accuracy_section(result),
         "recipe": recipe_section(result),
-        "target": target_section(result, options),
+        "sqnr_target": target_section(result, options),
+        "device": device_section(options),
         "analysis": None if result.diagnosis is None else analysis_section(result.diagnosis),
         "audit": audit,
         "layer_errors": [
@@ -235,7 +247,23 @@ def recipe_section(result: QuantizeResult) -> list[dict[str, Any]]:
     return rows
 
 
+def device_section(options: QuantizeOptions) -> dict[str, Any] | None:
+    """The device profile a --target run planned for (schemas/targets/), or None."""
+    if options.target is None:
+        return None
+    from qtool.targets import load_target
+
+    profile = load_target(options.target)
+    return {
+        "name": profile.name,
+        "title": profile.title,
+        "spec_profiles": list(profile.spec_profiles),
+    }
+
+
 def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:
+    """The report's target SQNR section: the target, whether each subgraph reached it, and the
+    remedies applied; None without a target."""
     if options.target_sqnr is None:
         return None
     return {

@@ -24,6 +24,7 @@ def text(value: object) -> str:
 
 
 def short(label: str, limit: int = LABEL_CHARS) -> str:
+    """`label` cut to `limit` characters, the last one an ellipsis when it is cut."""
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
@@ -48,6 +49,7 @@ class Line:
 
     @property
     def tooltip(self) -> str:
+        """The hover text: the label and the value in dB."""
         return f"{self.label}: {self.value:.1f} dB"
 
 
@@ -61,6 +63,8 @@ class Mark:
 
 @dataclass(frozen=True)
 class Bar:
+    """One bar of a bar chart: an SQNR (None: exact), its hover text, CSS class and marks."""
+
     label: str
     value: float | None  # None: exact (infinite SQNR)
     tooltip: str
@@ -70,6 +74,8 @@ class Bar:
 
 @dataclass(frozen=True)
 class Point:
+    """One point of a line along the graph: an SQNR (None: exact), its hover text and CSS class."""
+
     value: float | None  # None: exact
     tooltip: str
     css: str

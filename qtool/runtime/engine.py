@@ -13,8 +13,13 @@ sparse weights, shape arithmetic) are evaluated once when the engine is built.
 
 Memory. A tensor is dropped after its last consumer, so a pass holds only live activations.
 
-Control flow. IF and WHILE run other subgraphs, each on an engine of its own (`Callees`),
-one sample at a time; observers of those subgraphs' tensors (`calls_observed`) see every run.
+Control flow. IF, WHILE and CALL_ONCE run other subgraphs, each on an engine of its own
+(`Callees`), one sample at a time; observers of those subgraphs' tensors (`calls_observed`) see
+every run.
+
+State. A model that keeps state between invocations (LSTM state tensors, resource variables:
+`qtool.runtime.state`) runs its samples as one sequence: one at a time, in order, on one thread,
+each continuing from the state the previous one left, across `run` calls until `reset`.
 """
 
 from __future__ import annotations
@@ -27,11 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qtool.errors import DataError, UnsupportedOpError
+from qtool.errors import DataError, ModelError, UnsupportedOpError
 from qtool.heap import retained_heap
 from qtool.model.calls import call_sites
 from qtool.model.graph import Model, Operator, Subgraph
-from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
+from qtool.model.types import BuiltinOperator, TensorType, dtype_name, numpy_dtype
 from qtool.runtime.parallel import (
     Observer,
     OrderedObservation,
@@ -40,8 +45,10 @@ from qtool.runtime.parallel import (
     single_threaded_blas,
 )
 from qtool.runtime.registry import KernelEntry, OpContext, lookup
+from qtool.runtime.state import ModelState, keeps_state
 
 Replacer = Callable[[int, np.ndarray], np.ndarray]
+OPAQUE_TYPES = (TensorType.RESOURCE, TensorType.VARIANT, TensorType.STRING)
 
 # Samples per pass (measured on the real models of bench/speed.py): small feature maps want
 # many samples per pass to spread the fixed Python cost of each operator call, large ones few,
@@ -64,28 +71,51 @@ class _Step:
 class Engine:
     """Executes one subgraph of a float model with numpy."""
 
-    def __init__(self, model: Model, subgraph_index: int = 0, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Model,
+        subgraph_index: int = 0,
+        threads: int | None = None,
+        state: ModelState | None = None,
+    ) -> None:
         self.model = model
         self.threads = max(1, threads or engine_threads())
         self.subgraph_index = subgraph_index
         self.subgraph = model.subgraphs[subgraph_index]
+        # The state of a sequence, shared with the engines of the subgraphs CALL_ONCE runs.
+        self.stateful = state is not None or keeps_state(model, subgraph_index)
+        self.state = state if state is not None else ModelState(model)
+        self.variables = {t for t, tensor in enumerate(self.subgraph.tensors) if tensor.is_variable}
         self.constants: dict[int, np.ndarray] = {}
         for index, tensor in enumerate(self.subgraph.tensors):
             value = model.tensor_data(tensor)
-            if value is not None:  # sparse tensors hold their stored values; DENSIFY expands them
+            # Sparse tensors hold their stored values (DENSIFY expands them); a variable tensor
+            # starts from zeros whatever its buffer holds (LiteRT's ResetVariableTensor).
+            if value is not None and index not in self.variables:
                 self.constants[index] = value
         produced = set(self.subgraph.inputs) | {
             t for op in self.subgraph.operators for t in op.outputs
         }
         for index, tensor in enumerate(self.subgraph.tensors):
             # An empty constant (e.g. an empty axis list) has no bytes, hence no buffer data.
-            if index not in produced and index not in self.constants and 0 in tensor.shape:
+            if (
+                index not in produced
+                and index not in self.constants
+                and index not in self.variables
+                and 0 in tensor.shape
+            ):
                 self.constants[index] = np.zeros(tensor.shape, numpy_dtype(tensor.dtype))
         self.steps: list[_Step] = []
         self.batched_inputs = self.subgraph.inputs_lead_with_one()
-        self.serial = not self.batched_inputs
         self.calling = {site.op_index for site in call_sites(model, subgraph_index)}
+        self.serial = not self.batched_inputs or self.stateful
+        if self.stateful:
+            self.threads = 1  # a sequence runs in order
         self._plan()
+
+    def reset(self) -> None:
+        """Start a new sequence: the model's state back to its initial value."""
+        self.state.reset()
 
     # ------------------------------------------------------------------ planning
 
@@ -206,7 +236,7 @@ class Engine:
         `calls_observed[s]` observes the tensors of subgraph s whenever a control-flow op runs
         it (never two calls at once, in no set order).
         """
-        callees = Callees(self.model, calls_observed or {}) if self.calling else None
+        callees = Callees(self.model, calls_observed or {}, self.state) if self.calling else None
         feeds = self._check_feeds(feeds)
         n = feeds[0].shape[0] if feeds else 1
         step = 1 if self.serial else max(1, chunk or self.chunk)
@@ -303,22 +333,33 @@ class Engine:
 
         for t, feed in zip(self.subgraph.inputs, feeds, strict=True):
             values[t] = emit(t, feed)
-        constants = self.constants
+        constants, state = self.constants, self.state
         for step in self.steps:
             op = self.subgraph.operators[step.index]
             inputs = [
-                None if t < 0 else (values[t] if t in values else constants[t]) for t in op.inputs
+                None
+                if t < 0
+                else values[t]
+                if t in values
+                else state.variable(self.subgraph, t)
+                if t in self.variables
+                else constants[t]
+                for t in op.inputs
             ]
             started = time.perf_counter()
             if step.mode == "loop" and batch > 1:
                 outputs = self._run_looped(step, op, inputs, batch, callees)
             else:
-                ctx = OpContext(self.model, self.subgraph, step.index, op, inputs, batch, callees)
+                ctx = OpContext(
+                    self.model, self.subgraph, step.index, op, inputs, batch, state, callees
+                )
                 outputs = step.entry.outputs(ctx)
             if timing is not None:
                 timing[step.op_type] += time.perf_counter() - started
             for t, value in zip(op.outputs, outputs, strict=True):
                 values[t] = emit(t, value)
+            for t, value in state.take_observed():
+                emit(t, value)
             for t in step.frees:
                 values.pop(t, None)
         return [values[t] if t in values else constants[t] for t in self.subgraph.outputs]
@@ -334,7 +375,9 @@ class Engine:
             sliced = [
                 x[s * rows[i] : (s + 1) * rows[i]] if i in rows else x for i, x in enumerate(inputs)
             ]
-            ctx = OpContext(self.model, self.subgraph, step.index, op, sliced, 1, callees)
+            ctx = OpContext(
+                self.model, self.subgraph, step.index, op, sliced, 1, self.state, callees
+            )
             per_sample.append(step.entry.outputs(ctx))
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
@@ -355,22 +398,27 @@ class Engine:
 
 class Callees:
     """The subgraphs control-flow operators run during one engine run: an engine per subgraph
-    (made on first use, shared by nested calls), and observers of their tensors."""
+    (made on first use, shared by nested calls, sharing the caller's state), and observers of
+    their tensors."""
 
-    def __init__(self, model: Model, observers: Mapping[int, Observer]) -> None:
+    def __init__(self, model: Model, observers: Mapping[int, Observer], state: ModelState) -> None:
         self.model = model
         self.observers = dict(observers)
+        self.state = state
         self.engines: dict[int, Engine] = {}
         self.runs: Counter = Counter()  # runs of each subgraph
         self._lock = threading.Lock()  # engines made, observers and counts kept, one at a time
 
     def run(self, subgraph_index: int, values: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The outputs of subgraph `subgraph_index` on `values` (its inputs, whole)."""
+        if not 0 <= subgraph_index < len(self.model.subgraphs):
+            raise ModelError(f"a call names subgraph {subgraph_index}, which does not exist")
         observer = self.observers.get(subgraph_index)
         with self._lock:
             engine = self.engines.get(subgraph_index)
             if engine is None:
-                engine = self.engines[subgraph_index] = Engine(self.model, subgraph_index, 1)
+                engine = Engine(self.model, subgraph_index, 1, self.state)
+                self.engines[subgraph_index] = engine
             self.runs[subgraph_index] += 1
             count = getattr(observer, "count_call", None)  # statistics count their runs
             if count is not None:
@@ -400,6 +448,7 @@ def samples_per_pass(subgraph: Subgraph, operators: Sequence[Operator] | None = 
         int(np.prod(tensor.shape)) * np.dtype(numpy_dtype(tensor.dtype)).itemsize
         for op in (subgraph.operators if operators is None else operators)
         for tensor in (subgraph.tensors[t] for t in op.outputs)
+        if tensor.dtype not in OPAQUE_TYPES  # a resource handle is a small id
     ]
     if not sizes:
         return _MAX_CHUNK

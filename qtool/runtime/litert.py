@@ -39,6 +39,7 @@ from qtool.runtime.parallel import (
 
 
 def litert_available() -> bool:
+    """Whether the ai-edge-litert package is installed (found without importing it)."""
     return importlib.util.find_spec("ai_edge_litert") is not None
 
 

@@ -108,6 +108,9 @@ class OrderedObservation:
         self._delivering = threading.Lock()  # held by the one thread calling observers
 
     def emit(self, chunk: int, tensor: int, value: np.ndarray) -> None:
+        """Queue one tensor value of `chunk` and deliver whatever is in turn. A chunk ahead of
+        the turn waits while more than the pending-bytes limit is queued; raises Cancelled once
+        aborted."""
         if not self._observers:
             return
         with self._state:
@@ -122,6 +125,8 @@ class OrderedObservation:
         self._deliver()
 
     def finish(self, chunk: int) -> None:
+        """Mark `chunk` complete, so that delivery moves on to the next chunk once its values are
+        seen."""
         with self._state:
             if self._finished[chunk]:
                 return
@@ -138,6 +143,7 @@ class OrderedObservation:
                 raise Cancelled
 
     def abort(self) -> None:
+        """Give up the run: every waiting and later `emit` or `wait_observed` raises Cancelled."""
         with self._state:
             self._failed = True
             self._state.notify_all()

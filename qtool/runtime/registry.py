@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from qtool.errors import UsageError
+from qtool.files import note_input
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.types import ActivationFunctionType, numpy_dtype
 from qtool.op_facts import options_table
@@ -35,6 +36,8 @@ KERNEL_MODULES = (
     "qtool.runtime.kernels.quant",
     "qtool.runtime.kernels.mediapipe",
     "qtool.runtime.kernels.control",
+    "qtool.runtime.kernels.variables",
+    "qtool.runtime.kernels.recurrent",
 )
 
 
@@ -43,10 +46,12 @@ class OpContext:
 
     At plan time `inputs` holds only constant values (activations are None) and `batch` is 1;
     batch predicates use it to decide on static grounds. At run time every input is present and
-    activations carry `batch` samples along their leading axis.
+    activations carry `batch` samples along their leading axis, and `state` is the run's
+    `ModelState` (variable tensors, resource variables: qtool.runtime.state) and `calls` what runs
+    the subgraphs control flow calls (`qtool.runtime.engine.Callees`).
     """
 
-    __slots__ = ("batch", "calls", "index", "inputs", "model", "op", "op_type", "subgraph")
+    __slots__ = ("batch", "calls", "index", "inputs", "model", "op", "op_type", "state", "subgraph")
 
     def __init__(
         self,
@@ -56,6 +61,7 @@ class OpContext:
         op: Operator,
         inputs: list[np.ndarray | None],
         batch: int = 1,
+        state: Any = None,
         calls: Any = None,
     ) -> None:
         self.model = model
@@ -65,15 +71,19 @@ class OpContext:
         self.op_type = model.op_type(op)
         self.inputs = inputs
         self.batch = batch
+        self.state = state  # None at plan time and when folding constants
         # What runs the subgraphs a control-flow op calls (the engine's `Callees`); None at
         # plan time and when folding constants.
         self.calls = calls
 
     def option(self, name: str) -> Any:
+        """An option of the operator by snake_case name; an operator written without its options
+        table gets the table's defaults."""
         # An operator written without its options table takes that table's defaults.
         return self.op.option(name, table=options_table(self.op_type))
 
     def input_tensor(self, i: int) -> Tensor | None:
+        """The tensor of input i; None when that optional input is absent (-1 or not listed)."""
         if i >= len(self.op.inputs) or self.op.inputs[i] < 0:
             return None
         return self.subgraph.tensors[self.op.inputs[i]]
@@ -83,16 +93,20 @@ class OpContext:
         return self.inputs[i] if i < len(self.inputs) else None
 
     def output_tensor(self, i: int = 0) -> Tensor:
+        """The tensor of output i."""
         return self.subgraph.tensors[self.op.outputs[i]]
 
     def output_dtype(self, i: int = 0) -> np.dtype:
+        """The numpy dtype of output i as the model declares it."""
         return numpy_dtype(self.output_tensor(i).dtype)
 
     def input_shape(self, i: int) -> list[int] | None:
+        """The declared shape of input i (batch 1); None when the input is absent."""
         tensor = self.input_tensor(i)
         return None if tensor is None else list(tensor.shape)
 
     def output_shape(self, i: int = 0) -> list[int]:
+        """The declared shape of output i (batch 1, not the run's sample count)."""
         return list(self.output_tensor(i).shape)
 
     def batched_shape(self, shape: Any) -> list[int]:
@@ -108,15 +122,19 @@ BatchRule = Callable[[OpContext], bool]
 
 
 def always(_: OpContext) -> bool:
+    """A batch rule: the kernel runs on any number of samples at once."""
     return True
 
 
 def never(_: OpContext) -> bool:
+    """A batch rule: the kernel runs one sample at a time."""
     return False
 
 
 @dataclass(frozen=True)
 class KernelEntry:
+    """A registered kernel and its batch rule (whether it may run on several samples at once)."""
+
     fn: Kernel
     batch_rule: BatchRule
 
@@ -174,12 +192,16 @@ def custom_op(name: str, batch: BatchRule = never) -> Callable[[Kernel], Kernel]
 def load_custom_ops(module: str) -> None:
     """Import a user module that registers custom-op kernels (the `--custom-ops` option)."""
     try:
-        importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as exc:
         raise UsageError(f"`custom_ops={module!r}`: cannot import ({exc})") from None
+    if getattr(imported, "__file__", None):
+        note_input(imported.__file__)  # the user's code is an input: no output may replace it
 
 
 def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:
+    """The kernel of a builtin op type, or of a custom op by custom code (`is_custom`); None when
+    there is none. Loads the builtin kernel modules on first use."""
     global _loaded
     if not _loaded:
         for module in KERNEL_MODULES:
@@ -189,6 +211,7 @@ def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:
 
 
 def builtin_kernels() -> list[str]:
+    """The names of the builtin operators the engine has kernels for, sorted."""
     lookup("", False)
     return sorted(_BUILTIN)
 

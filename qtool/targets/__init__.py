@@ -27,6 +27,9 @@ TFLITE_CPU = "tflite-cpu"
 
 @dataclass(frozen=True)
 class ConstraintUse:
+    """One constraint a profile applies: the constraint's id, the limits it fills in, and the
+    source they were transcribed from."""
+
     check: str  # the constraint function's stable id, e.g. "stride-range"
     params: dict[str, Any]
     source: str  # key into Target.sources
@@ -34,7 +37,31 @@ class ConstraintUse:
 
 
 @dataclass(frozen=True)
+class CompileTime:
+    """Shape computations a device's compiler resolves from static shapes and removes: ops
+    computed from shapes alone (`shape_ops` on static shapes, and ops of their results and
+    constants) that feed only `shape_inputs` (op type -> input positions)."""
+
+    shape_inputs: dict[str, frozenset[int]]
+    shape_ops: frozenset[str]
+    source: str  # key into Target.sources
+    declared_batch: bool = False  # a dynamic first dimension is compiled at its declared size
+
+
+@dataclass(frozen=True)
 class Target:
+    """A device profile as loaded from `schemas/targets/NAME.json`.
+
+    Attributes:
+        name: the profile's file name without .json ("ethos-u").
+        title: the device as users read its name.
+        sources: what the facts are transcribed from, by key: {"document", and where known
+            "package", "version", "url"}.
+        generic: the constraints every listed op must meet (unless it is exempt).
+        notes: where the profile departs from or adds to its sources, each {"topic", "text",
+            "evidence"}.
+    """
+
     name: str
     title: str
     accelerator: str  # what runs the supported ops, e.g. "Ethos-U NPU"
@@ -46,8 +73,10 @@ class Target:
     op_source: str  # source of the op list
     spec_profiles: tuple[str, ...] = ()  # int8 spec profiles `qtool quantize --target` plans with
     notes: tuple[dict[str, str], ...] = field(default_factory=tuple)
+    compile_time: CompileTime | None = None  # what the compiler folds away (Vela: shape chains)
 
     def source_label(self, key: str) -> str:
+        """A source as users read it: its document, with the version in parentheses when known."""
         source = self.sources[key]
         version = source.get("version")
         return source["document"] + (f" ({version})" if version else "")
@@ -83,6 +112,18 @@ def _parse(raw: dict[str, Any]) -> Target:
         op_source=op_source,
         spec_profiles=tuple(raw.get("quantize", {}).get("spec_profiles", ())),
         notes=tuple(raw.get("notes", ())),
+        compile_time=_compile_time(raw.get("compile_time")),
+    )
+
+
+def _compile_time(raw: dict[str, Any] | None) -> CompileTime | None:
+    if raw is None:
+        return None
+    return CompileTime(
+        shape_inputs={op: frozenset(positions) for op, positions in raw["shape_inputs"].items()},
+        shape_ops=frozenset(raw["shape_ops"]),
+        source=raw["source"],
+        declared_batch=raw.get("declared_batch", False),
     )
 
 
@@ -100,12 +141,14 @@ def target_names() -> list[str]:
 
 
 def raw_target(name: str) -> dict[str, Any]:
+    """The profile `name` as its JSON data; UsageError naming the known targets for another name."""
     if name not in target_names():
         raise UsageError(f"unknown target {name!r}; known targets: {', '.join(target_names())}")
     return json.loads(_folder().joinpath(f"{name}.json").read_text())
 
 
 def constraint_uses(target: Target) -> list[ConstraintUse]:
+    """Every constraint the profile applies: the generic ones, then each op's own."""
     return list(target.generic) + [u for specific in target.ops.values() for u in specific]
 
 
@@ -117,6 +160,8 @@ def load_target(name: str) -> Target:
     for use in constraint_uses(target):
         if use.source not in target.sources:
             raise ValueError(f"target {name!r}: constraint {use.check!r} cites no known source")
+    if target.compile_time is not None and target.compile_time.source not in target.sources:
+        raise ValueError(f"target {name!r}: compile_time cites no known source")
     if target.fallback not in (None, TFLITE_CPU, *target_names()):
         raise ValueError(f"target {name!r} falls back to unknown target {target.fallback!r}")
     return target

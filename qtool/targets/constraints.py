@@ -22,11 +22,15 @@ Check = Callable[..., str | None]
 
 @dataclass(frozen=True)
 class Constraint:
+    """A registered constraint: its stable id, the text template users read, and the check
+    function."""
+
     id: str
     template: str
     check: Check
 
     def text(self, params: dict[str, Any]) -> str:
+        """The constraint's text with a profile's limits filled in (lists joined with commas)."""
         return self.template.format(**{k: _show(v) for k, v in params.items()})
 
 
@@ -40,6 +44,8 @@ CONSTRAINTS: dict[str, Constraint] = {}
 
 
 def constraint(constraint_id: str, template: str) -> Callable[[Check], Check]:
+    """Register the decorated check function under `constraint_id` with its text template."""
+
     def register(check: Check) -> Check:
         CONSTRAINTS[constraint_id] = Constraint(constraint_id, template, check)
         return check
@@ -57,6 +63,7 @@ def _bad_tensors(tensors, wrong: Callable[[Any], str | None]) -> str | None:
 
 @constraint("op-list", "{op} is not among the operators {target} supports")
 def op_listed(op: TargetOp, **_: Any) -> str | None:
+    """Flags any op: placement gives only its text, for ops missing from the profile's list."""
     return f"op {op.type}"  # only evaluated for ops missing from the profile's list
 
 
@@ -65,6 +72,8 @@ def op_listed(op: TargetOp, **_: Any) -> str | None:
 
 @constraint("feature-map-types", "Feature maps (activations) must be one of: {allowed}")
 def feature_map_types(op: TargetOp, allowed: list[str]) -> str | None:
+    """Feature maps (non-constant inputs and outputs) whose type is not in `allowed` (lower-case
+    names, "int8")."""
     return _bad_tensors(
         op.feature_maps,
         lambda t: None if op.type_name(t) in allowed else f"is {op.type_name(t)}",
@@ -73,6 +82,7 @@ def feature_map_types(op: TargetOp, allowed: list[str]) -> str | None:
 
 @constraint("quantized", "Feature maps and weights must have quantization parameters")
 def quantized(op: TargetOp) -> str | None:
+    """Feature maps and weights without a scale, except BOOL, INT32 and INT64 tensors."""
     return _bad_tensors(
         op.data_tensors,
         lambda t: (
@@ -85,6 +95,7 @@ def quantized(op: TargetOp) -> str | None:
 
 @constraint("per-tensor", "Per-axis (per-channel) quantization is not supported")
 def per_tensor(op: TargetOp) -> str | None:
+    """Feature maps and weights with per-axis scales."""
     return _bad_tensors(
         op.data_tensors,
         lambda t: (
@@ -97,6 +108,7 @@ def per_tensor(op: TargetOp) -> str | None:
 
 @constraint("no-hybrid", "Weights and activations must both be quantized (no hybrid ops)")
 def no_hybrid(op: TargetOp) -> str | None:
+    """Quantized weights read with a float32 or float16 input (a hybrid op)."""
     weights, ifm = op.weights, op.ifm
     if weights is None or ifm is None or not weights.quantized:
         return None
@@ -107,6 +119,7 @@ def no_hybrid(op: TargetOp) -> str | None:
 
 @constraint("max-rank", "Tensors must have at most {max} dimensions")
 def max_rank(op: TargetOp, max: int) -> str | None:
+    """Feature maps of more than `max` dimensions."""
     return _bad_tensors(
         op.feature_maps, lambda t: f"has shape {t.shape}" if len(t.shape) > max else None
     )
@@ -114,6 +127,7 @@ def max_rank(op: TargetOp, max: int) -> str | None:
 
 @constraint("inner-dims", "Only the {count} innermost dimensions of a tensor may be larger than 1")
 def inner_dims(op: TargetOp, count: int) -> str | None:
+    """Feature maps with a dimension larger than 1 outside the `count` innermost ones."""
     return _bad_tensors(
         op.feature_maps,
         lambda t: f"has shape {t.shape}" if any(d > 1 for d in t.shape[:-count]) else None,
@@ -122,6 +136,7 @@ def inner_dims(op: TargetOp, count: int) -> str | None:
 
 @constraint("dim-range", "Tensor dimensions must be in [1, {max}]")
 def dim_range(op: TargetOp, max: int) -> str | None:
+    """Feature maps with a dimension outside [1, max]."""
     return _bad_tensors(
         op.feature_maps,
         lambda t: f"has shape {t.shape}" if any(not 1 <= d <= max for d in t.shape) else None,
@@ -130,6 +145,8 @@ def dim_range(op: TargetOp, max: int) -> str | None:
 
 @constraint("static-shape", "Only the first dimension of a tensor may be dynamic")
 def static_shape(op: TargetOp) -> str | None:
+    """Feature maps whose shape signature makes a dimension other than the first dynamic."""
+
     def dynamic(t) -> str | None:
         signature = t.shape_signature or []
         return f"has shape signature {signature}" if any(d < 0 for d in signature[1:]) else None
@@ -139,6 +156,8 @@ def static_shape(op: TargetOp) -> str | None:
 
 @constraint("constant-params", "Parameter tensors ({what}) must be constant")
 def constant_params(op: TargetOp, what: str, inputs: list[int]) -> str | None:
+    """Inputs at the positions `inputs` (the parameters `what` names) that are computed at run
+    time."""
     return _bad_tensors(
         (t for p in inputs if (t := op.input(p)) is not None),
         lambda t: None if op.constant(t) else "is computed at run time",
@@ -147,6 +166,7 @@ def constant_params(op: TargetOp, what: str, inputs: list[int]) -> str | None:
 
 @constraint("same-quantization", "Inputs must have the output's scale and zero point")
 def same_quantization(op: TargetOp) -> str | None:
+    """Non-constant inputs whose scale and zero point differ from the quantized output's."""
     out = op.ofm
     if out is None or not out.quantized:
         return None
@@ -161,6 +181,7 @@ def same_quantization(op: TargetOp) -> str | None:
 
 @constraint("weights-constant", "Weights and bias must be constant")
 def weights_constant(op: TargetOp) -> str | None:
+    """Weights or a bias computed at run time."""
     return _bad_tensors(
         (t for t in (op.weights, op.bias) if t is not None),
         lambda t: None if op.constant(t) else "is computed at run time",
@@ -169,11 +190,13 @@ def weights_constant(op: TargetOp) -> str | None:
 
 @constraint("weight-types", "Weights must be one of: {allowed}")
 def weight_types(op: TargetOp, allowed: list[str]) -> str | None:
+    """Weights of a type not in `allowed`."""
     return _constant_type(op, op.weights, "weights", "are", allowed)
 
 
 @constraint("bias-types", "Bias must be one of: {allowed}")
 def bias_types(op: TargetOp, allowed: list[str]) -> str | None:
+    """A bias of a type not in `allowed`."""
     return _constant_type(op, op.bias, "bias", "is", allowed)
 
 
@@ -185,11 +208,14 @@ def _constant_type(op: TargetOp, tensor, label: str, verb: str, allowed: list[st
 
 @constraint("bias-required", "A bias is required")
 def bias_required(op: TargetOp) -> str | None:
+    """An op without a bias (an absent optional bias input counts)."""
     return "no bias" if op.bias is None else None
 
 
 @constraint("weight-sum", "The sum of absolute weights of an output channel must be at most {max}")
 def weight_sum(op: TargetOp, max: int) -> str | None:
+    """Output channels whose absolute integer weights (less a per-tensor zero point) sum to more
+    than `max`; only constant, quantized, dense weights are checked."""
     weights = op.weights
     values = None if weights is None else op.model.tensor_data(weights)
     if values is None or not weights.quantized or weights.sparsity is not None:
@@ -208,11 +234,13 @@ def weight_sum(op: TargetOp, max: int) -> str | None:
 
 @constraint("fused-activation", "The fused activation must be one of: {allowed}")
 def fused_activation(op: TargetOp, allowed: list[str]) -> str | None:
+    """A fused activation not in `allowed` (the schema's names, "RELU6")."""
     return None if op.activation in allowed else f"fused {op.activation}"
 
 
 @constraint("stride-range", "Stride height and width must be in [1, {max}]")
 def stride_range(op: TargetOp, max: int) -> str | None:
+    """A stride outside [1, max] in height or width."""
     height, width = op.stride
     return None if 1 <= height <= max and 1 <= width <= max else f"stride {height}x{width}"
 
@@ -223,6 +251,7 @@ def stride_range(op: TargetOp, max: int) -> str | None:
     "the windows tile the input exactly)",
 )
 def large_stride(op: TargetOp, max: int) -> str | None:
+    """A stride above `max` unless the op reads no padding and has dilation 1."""
     height, width = op.stride
     if height <= max and width <= max:
         return None
@@ -233,6 +262,7 @@ def large_stride(op: TargetOp, max: int) -> str | None:
 
 @constraint("same-dilation", "Dilation must be the same along height and width")
 def same_dilation(op: TargetOp) -> str | None:
+    """Different dilation factors along height and width."""
     height, width = op.dilation
     return None if height == width else f"dilation {height}x{width}"
 
@@ -243,6 +273,8 @@ def same_dilation(op: TargetOp) -> str | None:
     "width at most {max_area}",
 )
 def kernel_size(op: TargetOp, padding: str, max_height: int, max_area: int) -> str | None:
+    """A filter window taller than `max_height` or larger than `max_area`, for ops with padding
+    `padding` ("ANY": every padding)."""
     kernel = op.kernel
     if kernel is None or (padding != "ANY" and op.padding != padding):
         return None
@@ -254,6 +286,7 @@ def kernel_size(op: TargetOp, padding: str, max_height: int, max_area: int) -> s
 
 @constraint("kernel-max", "With padding {padding}, kernel height and width must be at most {max}")
 def kernel_max(op: TargetOp, padding: str, max: int) -> str | None:
+    """A filter window higher or wider than `max`, for ops with padding `padding`."""
     kernel = op.kernel
     if kernel is None or op.padding != padding or (kernel[0] <= max and kernel[1] <= max):
         return None
@@ -262,6 +295,8 @@ def kernel_max(op: TargetOp, padding: str, max: int) -> str | None:
 
 @constraint("hw-area", "The input's height x width must be at most {max}")
 def hw_area(op: TargetOp, max: int) -> str | None:
+    """An input whose height x width (of its shape taken as NHWC, leading 1s added) exceeds
+    `max`."""
     shape = op.ifm.shape if op.ifm is not None else []
     padded = [1] * (4 - len(shape)) + list(shape)
     area = int(padded[-3]) * int(padded[-2])
@@ -270,6 +305,7 @@ def hw_area(op: TargetOp, max: int) -> str | None:
 
 @constraint("stride-within-window", "The stride must not exceed the pooling window")
 def stride_within_window(op: TargetOp) -> str | None:
+    """A stride larger than the pooling window along height or width."""
     kernel, stride = op.kernel, op.stride
     if kernel is None or (stride[0] <= kernel[0] and stride[1] <= kernel[1]):
         return None
@@ -278,6 +314,8 @@ def stride_within_window(op: TargetOp) -> str | None:
 
 @constraint("argmax-depth", "The input depth must be at most {max}, reduced along the depth axis")
 def argmax_depth(op: TargetOp, max: int) -> str | None:
+    """An arg-max along an axis other than the last, or over a depth above `max`; an axis
+    computed at run time passes."""
     shape = op.ifm.shape if op.ifm is not None else []
     axis = op.values(1)
     if axis is None or not shape:
@@ -290,6 +328,8 @@ def argmax_depth(op: TargetOp, max: int) -> str | None:
 
 @constraint("reduce-axes", "Only reductions over axes {allowed} of a {rank}-D input are supported")
 def reduce_axes(op: TargetOp, allowed: list[list[int]], rank: int) -> str | None:
+    """A reduction over axes that are not one of `allowed` on an input of rank `rank`, or over
+    axes computed at run time."""
     axes = op.values(1)
     shape = op.ifm.shape if op.ifm is not None else []
     if axes is None:
@@ -306,6 +346,8 @@ def reduce_axes(op: TargetOp, allowed: list[list[int]], rank: int) -> str | None
     "and the depth may be reduced only if height, width or depth is 1",
 )
 def mean_size(op: TargetOp, max_elements: int, max_axis: int) -> str | None:
+    """A MEAN over more than `max_elements` elements, along an axis longer than `max_axis`, or
+    over the depth while none of height, width and depth is 1."""
     axes, shape = op.values(1), list(op.ifm.shape) if op.ifm is not None else []
     if axes is None or not shape:
         return None
@@ -328,6 +370,9 @@ def mean_size(op: TargetOp, max_elements: int, max_axis: int) -> str | None:
     "(2 with half-pixel centres; for align_corners, of size - 1)",
 )
 def resize_factor(op: TargetOp, factors: list[int]) -> str | None:
+    """A resize of a 4-D input whose output height and width are neither the input's nor the same
+    one of `factors` times it (2 only with half-pixel centres; ratios of size - 1 with
+    align_corners)."""
     ifm, ofm = op.ifm, op.ofm
     if ifm is None or ofm is None or len(ifm.shape) != 4:
         return None
@@ -353,17 +398,20 @@ def resize_factor(op: TargetOp, factors: list[int]) -> str | None:
 
 @constraint("input-count", "The op must have between {min} and {max} inputs")
 def input_count(op: TargetOp, min: int, max: int) -> str | None:
+    """An op whose number of present inputs is outside [min, max]."""
     count = sum(t is not None for t in op.inputs)
     return None if min <= count <= max else f"{count} inputs"
 
 
 @constraint("output-count", "The op must have between {min} and {max} outputs")
 def output_count(op: TargetOp, min: int, max: int) -> str | None:
+    """An op whose number of outputs is outside [min, max]."""
     return None if min <= len(op.outputs) <= max else f"{len(op.outputs)} outputs"
 
 
 @constraint("unit-strides", "Slice strides must all be 1")
 def unit_strides(op: TargetOp) -> str | None:
+    """A strided slice whose constant strides (input 3) are not all 1."""
     strides = op.values(3)
     if strides is None or np.all(np.asarray(strides) == 1):
         return None
@@ -372,6 +420,7 @@ def unit_strides(op: TargetOp) -> str | None:
 
 @constraint("op-version", "Operator version must be at most {max}")
 def op_version(op: TargetOp, max: int) -> str | None:
+    """An operator version above `max`."""
     return None if op.version <= max else f"version {op.version}"
 
 
@@ -379,6 +428,7 @@ def op_version(op: TargetOp, max: int) -> str | None:
     "flat-output", "The output must be one-dimensional (at most one dimension larger than 1)"
 )
 def flat_output(op: TargetOp) -> str | None:
+    """An output with more than one dimension larger than 1."""
     out = op.ofm
     if out is None or sum(d > 1 for d in out.shape) <= 1:
         return None
@@ -387,6 +437,7 @@ def flat_output(op: TargetOp) -> str | None:
 
 @constraint("max-elements", "The input must have at most {max} elements")
 def max_elements(op: TargetOp, max: int) -> str | None:
+    """An input (the first feature map) of more than `max` elements."""
     ifm = op.ifm
     count = int(np.prod(ifm.shape)) if ifm is not None and ifm.shape else 1
     return None if count <= max else f"{count} elements"

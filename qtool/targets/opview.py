@@ -16,6 +16,9 @@ POOLS = ("AVERAGE_POOL_2D", "MAX_POOL_2D", "L2_POOL_2D")
 
 @dataclass(frozen=True)
 class TargetOp:
+    """One operator of a model as target constraints see it: its type, operator version and
+    tensors."""
+
     model: Model
     subgraph: int
     index: int
@@ -25,27 +28,34 @@ class TargetOp:
 
     @functools.cached_property
     def tensors(self) -> list[Tensor]:
+        """The tensors of the op's subgraph."""
         return self.model.subgraphs[self.subgraph].tensors
 
     @functools.cached_property
     def inputs(self) -> tuple[Tensor | None, ...]:
+        """The op's input tensors, None where an optional input is absent."""
         return tuple(self.tensors[t] if t >= 0 else None for t in self.operator.inputs)
 
     @functools.cached_property
     def outputs(self) -> tuple[Tensor, ...]:
+        """The op's output tensors."""
         return tuple(self.tensors[t] for t in self.operator.outputs)
 
     def input(self, position: int) -> Tensor | None:
+        """The tensor at input `position`; None when absent or past the last input."""
         return self.inputs[position] if position < len(self.inputs) else None
 
     def constant(self, tensor: Tensor | None) -> bool:
+        """Whether `tensor` is given and constant."""
         return tensor is not None and self.model.is_constant(tensor)
 
     def values(self, position: int) -> np.ndarray | None:
+        """The constant value at input `position`; None when absent or computed at run time."""
         tensor = self.input(position)
         return None if tensor is None else self.model.tensor_data(tensor)
 
     def option(self, name: str, default=None):
+        """An option by name; `default` when the op's options table has no such field."""
         try:
             return self.operator.option(name)
         except KeyError:
@@ -55,11 +65,14 @@ class TargetOp:
 
     @property
     def weights(self) -> Tensor | None:
+        """The weight tensor of an op with weights (the spec's weighted operands); None for other
+        ops."""
         operands = weighted_operands(self.type)
         return None if operands is None else self.input(operands.weights)
 
     @property
     def bias(self) -> Tensor | None:
+        """The bias tensor of an op with weights; None when absent or the op takes none."""
         operands = weighted_operands(self.type)
         return None if operands is None or operands.bias is None else self.input(operands.bias)
 
@@ -83,24 +96,30 @@ class TargetOp:
 
     @property
     def ifm(self) -> Tensor | None:
+        """The input feature map: the first non-constant input; None when every input is
+        constant."""
         return next((t for t in self.inputs if t is not None and not self.constant(t)), None)
 
     @property
     def ofm(self) -> Tensor | None:
+        """The output feature map: the first output; None when the op has none."""
         return self.outputs[0] if self.outputs else None
 
     @staticmethod
     def type_name(tensor: Tensor) -> str:
+        """A tensor's type as profiles spell it: "int8", "float32"."""
         return dtype_name(tensor.dtype).lower()
 
     # ------------------------------------------------------------------ geometry
 
     @property
     def stride(self) -> tuple[int, int]:
+        """(height, width) stride; (1, 1) for ops without strides."""
         return int(self.option("stride_h", 1) or 1), int(self.option("stride_w", 1) or 1)
 
     @property
     def dilation(self) -> tuple[int, int]:
+        """(height, width) dilation factors; (1, 1) for ops without dilation."""
         return (
             int(self.option("dilation_h_factor", 1) or 1),
             int(self.option("dilation_w_factor", 1) or 1),
@@ -108,11 +127,13 @@ class TargetOp:
 
     @property
     def padding(self) -> str | None:
+        """The padding's schema name ("SAME", "VALID"); None for ops without padding."""
         value = self.option("padding")
         return None if value is None else padding_name(int(value))
 
     @property
     def activation(self) -> str:
+        """The fused activation's schema name ("NONE" for ops without one)."""
         return activation_name(int(self.option("fused_activation_function", 0) or 0))
 
     @property

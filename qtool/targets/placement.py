@@ -8,6 +8,7 @@ from typing import Any
 from qtool.model import Model
 from qtool.spec import boundary_ops
 from qtool.targets import TFLITE_CPU, ConstraintUse, Target, constraint_uses, load_target
+from qtool.targets.compiled import compiled_for, folded_ops
 from qtool.targets.constraints import CONSTRAINTS
 from qtool.targets.opview import TargetOp, target_ops
 
@@ -27,6 +28,8 @@ def checked_target(name: str) -> Target:
 
 @dataclass(frozen=True)
 class Reason:
+    """Why an op cannot run somewhere: a constraint it breaks, as users read it."""
+
     check: str  # constraint id
     text: str  # the constraint as users read it, with the profile's limits
     detail: str  # what the op has instead
@@ -38,6 +41,9 @@ class Reason:
 
 @dataclass(frozen=True)
 class OpPlacement:
+    """Where one op runs on a target, its MACs, and why it left the accelerator (and the
+    fallback, for CANNOT_RUN)."""
+
     subgraph: int
     index: int
     op: str
@@ -47,6 +53,7 @@ class OpPlacement:
     fallback_reasons: tuple[Reason, ...] = ()  # why the fallback runtime cannot run it either
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, the reasons as text (the accelerator's, then the fallback's)."""
         return {
             "subgraph": self.subgraph,
             "op_index": self.index,
@@ -59,26 +66,38 @@ class OpPlacement:
 
 @dataclass
 class TargetReport:
+    """The placement of every op of a model on one target, in model order."""
+
     target: Target
     ops: list[OpPlacement] = field(default_factory=list)
+    compiled: int = 0  # ops a device's compiler already compiled (their MACs are unknown)
 
     def count(self, status: str) -> int:
+        """The number of ops with placement `status` (ON_TARGET, FALLBACK or CANNOT_RUN)."""
         return sum(p.status == status for p in self.ops)
 
     @property
     def macs(self) -> int:
+        """The multiply-accumulates of one inference, over every op."""
         return sum(p.macs for p in self.ops)
 
     @property
     def target_macs(self) -> int:
+        """The multiply-accumulates of the ops that run on the accelerator."""
         return sum(p.macs for p in self.ops if p.status == ON_TARGET)
 
     @property
     def mac_share(self) -> float | None:
-        """Fraction of the MACs the accelerator computes; None when the model has none."""
-        return self.target_macs / self.macs if self.macs else None
+        """Fraction of the MACs the accelerator computes; None when the model has none, or
+        holds compiled ops (whose MACs are unknown)."""
+        return self.target_macs / self.macs if self.macs and not self.compiled else None
+
+    def macs_text(self) -> str:
+        """The MAC share as users read it."""
+        return macs_text(self.mac_share, self.macs, self.compiled)
 
     def summary(self) -> dict[str, Any]:
+        """The counts per placement and the MAC totals, JSON-ready."""
         return {
             "target": self.target.name,
             "accelerator": self.target.accelerator,
@@ -89,23 +108,36 @@ class TargetReport:
             "macs": self.macs,
             "target_macs": self.target_macs,
             "mac_share": self.mac_share,
+            "compiled": self.compiled,
         }
 
     def summary_line(self) -> str:
-        share = self.mac_share
-        macs = "no MACs" if share is None else f"{share:.1%} of {self.macs:,} MACs"
+        """The placement in one line: ops and MAC share on the accelerator, fallbacks, ops that
+        cannot run."""
         where = fallback_name(self.target)
         return (
-            f"{self.target.name}: {self.count(ON_TARGET)} of {len(self.ops)} ops ({macs}) run on "
+            f"{self.target.name}: {self.count(ON_TARGET)} of {len(self.ops)} ops "
+            f"({self.macs_text()}) run on "
             f"the {self.target.accelerator}; {self.count(FALLBACK)} fall back to {where}; "
             f"{self.count(CANNOT_RUN)} cannot run"
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The summary with every op's placement, JSON-ready."""
         return {**self.summary(), "placement": [p.to_dict() for p in self.ops]}
 
 
+def macs_text(share: float | None, macs: int, compiled: int) -> str:
+    """The accelerator's share of the MACs as text ("87.5% of 1,024 MACs", "no MACs", or
+    unknown when the model holds ops already compiled for the device)."""
+    if compiled:
+        return f"MACs unknown: {compiled} op{'s' * (compiled != 1)} already compiled"
+    return "no MACs" if share is None else f"{share:.1%} of {macs:,} MACs"
+
+
 def fallback_name(target: Target) -> str:
+    """Where the target's unsupported ops run, as text ("the TFLite CPU kernels", "nothing (no
+    CPU fallback)")."""
     if target.fallback is None:
         return "nothing (no CPU fallback)"
     if target.fallback == TFLITE_CPU:
@@ -142,15 +174,17 @@ def _partition_reason(target: Target, first: TargetOp) -> Reason:
     return Reason(AFTER_PARTITION, text, f"after op {first.index} {first.type}", "partition")
 
 
-def _model_boundary(model: Model, op: TargetOp, conversions: frozenset[str]) -> bool:
+def _model_boundary(
+    op: TargetOp, conversions: frozenset[str], io: tuple[set[int], set[int]]
+) -> bool:
     """A boundary conversion of the spec (`conversions`: QUANTIZE, DEQUANTIZE) reading model
-    inputs or writing model outputs: the float (or uint8) I/O conversion, not a cut in the
-    integer graph."""
+    inputs or writing model outputs (`io`: its subgraph's, as sets) : the float (or uint8) I/O
+    conversion, not a cut in the integer graph."""
     if op.type not in conversions:
         return False
-    subgraph = model.subgraphs[op.subgraph]
-    return all(t in subgraph.inputs for t in op.operator.inputs) or all(
-        t in subgraph.outputs for t in op.operator.outputs
+    inputs, outputs = io
+    return all(t in inputs for t in op.operator.inputs) or all(
+        t in outputs for t in op.operator.outputs
     )
 
 
@@ -161,8 +195,18 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
     fallback = load_target(target.fallback) if target.fallback not in (None, TFLITE_CPU) else None
     report = TargetReport(target)
     conversions = boundary_ops()
+    io = [(set(s.inputs), set(s.outputs)) for s in model.subgraphs]
     first_unsupported: dict[int, TargetOp] = {}
+    folded = folded_ops(model, target)
     for op in target_ops(model):
+        if (op.subgraph, op.index) in folded:  # the compiler resolves it: no work anywhere
+            report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, 0))
+            continue
+        device = compiled_for(op.type)
+        report.compiled += device is not None  # a device's program: its MACs are unknown
+        if device == target.name:  # its own compiler's program: the accelerator's part
+            report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, 0))
+            continue
         reasons = violations(target, op)
         if (
             not reasons
@@ -173,7 +217,7 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
         if not reasons:
             report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, op.macs))
             continue
-        if not _model_boundary(model, op, conversions):
+        if not _model_boundary(op, conversions, io[op.subgraph]):
             first_unsupported.setdefault(op.subgraph, op)
         if target.fallback is None:
             status, fallback_reasons = CANNOT_RUN, ()

@@ -150,14 +150,7 @@ def dynamic_form(samples: int = 40, width: int = 64) -> Form:
         ),
         [-1, 1, -1, 4],
     )
-    shape = b.op(
-        "SHAPE",
-        [frames],
-        output_shape=[4],
-        output_dtype=np.int32,
-        options_type="ShapeOptions",
-        options={"out_type": 2},
-    )
+    shape = b.shape(frames)
     batch = b.op(
         "STRIDED_SLICE",
         [shape]

@@ -178,6 +178,12 @@ def test_input_shapes_it_cannot_take(
     assert line.startswith("qtool: error: ") and fragment in line, line
 
 
+def besides_size(warnings: list[str]) -> list[str]:
+    """The warnings but the size one (these built models are so small that the int8 spec's
+    quantization parameters outweigh the bytes int8 weights save)."""
+    return [w for w in warnings if "is bigger than its source" not in w]
+
+
 def float_ops_by_subgraph(model) -> dict[int, list[str]]:
     """Per subgraph, the types of the ops that compute in float (converters aside)."""
     found = {}
@@ -196,7 +202,7 @@ def test_control_flow_bodies_are_calibrated_and_quantized(make) -> None:
     form = make()
     result = qtool.quantize_model(form.model, form.calibration, holdout=form.holdout)
     assert result.compliant
-    assert result.report["warnings"] == []
+    assert besides_size(result.report["warnings"]) == []
     # Every subgraph computes in int8: the caller's control-flow op and what it runs.
     assert all(not found for found in float_ops_by_subgraph(result.model).values())
     assert qtool.check_model(result.model_bytes).passed
@@ -223,7 +229,7 @@ def test_control_flow_in_every_command(tmp_path: Path) -> None:
     assert min(strict.accuracy.values()) > 40
     modes = {(row["subgraph"], row["op"]): row["mode"] for row in strict.report["ops"]}
     assert modes[(0, "IF")] == "float" and modes[(1, "LOGISTIC")] == "float"
-    assert all("to reach the target SQNR" in w for w in strict.report["warnings"])
+    assert all("to reach the target SQNR" in w for w in besides_size(strict.report["warnings"]))
     analysis = qtool.analyze_model(form.model, form.calibration, holdout=form.holdout)
     kinds = {place["place"] for place in analysis["subgraphs"][0]["places"]}
     assert kinds == {"weights", "activation", "calls"}
@@ -243,7 +249,7 @@ def test_a_branch_that_never_ran_stays_float_and_says_why() -> None:
     form = if_form()
     quiet = {"x": form.calibration["x"] * 0.05}  # the peak never reaches the threshold
     result = qtool.quantize_model(form.model, quiet, holdout=form.holdout)
-    (warning,) = result.report["warnings"]
+    (warning,) = besides_size(result.report["warnings"])
     assert "then branch of IF op 3 (subgraph 0)" in warning and "never ran" in warning
     modes = {(row["subgraph"], row["op"]): row["mode"] for row in result.report["ops"]}
     assert modes[(0, "IF")] == "float"

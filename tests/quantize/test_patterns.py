@@ -85,15 +85,7 @@ def shape_of_input() -> Model:
     """SHAPE of the float input gives the shape a dense layer's output is reshaped to."""
     b = GraphBuilder()
     x = b.input("x", [1, 8])
-    shape = b.op(
-        "SHAPE",
-        [x],
-        output_shape=[2],
-        output_dtype=np.int32,
-        name="shape",
-        options_type="ShapeOptions",
-        options={"out_type": TensorType.INT32},
-    )
+    shape = b.shape(x, "shape")
     h = b.fully_connected(x, RNG.standard_normal((8, 8)) / 3, None, "fc")
     return b.finish([b.op("RESHAPE", [h, shape], output_shape=[1, 8], name="out")])
 

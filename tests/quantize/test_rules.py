@@ -9,6 +9,7 @@ from qtool.calibrate import Dataset
 from qtool.check.audit import audit_model
 from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
+from qtool.model.sparsity import densify
 from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.spec import load_spec
@@ -68,18 +69,30 @@ def test_same_scale_ops_share_params(name: str) -> None:
         assert len(params) == 1, f"{name}: {model.op_type(op)} mixes params"
 
 
+def stored_weights(model, subgraph, index: int) -> np.ndarray:
+    """A layer's int8 weights: a constant, or what a DENSIFY expands from a sparse one."""
+    producer = subgraph.producers().get(index)
+    if producer is None:
+        return model.tensor_data(subgraph.tensors[index])
+    op = subgraph.operators[producer]
+    assert model.op_type(op) == "DENSIFY"
+    sparse = subgraph.tensors[op.inputs[0]]
+    assert sparse.quantization.same_params(subgraph.tensors[index].quantization)
+    return densify(model.tensor_data(sparse), sparse.shape, sparse.sparsity)
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_weights_and_bias_follow_the_spec(name: str) -> None:
     model = reparsed(quantized(name))
     for op, rule, subgraph in int8_ops(model):
         weight_rule, bias_rule = rule.weight_rule(), rule.bias_rule()
-        if weight_rule is None:
+        if weight_rule is None or weight_rule.axis is None:  # DENSIFY: its reader's weights
             continue
         weights = subgraph.tensors[op.inputs[weight_rule.index]]
         wq = weights.quantization
         assert weights.dtype == TensorType.INT8
         assert np.all(wq.zero_point == 0)
-        values = model.tensor_data(weights)
+        values = stored_weights(model, subgraph, op.inputs[weight_rule.index])
         assert values.min() >= -127 and values.max() <= 127
         assert wq.quantized_dimension == weight_rule.axis
         assert len(wq.scale) == weights.shape[weight_rule.axis]

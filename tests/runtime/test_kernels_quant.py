@@ -15,10 +15,10 @@ import pytest
 from qtool.model import model_to_bytes
 from qtool.model.build import GraphBuilder
 from qtool.model.graph import Model, QuantParams
+from qtool.model.sparsity import densify
 from qtool.model.types import DimensionType, TensorType
 from qtool.numerics import pack_int4
 from qtool.runtime import Engine
-from qtool.runtime.kernels.quant import densify
 from tests.litert import run_litert_samples
 
 DENSE, CSR = DimensionType.DENSE, DimensionType.SPARSE_CSR

@@ -82,6 +82,7 @@ kernel("RELU_0_TO_1")(_relu_kernel(0, 1))
 
 @kernel("LEAKY_RELU")
 def leaky_relu(ctx: OpContext) -> np.ndarray:
+    """LEAKY_RELU: x where x > 0, alpha * x elsewhere."""
     # `x > 0 ? x : alpha * x`, not max(x, alpha * x): they differ for alpha > 1.
     x = ctx.inputs[0]
     return np.where(x > 0, x, x * x.dtype.type(ctx.option("alpha")))
@@ -89,6 +90,7 @@ def leaky_relu(ctx: OpContext) -> np.ndarray:
 
 @kernel("PRELU", batch=broadcasts_per_sample)
 def prelu(ctx: OpContext) -> np.ndarray:
+    """PRELU: x where x >= 0, alpha * x elsewhere (alpha broadcast against x)."""
     x, alpha = ctx.inputs
     fast = (
         x.dtype == alpha.dtype == np.float32
@@ -148,6 +150,7 @@ def _hard_swish(x: np.ndarray) -> np.ndarray:
 
 @kernel("HARD_SWISH")
 def hard_swish(ctx: OpContext) -> np.ndarray:
+    """HARD_SWISH: x * relu6(x + 3) / 6."""
     return _blockwise(_hard_swish, ctx.inputs[0])
 
 
@@ -156,11 +159,13 @@ def hard_swish(ctx: OpContext) -> np.ndarray:
 
 @kernel("LOGISTIC")
 def logistic(ctx: OpContext) -> np.ndarray:
+    """LOGISTIC: 1 / (1 + exp(-x)), with TFLite's float32 cutoffs for large |x|."""
     return sigmoid(ctx.inputs[0])
 
 
 @kernel("TANH")
 def tanh(ctx: OpContext) -> np.ndarray:
+    """TANH, elementwise."""
     return np.tanh(ctx.inputs[0])
 
 
@@ -170,6 +175,7 @@ def _elu(x: np.ndarray) -> np.ndarray:
 
 @kernel("ELU")
 def elu(ctx: OpContext) -> np.ndarray:
+    """ELU: exp(x) - 1 where x < 0, x elsewhere."""
     return _blockwise(_elu, ctx.inputs[0])
 
 
@@ -247,6 +253,8 @@ def _gelu_erf(x: np.ndarray) -> np.ndarray:
 
 @kernel("GELU")
 def gelu(ctx: OpContext) -> np.ndarray:
+    """GELU: x * Phi(x) with the exact erf form, or its tanh approximation when `approximate` is
+    set."""
     return _blockwise(_gelu_tanh if ctx.option("approximate") else _gelu_erf, ctx.inputs[0])
 
 
@@ -255,11 +263,13 @@ def gelu(ctx: OpContext) -> np.ndarray:
 
 @kernel("SOFTMAX", batch=_last_axis_per_sample)
 def softmax_op(ctx: OpContext) -> np.ndarray:
+    """SOFTMAX: exp((x - max) * beta) normalised along the last axis."""
     return softmax(ctx.inputs[0], ctx.option("beta"))
 
 
 @kernel("LOG_SOFTMAX", batch=_last_axis_per_sample)
 def log_softmax(ctx: OpContext) -> np.ndarray:
+    """LOG_SOFTMAX along the last axis, computed from x - max for stability."""
     x = ctx.inputs[0]
     shifted = x - x.max(axis=-1, keepdims=True)
     return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
@@ -267,6 +277,8 @@ def log_softmax(ctx: OpContext) -> np.ndarray:
 
 @kernel("L2_NORMALIZATION", batch=_last_axis_per_sample)
 def l2_normalization(ctx: OpContext) -> np.ndarray:
+    """L2_NORMALIZATION: x divided by its L2 norm along the last axis (at least TFLite's 1e-6),
+    then the fused activation."""
     x = ctx.inputs[0]
     norm = np.sqrt(np.sum(x * x, axis=-1, keepdims=True))
     return fused(ctx, x / np.maximum(norm, _L2_EPSILON))

@@ -200,6 +200,8 @@ def _constant_filter_and_bias(ctx: OpContext) -> bool:
 
 @kernel("CONV_2D", batch=_constant_filter_and_bias)
 def conv_2d(ctx: OpContext) -> np.ndarray:
+    """CONV_2D on NHWC input with [O, KH, KW, I] filters, bias and fused activation; a filter
+    with fewer input channels than the input is a grouped convolution."""
     x, filters, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     out_c, kh, kw, group_c = filters.shape
     # A filter narrower than the input is a grouped convolution (TFLite's reference kernel).
@@ -274,6 +276,8 @@ def _im2col(grid: TapGrid, block: Block) -> np.ndarray:
 
 @kernel("DEPTHWISE_CONV_2D", batch=_constant_filter_and_bias)
 def depthwise_conv_2d(ctx: OpContext) -> np.ndarray:
+    """DEPTHWISE_CONV_2D with [1, KH, KW, C * multiplier] filters (the multiplier comes from the
+    shapes, not the option), bias and fused activation."""
     x, filters, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     _, kh, kw, out_c = filters.shape
     # LiteRT derives the multiplier from the shapes and never reads the depth_multiplier option.
@@ -311,6 +315,8 @@ def _transpose_conv_batches(ctx: OpContext) -> bool:
 
 @kernel("TRANSPOSE_CONV", batch=_transpose_conv_batches)
 def transpose_conv(ctx: OpContext) -> np.ndarray:
+    """TRANSPOSE_CONV: inputs (output shape, [O, KH, KW, I] filters, x, optional bias), padding
+    as for the forward convolution from the output size to the input size."""
     output_shape, filters, x, bias = ctx.input(0), ctx.input(1), ctx.input(2), ctx.input(3)
     oh, ow = (int(d) for d in np.asarray(output_shape).reshape(-1)[1:3])
     _, kh, kw, _ = filters.shape
@@ -364,6 +370,9 @@ def _fully_connected_batches(ctx: OpContext) -> bool:
 
 @kernel("FULLY_CONNECTED", batch=_fully_connected_batches)
 def fully_connected(ctx: OpContext) -> np.ndarray:
+    """FULLY_CONNECTED: x (flattened to [-1, in]) times weights[out, in] transposed, bias and a
+    clamp activation; keep_num_dims keeps x's leading dimensions. ModelError for shuffled weight
+    formats and other activations, which LiteRT rejects."""
     x, weights, bias = ctx.input(0), ctx.input(1), ctx.input(2)
     if ctx.option("weights_format") != 0:
         raise ModelError("FULLY_CONNECTED: only the DEFAULT weights format has float semantics")
@@ -394,6 +403,8 @@ def _batch_matmul_batches(ctx: OpContext) -> bool:
 
 @kernel("BATCH_MATMUL", batch=_batch_matmul_batches)
 def batch_matmul(ctx: OpContext) -> np.ndarray:
+    """BATCH_MATMUL: lhs @ rhs with broadcast batch dimensions, each side transposed first when
+    adj_x / adj_y is set."""
     lhs, rhs = ctx.input(0), ctx.input(1)
     if ctx.option("adj_x"):
         lhs = np.swapaxes(lhs, -1, -2)

@@ -148,6 +148,8 @@ def _select_per_sample(ctx: OpContext) -> bool:
 
 @kernel("SELECT", batch=_select_per_sample)
 def select(ctx: OpContext) -> np.ndarray:
+    """SELECT: x where the condition holds, y elsewhere; the condition has x's shape, is a
+    scalar, or a vector along x's first axis."""
     # Version 1 takes a condition of x's shape, a scalar, or a vector along x's first axis; no
     # other broadcasting (x and y have the same declared shape).
     condition, x, y = ctx.inputs
@@ -158,6 +160,7 @@ def select(ctx: OpContext) -> np.ndarray:
 
 @kernel("SELECT_V2", batch=broadcasts_per_sample)
 def select_v2(ctx: OpContext) -> np.ndarray:
+    """SELECT_V2: x where the condition holds, y elsewhere, all three broadcast."""
     return np.where(*ctx.inputs)
 
 
@@ -216,6 +219,8 @@ def _float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 @kernel("CAST")
 def cast(ctx: OpContext) -> np.ndarray:
+    """CAST to the output tensor's type: float to integer truncates and saturates (NaN gives the
+    maximum), integers wrap, complex to real keeps the real part."""
     # The tensors' types decide, as in LiteRT; CastOptions (in/out_data_type) only repeat them.
     x = ctx.inputs[0]
     dtype = ctx.output_dtype()

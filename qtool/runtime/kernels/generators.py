@@ -13,18 +13,22 @@ from qtool.runtime.registry import OpContext, kernel, never
 
 @kernel("SHAPE", batch=never)
 def shape(ctx: OpContext) -> np.ndarray:
+    """SHAPE: the input's shape as a vector of `out_type`."""
     # Never batch-safe: the result describes one (declared batch-1) sample.
     return np.asarray(ctx.inputs[0].shape, dtype=numpy_dtype(ctx.option("out_type")))
 
 
 @kernel("FILL", batch=never)
 def fill(ctx: OpContext) -> np.ndarray:
+    """FILL: an array of shape `dims` (input 0) holding the scalar value of input 1, in its type."""
     value = np.asarray(ctx.inputs[1])
     return np.full(ints(ctx.inputs[0]), value.reshape(()), dtype=value.dtype)
 
 
 @kernel("RANGE", batch=never)
 def range_(ctx: OpContext) -> np.ndarray:
+    """RANGE: start, start + delta, ... up to but excluding limit, accumulated as TFLite adds
+    (value += delta)."""
     start, limit, delta = (np.asarray(ctx.inputs[i]).reshape(()) for i in range(3))
     dtype = start.dtype
     if np.issubdtype(dtype, np.integer):

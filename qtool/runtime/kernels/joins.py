@@ -21,6 +21,7 @@ from qtool.runtime.registry import OpContext, fused, kernel
 
 @kernel("CONCATENATION", batch=option_axis_not_leading())
 def concatenation(ctx: OpContext) -> np.ndarray:
+    """CONCATENATION along `axis`, then the fused activation; scalars concatenate into a vector."""
     arrays = per_sample(ctx, ctx.inputs)
     if arrays[0].ndim == 0:  # TFLite concatenates scalars into a vector
         return fused(ctx, np.stack(arrays))
@@ -30,6 +31,7 @@ def concatenation(ctx: OpContext) -> np.ndarray:
 
 @kernel("PACK", batch=option_axis_not_leading(rank_offset=1))
 def pack(ctx: OpContext) -> np.ndarray:
+    """PACK: the inputs stacked along a new axis `axis`."""
     arrays = per_sample(ctx, ctx.inputs)
     return np.stack(
         arrays, axis=positive_axis(option_or_default(ctx, "axis", 0), arrays[0].ndim + 1)
@@ -38,6 +40,7 @@ def pack(ctx: OpContext) -> np.ndarray:
 
 @kernel("UNPACK", batch=option_axis_not_leading())
 def unpack(ctx: OpContext) -> list[np.ndarray]:
+    """UNPACK: one output for each index along `axis`, that axis removed."""
     x = ctx.inputs[0]
     axis = positive_axis(option_or_default(ctx, "axis", 0), x.ndim)
     return [np.take(x, i, axis=axis) for i in range(x.shape[axis])]
@@ -45,6 +48,8 @@ def unpack(ctx: OpContext) -> list[np.ndarray]:
 
 @kernel("SPLIT", batch=lambda ctx: keeps_leading_axis(ctx, 1, 0))
 def split(ctx: OpContext) -> list[np.ndarray]:
+    """SPLIT: the input (input 1) cut into as many equal parts as the op has outputs along the
+    axis of input 0."""
     x = ctx.inputs[1]
     axis = positive_axis(ints(ctx.inputs[0])[0], x.ndim)
     return np.split(x, len(ctx.op.outputs), axis=axis)
@@ -52,6 +57,8 @@ def split(ctx: OpContext) -> list[np.ndarray]:
 
 @kernel("SPLIT_V", batch=lambda ctx: is_static(ctx, 1) and keeps_leading_axis(ctx, 0, 2))
 def split_v(ctx: OpContext) -> list[np.ndarray]:
+    """SPLIT_V: the input cut along an axis into parts of the given sizes, at most one of them -1
+    (the rest)."""
     x = ctx.inputs[0]
     axis = positive_axis(ints(ctx.inputs[2])[0], x.ndim)
     sizes = ints(ctx.inputs[1])

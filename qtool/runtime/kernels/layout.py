@@ -59,6 +59,8 @@ def _reshape_batch(ctx: OpContext) -> bool:
 
 @kernel("RESHAPE", batch=_reshape_batch)
 def reshape(ctx: OpContext) -> np.ndarray:
+    """RESHAPE to the target shape (input 1 when it is an int32 vector, else the new_shape
+    option), a -1 inferred; the declared leading 1 stands for the run's samples."""
     x = ctx.inputs[0]
     target = ctx.batched_shape(_reshape_target(ctx))
     if -1 in target and x.size == 0:
@@ -86,6 +88,8 @@ def _squeeze_batch(ctx: OpContext) -> bool:
 
 @kernel("SQUEEZE", batch=_squeeze_batch)
 def squeeze(ctx: OpContext) -> np.ndarray:
+    """SQUEEZE: the size-1 dimensions listed in squeeze_dims removed, or every size-1 dimension
+    when none is listed."""
     x = ctx.inputs[0]
     dims = _squeeze_dims(ctx, x.ndim)
     return np.squeeze(x, axis=tuple(dims)) if dims else np.squeeze(x)
@@ -93,6 +97,7 @@ def squeeze(ctx: OpContext) -> np.ndarray:
 
 @kernel("EXPAND_DIMS", batch=lambda ctx: keeps_leading_axis(ctx, 0, 1, rank_offset=1))
 def expand_dims(ctx: OpContext) -> np.ndarray:
+    """EXPAND_DIMS: a size-1 dimension inserted at the axis of input 1."""
     x = ctx.inputs[0]
     return np.expand_dims(x, positive_axis(ints(ctx.inputs[1])[0], x.ndim + 1))
 
@@ -103,6 +108,7 @@ def _transpose_batch(ctx: OpContext) -> bool:
 
 @kernel("TRANSPOSE", batch=_transpose_batch)
 def transpose(ctx: OpContext) -> np.ndarray:
+    """TRANSPOSE by the permutation of input 1."""
     return np.transpose(ctx.inputs[0], ints(ctx.inputs[1]))
 
 
@@ -111,6 +117,8 @@ def transpose(ctx: OpContext) -> np.ndarray:
 
 @kernel("SPACE_TO_DEPTH", batch=always)
 def space_to_depth(ctx: OpContext) -> np.ndarray:
+    """SPACE_TO_DEPTH: each block_size x block_size spatial block of NHWC input moved into
+    channels."""
     x = ctx.inputs[0]
     k = int(ctx.option("block_size"))
     n, h, w, c = x.shape
@@ -120,6 +128,8 @@ def space_to_depth(ctx: OpContext) -> np.ndarray:
 
 @kernel("DEPTH_TO_SPACE", batch=always)
 def depth_to_space(ctx: OpContext) -> np.ndarray:
+    """DEPTH_TO_SPACE: channels moved into block_size x block_size spatial blocks (the inverse of
+    SPACE_TO_DEPTH)."""
     x = ctx.inputs[0]
     k = int(ctx.option("block_size"))
     n, h, w, c = x.shape
@@ -129,6 +139,8 @@ def depth_to_space(ctx: OpContext) -> np.ndarray:
 
 @kernel("SPACE_TO_BATCH_ND", batch=never)
 def space_to_batch_nd(ctx: OpContext) -> np.ndarray:
+    """SPACE_TO_BATCH_ND: spatial dimensions padded, then cut into blocks moved to the batch (the
+    block offset the major part of the batch index)."""
     x = ctx.inputs[0]
     block = ints(ctx.inputs[1])
     m = len(block)
@@ -149,6 +161,8 @@ def space_to_batch_nd(ctx: OpContext) -> np.ndarray:
 
 @kernel("BATCH_TO_SPACE_ND", batch=never)
 def batch_to_space_nd(ctx: OpContext) -> np.ndarray:
+    """BATCH_TO_SPACE_ND: the inverse of SPACE_TO_BATCH_ND, cropping the spatial dimensions
+    after."""
     x = ctx.inputs[0]
     block = ints(ctx.inputs[1])
     m = len(block)

@@ -52,6 +52,8 @@ def _constant_weights(ctx: OpContext) -> bool:
 
 @custom_op("Convolution2DTransposeBias", batch=_constant_weights)
 def convolution_2d_transpose_bias(ctx: OpContext) -> np.ndarray:
+    """MediaPipe's Convolution2DTransposeBias: a transposed convolution plus bias, sized as
+    TensorFlow does (SAME: input x stride)."""
     x, filters, bias = ctx.inputs
     options = _options(ctx)
     stride = (options["stride_h"], options["stride_w"])
@@ -72,6 +74,8 @@ def convolution_2d_transpose_bias(ctx: OpContext) -> np.ndarray:
 
 @custom_op("MaxPoolingWithArgmax2D", batch=always)
 def max_pooling_with_argmax_2d(ctx: OpContext) -> list[np.ndarray]:
+    """MediaPipe's MaxPoolingWithArgmax2D: the window maxima (fused activation applied) and where
+    each was in its window, as the float row * filter_w + column + 0.1; ties keep the first."""
     x = ctx.inputs[0]
     options = _PoolOptions(ctx)
     fill = np.float32(-np.inf)  # never above the running maximum: padding is never picked
@@ -95,6 +99,8 @@ def max_pooling_with_argmax_2d(ctx: OpContext) -> list[np.ndarray]:
 
 @custom_op("MaxUnpooling2D", batch=always)
 def max_unpooling_2d(ctx: OpContext) -> np.ndarray:
+    """MediaPipe's MaxUnpooling2D: each value written at the window position its index names, in
+    a zeroed output of filter times the input size."""
     x, indices = ctx.inputs
     options = _PoolOptions(ctx)
     (sh, sw), (fh, fw) = options.stride, options.filter

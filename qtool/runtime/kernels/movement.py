@@ -29,18 +29,22 @@ def option_or_default(ctx: OpContext, name: str, default: Any) -> Any:
 
 
 def ints(value: Any) -> list[int]:
+    """A constant (array or scalar) as a flat list of Python ints."""
     return [int(v) for v in np.asarray(value).reshape(-1)]
 
 
 def positive_axis(axis: int, rank: int) -> int:
+    """`axis` counted from 0 (a negative axis counts from the end of `rank`)."""
     return axis + rank if axis < 0 else axis
 
 
 def input_rank(ctx: OpContext, i: int) -> int:
+    """The declared rank of input i (0 when absent)."""
     return len(ctx.input_shape(i) or [])
 
 
 def leading_one(ctx: OpContext, i: int) -> bool:
+    """Whether input i is declared with a leading 1 (the axis samples take)."""
     shape = ctx.input_shape(i)
     return bool(shape) and shape[0] == 1
 

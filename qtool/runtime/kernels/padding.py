@@ -31,6 +31,7 @@ def _pad_widths(ctx: OpContext) -> np.ndarray:
 
 @kernel("PAD", batch=_first_pair_zero)
 def pad(ctx: OpContext) -> np.ndarray:
+    """PAD with zeros by the [rank, 2] paddings of input 1."""
     return np.pad(ctx.inputs[0], _pad_widths(ctx))
 
 
@@ -39,6 +40,7 @@ def pad(ctx: OpContext) -> np.ndarray:
     batch=lambda ctx: _first_pair_zero(ctx) and (ctx.input_tensor(2) is None or is_static(ctx, 2)),
 )
 def padv2(ctx: OpContext) -> np.ndarray:
+    """PADV2: PAD with the constant of input 2 (zero when absent)."""
     x = ctx.inputs[0]
     value = ctx.input(2)
     fill = x.dtype.type(0) if value is None else np.asarray(value).reshape(-1)[0]
@@ -50,6 +52,7 @@ _MIRROR_MODES = {0: "reflect", 1: "symmetric"}  # tflite.MirrorPadMode REFLECT, 
 
 @kernel("MIRROR_PAD", batch=_first_pair_zero)
 def mirror_pad(ctx: OpContext) -> np.ndarray:
+    """MIRROR_PAD, REFLECT (edge not repeated) or SYMMETRIC (edge repeated)."""
     return np.pad(
         ctx.inputs[0], _pad_widths(ctx), mode=_MIRROR_MODES[option_or_default(ctx, "mode", 0)]
     )
@@ -57,6 +60,7 @@ def mirror_pad(ctx: OpContext) -> np.ndarray:
 
 @kernel("TILE", batch=lambda ctx: is_static(ctx, 1) and ints(ctx.input(1))[:1] == [1])
 def tile(ctx: OpContext) -> np.ndarray:
+    """TILE: the input repeated along each axis by the multiples of input 1."""
     return np.tile(ctx.inputs[0], ints(ctx.inputs[1]))
 
 
@@ -72,4 +76,5 @@ def _broadcast_to_batch(ctx: OpContext) -> bool:
 
 @kernel("BROADCAST_TO", batch=_broadcast_to_batch)
 def broadcast_to(ctx: OpContext) -> np.ndarray:
+    """BROADCAST_TO the shape of input 1."""
     return np.array(np.broadcast_to(ctx.inputs[0], ctx.batched_shape(ctx.inputs[1])))

@@ -80,17 +80,22 @@ def _mean_of_windows(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 
 @kernel("AVERAGE_POOL_2D")
 def average_pool_2d(ctx: OpContext) -> np.ndarray:
+    """AVERAGE_POOL_2D: window means over the elements inside the input (padding not counted),
+    then the fused activation."""
     out = _mean_of_windows(ctx, ctx.input(0))
     return fused(ctx, out)
 
 
 @kernel("MAX_POOL_2D")
 def max_pool_2d(ctx: OpContext) -> np.ndarray:
+    """MAX_POOL_2D: window maxima (padding never wins), then the fused activation."""
     out = _reduce_windows(ctx, ctx.input(0), np.maximum, -np.inf)
     return fused(ctx, out)
 
 
 @kernel("L2_POOL_2D")
 def l2_pool_2d(ctx: OpContext) -> np.ndarray:
+    """L2_POOL_2D: the square root of each window's mean square (padding not counted), then the
+    fused activation."""
     out = np.sqrt(_mean_of_windows(ctx, np.square(ctx.input(0))))
     return fused(ctx, out)

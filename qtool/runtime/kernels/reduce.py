@@ -58,6 +58,8 @@ _REDUCERS = {
 
 @kernel(*_REDUCERS, batch=sample_axis_kept)
 def reduce_axes(ctx: OpContext) -> np.ndarray:
+    """SUM, REDUCE_PROD, REDUCE_MAX, REDUCE_MIN, REDUCE_ANY and REDUCE_ALL over the axes of input
+    1, in the element type (integer sums wrap)."""
     x = ctx.inputs[0]
     fn = _REDUCERS[ctx.op_type]
     # TFLite accumulates sums and products in the element type (integers wrap around).
@@ -68,6 +70,9 @@ def reduce_axes(ctx: OpContext) -> np.ndarray:
 
 @kernel("MEAN", batch=sample_axis_kept)
 def mean(ctx: OpContext) -> np.ndarray:
+    """MEAN over the axes of input 1: float in the element type; int32/int64 as an int64 sum
+    divided with truncation toward zero. Other integer types are quantized means:
+    UnsupportedOpError."""
     x = ctx.inputs[0]
     axes = _axes(ctx)
     keep = bool(ctx.option("keep_dims"))
@@ -87,6 +92,7 @@ def mean(ctx: OpContext) -> np.ndarray:
 
 @kernel("ARG_MAX", "ARG_MIN", batch=sample_axis_kept)
 def arg_min_max(ctx: OpContext) -> np.ndarray:
+    """ARG_MAX / ARG_MIN along the axis of input 1 (the first of ties), as output_type."""
     output_type = ctx.option("output_type")
     if output_type not in (TensorType.INT32, TensorType.INT64):
         raise ModelError(
@@ -99,6 +105,8 @@ def arg_min_max(ctx: OpContext) -> np.ndarray:
 
 @kernel("CUMSUM", batch=sample_axis_kept)
 def cumsum(ctx: OpContext) -> np.ndarray:
+    """CUMSUM along the axis of input 1, in the element type; `exclusive` leaves out each element
+    itself, `reverse` sums from the end."""
     x = ctx.inputs[0]
     axis = _single_axis(ctx)
     reverse = bool(ctx.option("reverse"))

@@ -42,6 +42,8 @@ def _bilinear_axis(
 
 @kernel("RESIZE_BILINEAR")
 def resize_bilinear(ctx: OpContext) -> np.ndarray:
+    """RESIZE_BILINEAR of NHWC input to the [height, width] of input 1, with TFLite's
+    align_corners and half_pixel_centers (not both: ModelError)."""
     x = ctx.input(0)
     align_corners, half_pixel = ctx.option("align_corners"), ctx.option("half_pixel_centers")
     if align_corners and half_pixel:
@@ -70,6 +72,8 @@ def _nearest_axis(
 
 @kernel("RESIZE_NEAREST_NEIGHBOR")
 def resize_nearest_neighbor(ctx: OpContext) -> np.ndarray:
+    """RESIZE_NEAREST_NEIGHBOR of NHWC input to the [height, width] of input 1, rounding source
+    positions as TFLite does for align_corners and half_pixel_centers."""
     x = ctx.input(0)
     align_corners, half_pixel = ctx.option("align_corners"), ctx.option("half_pixel_centers")
     out_h, out_w = _target_size(ctx)

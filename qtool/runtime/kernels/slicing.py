@@ -33,6 +33,7 @@ def _slice_batch(ctx: OpContext) -> bool:
 
 @kernel("SLICE", batch=_slice_batch)
 def slice_(ctx: OpContext) -> np.ndarray:
+    """SLICE from `begin` (input 1) with `size` (input 2; -1: to the end)."""
     begin = ints(ctx.inputs[1])
     size = ctx.batched_shape(ctx.inputs[2])  # a size of 1 on the sample axis takes every sample
     index = tuple(slice(b, None if s < 0 else b + s) for b, s in zip(begin, size, strict=True))
@@ -140,6 +141,8 @@ def _strided_slice_batch(ctx: OpContext) -> bool:
 
 @kernel("STRIDED_SLICE", batch=_strided_slice_batch)
 def strided_slice(ctx: OpContext) -> np.ndarray:
+    """STRIDED_SLICE with its begin/end/ellipsis/new-axis/shrink masks and the `offset` option
+    (end relative to begin)."""
     x = ctx.inputs[0]
     offset = bool(option_or_default(ctx, "offset", False))
     index: list[int | slice | None] = []
@@ -178,6 +181,8 @@ def _gather_batch(ctx: OpContext) -> bool:
 
 @kernel("GATHER", batch=_gather_batch)
 def gather(ctx: OpContext) -> np.ndarray:
+    """GATHER of the indices (input 1) along `axis`, with `batch_dims` leading dimensions shared
+    by params and indices."""
     params, indices = ctx.inputs[0], np.asarray(ctx.inputs[1])
     axis, batch_dims = _gather_axes(ctx, params.ndim, indices.ndim)
     if batch_dims == 0:
@@ -204,6 +209,7 @@ def _gather_nd_batch(ctx: OpContext) -> bool:
 
 @kernel("GATHER_ND", batch=_gather_nd_batch)
 def gather_nd(ctx: OpContext) -> np.ndarray:
+    """GATHER_ND: the last axis of the indices indexes the leading dimensions of params."""
     params, indices = ctx.inputs[0], np.asarray(ctx.inputs[1])
     return params[tuple(np.moveaxis(indices, -1, 0))]
 
@@ -213,5 +219,6 @@ def gather_nd(ctx: OpContext) -> np.ndarray:
 
 @kernel("REVERSE_V2", batch=lambda ctx: keeps_leading_axis(ctx, 0, 1))
 def reverse_v2(ctx: OpContext) -> np.ndarray:
+    """REVERSE_V2 along the axes of input 1."""
     x = ctx.inputs[0]
     return np.flip(x, axis=tuple(positive_axis(a, x.ndim) for a in ints(ctx.inputs[1])))

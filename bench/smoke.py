@@ -1,0 +1,128 @@
+"""Smoke run of the qtool command line on every corpus model (bench/corpus.py's manifest): what
+a user gets from `quantize` (default), `analyze`, and `quantize --target-sqnr 30 --allow-float`,
+each with the model's calibration and held-out data and a 10-minute limit. Writes a Markdown
+table: exit code, the error line, the worst output SQNR printed, sizes in and out.
+
+    python -m bench.smoke [--out corpus_status.md] [MODEL ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.corpus import load_manifest
+
+QTOOL = Path(sys.executable).parent / "qtool"
+TIMEOUT = 600
+RUNS = {
+    "quantize": ["quantize"],
+    "analyze": ["analyze"],
+    "target-sqnr 30": ["quantize", "--target-sqnr", "30", "--allow-float"],
+}
+SQNR_ROW = re.compile(r"^\s+(\S+)\s+(-?\d+(?:\.\d+)?|inf)\s*$")
+SIZE = re.compile(r"size: ([\d,]+) -> ([\d,]+) bytes")
+
+
+@dataclass
+class Outcome:
+    exit_code: int | None  # None: timed out
+    seconds: float
+    message: str  # the error line, or the worst SQNR and size
+
+
+def summary(output: str, exit_code: int | None) -> str:
+    """The line that tells what happened: qtool's error, else the worst SQNR and the size."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("qtool: ")]
+    sqnrs = []
+    if "SQNR" in output:
+        after = output[output.index("SQNR") :].splitlines()[1:]
+        for line in after:
+            row = SQNR_ROW.match(line)
+            if row:
+                sqnrs.append(float(row.group(2)))
+    size = SIZE.search(output)
+    parts = []
+    if sqnrs:
+        parts.append(f"worst SQNR {min(sqnrs):.1f} dB")
+    elif exit_code == 0:
+        parts.append("no SQNR printed")
+    if size:
+        parts.append(f"{size.group(1)} -> {size.group(2)} B")
+    if errors:
+        parts.append(errors[-1])
+    elif exit_code not in (0, None) and lines:
+        parts.append(lines[-1])
+    return "; ".join(parts) or "-"
+
+
+def run(run_name: str, entry: dict, work: Path) -> Outcome:
+    command = [str(QTOOL), *RUNS[run_name], entry["file"]]
+    command += ["--data", entry["calib"], "--holdout", entry["holdout"]]
+    if command[1] == "quantize":
+        command += ["-o", str(work / f"{entry['name']}_int8.tflite"), "--force"]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return Outcome(None, TIMEOUT, f"timed out after {TIMEOUT} s")
+    seconds = time.perf_counter() - started
+    if done.returncode < 0:  # the kernel's out-of-memory killer sends SIGKILL
+        return Outcome(done.returncode, seconds, f"killed by signal {-done.returncode}")
+    message = summary(done.stdout + "\n" + done.stderr, done.returncode)
+    if run_name == "analyze" and done.returncode == 0:
+        message = analyze_summary(done.stdout)
+    return Outcome(done.returncode, seconds, message)
+
+
+def analyze_summary(output: str) -> str:
+    """analyze's estimated outputs and its worst place (the first row of its table)."""
+    lines = output.splitlines()
+    parts = [line.strip()[:160] for line in lines if line.startswith("outputs:")]
+    for i, line in enumerate(lines):
+        if line.startswith("worst places") and i + 2 < len(lines):
+            parts.append("worst place: " + " ".join(lines[i + 2].split()[1:4]))
+    return "; ".join(parts) or "no outputs line"
+
+
+def cell(outcome: Outcome) -> str:
+    code = "timeout" if outcome.exit_code is None else f"exit {outcome.exit_code}"
+    text = outcome.message.replace("|", "\\|")
+    return f"{code}, {outcome.seconds:.0f} s: {text}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*")
+    parser.add_argument("--out", type=Path, default=Path("corpus_status.md"))
+    args = parser.parse_args()
+    entries = load_manifest()
+    names = args.models or list(entries)
+    lines = [
+        "| model | role | data sample | " + " | ".join(RUNS) + " |",
+        "|---|---|---|" + "---|" * len(RUNS),
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            entry = entries[name]
+            cells = []
+            for run_name in RUNS:
+                outcome = run(run_name, entry, Path(tmp))
+                cells.append(cell(outcome))
+                print(f"{name} {run_name}: {cells[-1]}", flush=True)
+            shape = "x".join(map(str, entry["data_sample_shape"]))
+            if "note" in entry:  # data at the shape the model is fed at, not the declared one
+                shape += f" ({entry['note']}; feed shape {entry['input_shape']})"
+            lines.append(f"| {name} | {entry['role']} | {shape} | " + " | ".join(cells) + " |")
+            args.out.write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
