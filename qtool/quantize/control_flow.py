@@ -30,7 +30,8 @@ from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, TensorType
 from qtool.model.calls import CallSite, call_sites, callers
 from qtool.numerics import AffineParams, activation_params
-from qtool.quantize.plan import INT8, OpDecision, Plan, Slot
+from qtool.quantize.decisions import OpDecision
+from qtool.quantize.plan import INT8, Plan, Slot
 from qtool.spec import QuantSpec
 
 BRANCHES, LOOP = "branches", "loop"

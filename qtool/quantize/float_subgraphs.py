@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from qtool.model import Model, TensorType
 from qtool.model.calls import callers
 from qtool.quantize.control_flow import body_role
-from qtool.quantize.plan import FLOAT, INTEGER, OpDecision, Plan
+from qtool.quantize.decisions import FLOAT, INTEGER, OpDecision
+from qtool.quantize.plan import Plan
 from qtool.quantize.rewrite import RewriteNotes
 from qtool.quantize.variables import float_reason
 from qtool.spec import boundary_ops, resource_variable_ops

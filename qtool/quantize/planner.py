@@ -25,6 +25,7 @@ from qtool.quantize.control_flow import (
     planned_sites,
     refusal,
 )
+from qtool.quantize.decisions import FLOAT, INT8, INT16, OpDecision, Precision, decide
 from qtool.quantize.evaluation import (
     OutputAccuracy,
     candidate_outputs,
@@ -32,17 +33,7 @@ from qtool.quantize.evaluation import (
     simulated_accuracy,
 )
 from qtool.quantize.litert_worker import Pending
-from qtool.quantize.plan import (
-    FLOAT,
-    INT8,
-    INT16,
-    QUANTIZED,
-    OpDecision,
-    Plan,
-    Precision,
-    decide,
-    make_plan,
-)
+from qtool.quantize.plan import QUANTIZED, Plan, make_plan
 from qtool.quantize.recurrent import quantize_lstm
 from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer

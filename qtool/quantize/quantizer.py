@@ -34,18 +34,12 @@ from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
 from qtool.prepare.fold import FoldedOp, StoredForm
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
+from qtool.quantize.decisions import FLOAT, INT8, INT16, Precision, unmatched_pattern
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.float_subgraphs import computes_in_float, float_body_plans, subgraph_warnings
 from qtool.quantize.litert_worker import start_children, submit_model
-from qtool.quantize.plan import (
-    FLOAT,
-    INT8,
-    INT16,
-    Plan,
-    Precision,
-    unmatched_pattern,
-)
+from qtool.quantize.plan import Plan
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding

@@ -29,7 +29,8 @@ from qtool.model.sparsity import compact_sparsity, sparsity_nbytes, stored_value
 from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.prepare.fold import StoredForm
-from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
+from qtool.quantize.decisions import FLOAT, INT8, INT16
+from qtool.quantize.plan import QUANTIZED, Plan, Slot
 from qtool.quantize.recurrent import TENSOR_TYPES, RecurrentOperands
 from qtool.quantize.variables import initialiser_plans
 from qtool.quantize.weights import LayerWeights

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 
 from qtool.model import Model
 from qtool.model.variables import Variable, accesses, initial_values
-from qtool.quantize.plan import FLOAT, INTEGER, QUANTIZED, OpDecision, Plan, Slot
+from qtool.quantize.decisions import FLOAT, INTEGER, OpDecision
+from qtool.quantize.plan import QUANTIZED, Plan, Slot
 from qtool.spec import resource_variable_ops
 
 
