@@ -298,3 +298,17 @@ def test_a_dynamic_batch_before_control_flow() -> None:
     assert min(result.accuracy.values()) > 20
     with pytest.raises(qtool.errors.UsageError, match=r"operator 3 \(IF\) has no shape rule"):
         qtool.quantize_model(form.model, form.calibration, input_shapes={"x": (2, 8)})
+
+
+def test_call_once_runs_its_initialiser_as_control_flow_runs_a_body() -> None:
+    """CALL_ONCE's initialiser runs on an engine of the caller's calls sharing its state (as IF
+    and WHILE bodies do): calibration observes its one run per sequence, and the quantized
+    stream keeps its initial value on the variable's grid."""
+    from tests.recurrent_models import sequences, stream_model
+
+    calibration, holdout = sequences(2, 60, 8, seed=5)
+    statistics = qtool.calibrate_model(stream_model(), calibration)
+    assert statistics.subgraphs[0].samples == 60 and statistics.of(1).samples == 1
+    result = qtool.quantize_model(stream_model(), calibration, holdout=holdout)
+    assert not result.result.float_ops and qtool.check_model(result.model_bytes).passed
+    assert min(result.accuracy.values()) > 25
