@@ -178,7 +178,8 @@ def _litert_runner(model: Model):
             for k, t in enumerate(subgraph.outputs):
                 value = np.asarray(interpreter.get_tensor(t))
                 results[k].append(_real(value, subgraph.tensors[t]))
-        return [np.concatenate(r) if batched else np.stack(r) for r in results]
+        # A sample of a 0-d output has no row to join along: stacked, as unbatched ones.
+        return [np.concatenate(r) if batched and r[0].ndim else np.stack(r) for r in results]
 
     return run
 

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from qtool.arguments import sample_limit
-from qtool.calibrate import Dataset, model_inputs, synthetic_dataset
+from qtool.calibrate import Dataset, InputSpec, load_dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.collect import calibration_statistics
-from qtool.calibrate.datasets import source_datasets
+from qtool.calibrate.datasets import source_datasets, split_sources
 from qtool.calibrate.inputs import entry_subgraphs
 from qtool.calibrate.sample_sources import source_files
+from qtool.calibrate.shapes import parse_input_shapes, shaped_model
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
 from qtool.check.findings import severity_counts
@@ -140,6 +141,7 @@ class ModelJob:
     samples: int | None = None
     seed: int = 0
     custom_ops: str | None = None
+    input_shapes: tuple[str, ...] = ()  # NAME=DIMS: the shape a dynamic input runs at
     options: QuantizeOptions = field(default_factory=QuantizeOptions)
 
 
@@ -241,6 +243,13 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
     if job.custom_ops:
         load_custom_ops(job.custom_ops)
     model = load_model(job.model_path)
+    sources = split_sources(job.data, entry_subgraphs(model)) if job.data else {}
+
+    def data_for(s: int, specs: list[InputSpec]) -> Dataset | None:
+        """The `--data` sources of entry subgraph s read as `specs` ask."""
+        return load_dataset(sources[s], specs) if s in sources else None
+
+    model = shaped_model(model, parse_input_shapes(job.input_shapes), data_for)
     entries = entry_subgraphs(model)
     if job.data:
         datasets = source_datasets(model, job.data, job.samples)

@@ -143,7 +143,10 @@ def _reference(
     outputs = list(subgraph.outputs)
     leading_one = subgraph.inputs_lead_with_one()
     if not _litert_runs_reference(model, subgraph_index, engine):
-        return Engine(model, subgraph_index).run(inputs, observers=[observer])
+        called = getattr(observer, "calls", {})  # statistics of what control flow runs
+        return Engine(model, subgraph_index).run(
+            inputs, observers=[observer], calls_observed=called
+        )
     observers = [observer]
     if elsewhere is not None:
         # Only the observed tensors run here, in batches: read with the outputs, a detector's

@@ -193,9 +193,10 @@ def _leading_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
 
 
 def _check_sample_shape(shape: tuple[int, ...], spec: InputSpec, where: str) -> None:
-    """Data of `shape` holds N samples of the input's sample shape."""
+    """Data of `shape` holds N samples of the input's sample shape (or of a shape its
+    signature allows)."""
     sample = tuple(spec.sample_shape)
-    if tuple(shape[1:]) != sample or not shape:
+    if not shape or not spec.fits(tuple(shape[1:])):
         expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
         raise DataError(
             f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "

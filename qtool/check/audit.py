@@ -74,6 +74,7 @@ def check_loaded(
     if accuracy is not None:
         # Imported here: calibration data and the numpy engine are needed by the gate only.
         from qtool.calibrate import Dataset, load_dataset, model_inputs
+        from qtool.calibrate.shapes import shaped_model
         from qtool.evaluate import compare_models
 
         reference = (
@@ -81,6 +82,13 @@ def check_loaded(
             if isinstance(accuracy.reference, Model)
             else load_model(accuracy.reference)
         )
+        if not isinstance(accuracy.data, Dataset):  # a dynamic input runs at the data's shape
+            reference = shaped_model(
+                reference,
+                data_for=lambda s, specs: (
+                    load_dataset(list(accuracy.data), specs) if s == 0 else None
+                ),
+            )
         data = (
             accuracy.data
             if isinstance(accuracy.data, Dataset)

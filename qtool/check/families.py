@@ -14,6 +14,7 @@ FAMILIES: tuple[Family, ...] = (
     graph_rules.check_float_feeds,
     graph_rules.check_legacy_dtypes,
     graph_rules.check_coverage,
+    graph_rules.check_calls,
     operands.check_dtypes,
     operands.check_granularity,
     operands.check_zero_points,

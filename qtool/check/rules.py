@@ -51,6 +51,7 @@ RULES: dict[str, RuleInfo] = catalogue(
     graph_rules.LEGACY_UINT8,
     graph_rules.OP_UNCOVERED,
     graph_rules.OP_EXTENDED,
+    graph_rules.CALL_PARAMS,
     # numerical risks
     risk.BIAS_SATURATED,
     risk.RANGE_UNDERUSED,

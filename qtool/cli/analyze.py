@@ -9,6 +9,7 @@ from qtool.cli.planning import (
     custom_ops_option,
     data_option,
     engine_option,
+    input_shape_option,
     options_from,
     planning_options,
     samples_option,
@@ -29,6 +30,7 @@ SHOWN = 15
 @data_option(DATA_AS_FOR_QUANTIZE, required=True)
 @planning_options(target=False)
 @samples_option()
+@input_shape_option()
 @engine_option()
 @custom_ops_option()
 @click.option(
@@ -49,6 +51,7 @@ def analyze_command(
     data: tuple[str, ...],
     holdout: tuple[str, ...],
     samples: int | None,
+    input_shapes: tuple[str, ...],
     engine: str,
     custom_ops: str | None,
     top: int,
@@ -70,6 +73,7 @@ def analyze_command(
         data=data,
         holdout=holdout,
         samples=samples,
+        input_shapes=input_shapes,
         custom_ops=custom_ops,
         html_path=html_path,
         options=QuantizeOptions(engine=engine, **options_from(planning)),

@@ -31,6 +31,19 @@ def engine_option(help: str = "What runs the float model during calibration.") -
     )
 
 
+def input_shape_option() -> Decorator:
+    """--input-shape NAME=DIMS: the shape a dynamic input runs at, repeatable."""
+    return click.option(
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        metavar="NAME=DIMS",
+        help="Run the input NAME (tensor or signature name) at this shape, e.g. input=1,1760, "
+        "where its signature leaves dimensions dynamic (-1); the written model keeps its "
+        "signature. Without it, a dynamic input takes the shape of the data. Repeatable.",
+    )
+
+
 def custom_ops_option(help: str = "Python module registering custom-op kernels.") -> Decorator:
     return click.option("--custom-ops", metavar="MODULE", help=help)
 

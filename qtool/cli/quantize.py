@@ -11,6 +11,7 @@ from qtool.cli.planning import (
     custom_ops_option,
     data_option,
     engine_option,
+    input_shape_option,
     options_from,
     planning_options,
     samples_option,
@@ -44,6 +45,7 @@ from qtool.targets import target_names
     help="Calibrate on random data (ranges are NOT meaningful; for smoke tests).",
 )
 @samples_option()
+@input_shape_option()
 @click.option(
     "--io",
     "io_mode",
@@ -118,6 +120,7 @@ def quantize_command(
     holdout: tuple[str, ...],
     synthetic: bool,
     samples: int | None,
+    input_shapes: tuple[str, ...],
     io_mode: str,
     per_tensor_fc: bool,
     target: str | None,
@@ -153,6 +156,7 @@ def quantize_command(
         statistics=statistics,
         synthetic=synthetic,
         samples=samples,
+        input_shapes=input_shapes,
         seed=seed,
         strict=strict,
         force=force,

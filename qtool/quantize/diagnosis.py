@@ -31,6 +31,7 @@ from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
 from qtool.quantize.simulate import Simulator
 from qtool.runtime import Engine
+from qtool.runtime.engine import join_chunks
 
 REMEDIED = 10  # the most damaging places get their remedies evaluated
 GOOD_ENOUGH_DB = 1.0
@@ -104,7 +105,7 @@ def _observed(run, feeds: Sequence[np.ndarray], wanted: set[int]) -> dict[int, n
             found.setdefault(t, []).append(np.array(value))
 
     run(feeds, observers=[keep])
-    return {t: np.concatenate(parts) for t, parts in found.items()}
+    return {t: join_chunks(parts) for t, parts in found.items()}
 
 
 def layer_sqnr(model: Model, plan: Plan, inputs: Sequence[np.ndarray]) -> dict[int, float]:

@@ -4,6 +4,7 @@ weights."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -16,6 +17,15 @@ from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
 from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
+from qtool.quantize.control_flow import (
+    NO_BOUNDARY,
+    Boundary,
+    boundaries,
+    call_pins,
+    planned_sites,
+    refusal,
+)
+from qtool.quantize.decisions import FLOAT, INT8, INT16, OpDecision, Precision, decide
 from qtool.quantize.evaluation import (
     OutputAccuracy,
     candidate_outputs,
@@ -23,16 +33,7 @@ from qtool.quantize.evaluation import (
     simulated_accuracy,
 )
 from qtool.quantize.litert_worker import Pending
-from qtool.quantize.plan import (
-    FLOAT,
-    INT16,
-    QUANTIZED,
-    OpDecision,
-    Plan,
-    Precision,
-    decide,
-    make_plan,
-)
+from qtool.quantize.plan import QUANTIZED, Plan, make_plan
 from qtool.quantize.recurrent import quantize_lstm
 from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
@@ -87,6 +88,11 @@ class Planner:
     source_index: list[int]
     subgraph_index: int = 0
     calibration: Dataset | None = None  # samples for the second moments of rounding
+    input_types: list[str] | None = None  # each op's type in the input model (for patterns)
+    # Planners of the subgraphs control flow runs (from any subgraph: shared by all planners),
+    # and the engine that observed them ("litert" observes none).
+    callees: dict[int, Planner] = field(default_factory=dict)
+    engine: str = "numpy"
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
@@ -103,9 +109,10 @@ class Planner:
     def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:
         """The precision's decisions, with the recipe's int16 regions and float operators."""
         subgraph = self.subgraph
+        types = self.input_types or [None] * len(subgraph.operators)
         decisions = [
-            decide(self.model, subgraph, op, self.precision, ranges, self.keep_float)
-            for op in subgraph.operators
+            decide(self.model, subgraph, op, self.precision, ranges, self.keep_float, input_type)
+            for op, input_type in zip(subgraph.operators, types, strict=True)
         ]
         if recipe.int16_tensors and INT16 in self.precision.specs:
             wide = Precision(self.precision.specs, ("*",))
@@ -162,8 +169,69 @@ class Planner:
             plan = self.plan(statistics, recipe)
             self._started[key] = candidate_outputs(self.model, plan, self.precision.specs, inputs)
 
-    def _build(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
+    def body_plan(
+        self,
+        statistics: SubgraphStatistics,
+        calls: Mapping[int, SubgraphStatistics],
+        recipe: Recipe,
+        boundary: Boundary,
+    ) -> Plan:
+        """The plan of a subgraph control flow runs, around the caller's parameters at its
+        boundary; `calls`: the statistics of every subgraph the calling entry point ran."""
+        key = (_Same(statistics), recipe, boundary.key())
+        if key not in self._plans:
+            self._plans[key] = self._build(statistics, recipe, boundary, calls)
+            if len(self._plans) > KEPT_PLANS:
+                self._plans.popitem(last=False)
+        return self._plans[key]
+
+    def _call_decisions(
+        self, decisions: list[OpDecision], calls: Mapping[int, SubgraphStatistics]
+    ) -> None:
+        """Control-flow operators whose subgraphs cannot be planned around them stay float."""
+        for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
+            if decisions[site.op_index].mode in QUANTIZED:
+                why = refusal(self.model, site, calls, self.engine)
+                if why is not None:
+                    decisions[site.op_index] = OpDecision(FLOAT, why)
+
+    def _body_plans(
+        self, plan: Plan, calls: Mapping[int, SubgraphStatistics], recipe: Recipe
+    ) -> dict[int, Plan]:
+        """Plans of the subgraphs this plan's control flow runs: around the caller's int8
+        parameters, or with a float boundary where the caller stays float (those that ran),
+        none where the recipe keeps the caller float (a target SQNR's remedy)."""
+        inner = Recipe(recipe.method, recipe.bias_correction)
+        found = {}
+        for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
+            if site.op_index in recipe.float_ops:
+                continue  # kept float for a target SQNR: what it runs stays float too
+            mode = plan.decisions[site.op_index].mode
+            around = (
+                boundaries(self.model, plan, site)
+                if mode in QUANTIZED
+                else dict.fromkeys(site.bodies, NO_BOUNDARY)
+            )
+            for body, boundary in around.items():
+                statistics = calls.get(body)
+                planner = self.callees.get(body)
+                if planner is None or statistics is None or not statistics.samples:
+                    continue
+                found[body] = planner.body_plan(statistics, calls, inner, boundary)
+        return found
+
+    def _build(
+        self,
+        statistics: SubgraphStatistics,
+        recipe: Recipe,
+        boundary: Boundary = NO_BOUNDARY,
+        calls: Mapping[int, SubgraphStatistics] | None = None,
+    ) -> Plan:
+        calls = statistics.calls if calls is None else calls
         ranges = statistics.ranges(recipe.method)
+        decisions = self.decisions(recipe, ranges)
+        self._call_decisions(decisions, calls)
+        specs = self.precision.specs
         plan = make_plan(
             self.model,
             self.precision,
@@ -171,8 +239,13 @@ class Planner:
             self.keep_float,
             self.source_index,
             self.subgraph_index,
-            self.decisions(recipe, ranges),
+            decisions,
             lambda planned: variable_slots(self.model, planned).values(),
+            pins=call_pins(
+                self.model, self.subgraph_index, decisions, specs, ranges, calls, recipe.method
+            ),
+            boundary_inputs=boundary.inputs,
+            boundary_outputs=boundary.outputs,
         )
         quantize_weights(
             self.model,
@@ -184,6 +257,7 @@ class Planner:
             self._shifts,
             self._weights,
         )
+        plan.bodies = self._body_plans(plan, calls, recipe)
         return plan
 
     def prepare_rounding(self, ops) -> None:

@@ -27,23 +27,26 @@ from qtool.calibrate.statistics import (
     model_fingerprint,
 )
 from qtool.errors import DataError, UsageError
-from qtool.model import Model, TensorType, model_to_bytes
+from qtool.model import Model, model_to_bytes
+from qtool.model.calls import called_subgraphs
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
 from qtool.prepare.fold import FoldedOp, StoredForm
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
+from qtool.quantize.decisions import FLOAT, INT8, INT16, Precision, unmatched_pattern
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
+from qtool.quantize.float_subgraphs import computes_in_float, float_body_plans, subgraph_warnings
 from qtool.quantize.litert_worker import start_children, submit_model
-from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
+from qtool.quantize.plan import Plan
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
 from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
 from qtool.runtime.litert import litert_available
-from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
+from qtool.spec import QUANTIZED, load_spec, spec_profiles
 from qtool.targets import load_target, target_names
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
@@ -177,19 +180,6 @@ class QuantizeResult:
     layer_sqnr: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
-def _computes_in_float(model: Model, subgraph_index: int) -> bool:
-    """Whether an operator other than a QUANTIZE/DEQUANTIZE boundary has a float32 operand."""
-    subgraph = model.subgraphs[subgraph_index]
-    return any(
-        model.op_type(op) not in boundary_ops()
-        and any(
-            t >= 0 and subgraph.tensors[t].dtype == TensorType.FLOAT32
-            for t in op.inputs + op.outputs
-        )
-        for op in subgraph.operators
-    )
-
-
 def _as_datasets(data: Dataset | Mapping[int, Dataset] | None) -> dict[int, Dataset]:
     if data is None:
         return {}
@@ -225,14 +215,27 @@ def calibrate_loaded(
     precision = options.precision()
     prepared = prepare_float_model(model)
     entries = sorted(statistics.subgraphs) if statistics is not None else sorted(datasets)
-    if not any(_computes_in_float(prepared.model, s) for s in entries):
+    if not any(computes_in_float(prepared.model, s) for s in entries):
         raise UsageError(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
-    planners = {
-        s: Planner(prepared.model, precision, options.keep_float, prepared.source_index[s], s)
-        for s in entries
-    }
+    _check_patterns(prepared, options)
+
+    def planner(s: int) -> Planner:
+        return Planner(
+            prepared.model,
+            precision,
+            options.keep_float,
+            prepared.source_index[s],
+            s,
+            input_types=prepared.input_types(s),
+            callees=callees,
+        )
+
+    callees: dict[int, Planner] = {}  # of the subgraphs control flow runs, shared
+    called = {b for s in entries for b in called_subgraphs(prepared.model, s)}
+    callees.update({b: planner(b) for b in sorted(called)})
+    planners = {s: planner(s) for s in entries}
     if statistics is not None:
         _check_fingerprint(statistics, prepared.model)
         collected = {
@@ -270,12 +273,28 @@ def calibrate_loaded(
         )
     for s, c in collected.items():
         planners[s].calibration = c.fit_data  # samples for the second moments of rounding
+        planners[s].engine = c.calibration.engine
+        for b in called_subgraphs(prepared.model, s):  # what observed the subgraphs it runs
+            callees[b].engine = c.calibration.engine
     if options.calibration == AUTO:
         start, scores = choose_recipe(prepared.model, collected, planners, options.bias_correction)
     else:
         correct = True if options.bias_correction is None else options.bias_correction
         start, scores = Recipe(parse_method(options.calibration), correct), {}
     return Calibrated(prepared, collected, statistics, planners, start, scores, datasets)
+
+
+def _check_patterns(prepared: FloatModel, options: QuantizeOptions) -> None:
+    """A keep-float or int16 pattern that matches no operator is a mistake worth a stop."""
+    types = [prepared.input_types(s) for s in range(len(prepared.model.subgraphs))]
+    for kind, given in (("keep-float", options.keep_float), ("int16", options.int16)):
+        pattern = unmatched_pattern(prepared.model, types, given)
+        if pattern is not None:
+            known = sorted({t for per_subgraph in types for t in per_subgraph})
+            raise UsageError(
+                f"{kind} pattern {pattern!r} matches no operator: neither an op type of the "
+                f"model ({', '.join(known)}) nor the name of a tensor an op produces"
+            )
 
 
 def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None]:
@@ -287,8 +306,8 @@ def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None
 def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:
     if statistics.fingerprint != model_fingerprint(model):
         raise DataError(
-            "the calibration statistics were gathered on another model (or another qtool "
-            "version's preparation of it)"
+            "the calibration statistics were gathered on another model (or at other input "
+            "shapes, or by another qtool version's preparation of it)"
         )
 
 
@@ -361,16 +380,24 @@ def quantize_loaded(
             options.io,
             options.target,
         )
-    plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
+    entry_plans = {
+        s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()
+    }
+    # Every planned subgraph: the entry points and what their control flow runs.
+    plans = {p.subgraph_index: p for plan in entry_plans.values() for p in plan.with_bodies()}
     forms = _stored_forms(prepared, options.target)
     sparsify = options.sparsify and forms is prepared.stored_forms
-    work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms, sparsify)
+    work, notes = rewritten(
+        prepared.model, entry_plans, precision.specs, options.io, forms, sparsify
+    )
     if forms is not prepared.stored_forms:
         notes.warnings += _densified(prepared, plans, options.target)
-    float_ops = [
-        FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
+    float_bodies = float_body_plans(prepared.model, prepared.source_index, plans, notes)
+    plans.update(float_bodies)
+    float_ops = [  # named as in the input model (a SQUARE kept float, not the MUL it became)
+        FloatOp(s, decision.source_index, op_type, decision.reason or "")
         for s, plan in plans.items()
-        for op, decision in zip(prepared.model.subgraphs[s].operators, plan.decisions, strict=True)
+        for op_type, decision in zip(prepared.input_types(s), plan.decisions, strict=True)
         if decision.mode == FLOAT
     ]
     accuracy = [
@@ -417,7 +444,9 @@ def quantize_loaded(
         diagnosis=diagnosis,
         accuracy=accuracy,
         accuracy_source=_accuracy_source(collected, accuracy),
-        warnings=_warnings(work, collected, calibrated.datasets, notes),
+        warnings=subgraph_warnings(
+            work, plans, float_bodies, any(d.synthetic for d in calibrated.datasets.values()), notes
+        ),
         layer_sqnr=layers,
     )
 
@@ -480,26 +509,3 @@ def _accuracy_source(collected: Mapping[int, Collected], accuracy: list[OutputAc
     if evaluations[0].source == "held-out data":
         return f"{how} on {samples} held-out samples"
     return f"{how} on {samples} calibration samples held out, calibrating on the others"
-
-
-def _warnings(
-    work: Model,
-    collected: Mapping[int, Collected],
-    datasets: Mapping[int, Dataset],
-    notes: RewriteNotes,
-) -> list[str]:
-    warnings = list(notes.warnings)
-    for s, subgraph in enumerate(work.subgraphs):
-        # A subgraph rewritten without data of its own initialises quantized variables.
-        if s not in collected and s not in notes.origins:
-            warnings.append(
-                f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
-                "data (not a signature's entry point): kept in float"
-            )
-    if any(d.synthetic for d in datasets.values()):
-        warnings.insert(
-            0,
-            "calibrated on synthetic random data: activation ranges do not "
-            "reflect real inputs, so accuracy is not meaningful",
-        )
-    return warnings

@@ -80,6 +80,8 @@ def _ranked(found: list[Sensitivity], current: list[float], target_db: float) ->
 
 
 def _integer_remedy(place: Place, recipe: Recipe, model: Model, subgraph) -> tuple | None:
+    if place.kind == "calls":  # what control flow runs keeps its caller's recipe
+        return None
     if place.kind == "weights":
         op = subgraph.operators[place.op_index]
         if rounding_supported(model, subgraph, op):
@@ -91,6 +93,7 @@ def _integer_remedy(place: Place, recipe: Recipe, model: Model, subgraph) -> tup
 
 
 def _float_remedy(place: Place, recipe: Recipe, subgraph) -> tuple:
+    # A control-flow operator kept float keeps the subgraphs it runs float too (planner.py).
     ops = {place.op_index} if place.op_index >= 0 else set()
     if place.kind == "activation":
         ops |= {i for i, op in enumerate(subgraph.operators) if place.tensor in op.inputs}

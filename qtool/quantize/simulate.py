@@ -52,6 +52,7 @@ class Parts:
 
     weights: Collection[int] | None = None  # operator indices whose weights are quantized
     slots: Collection[Slot] | None = None  # activation slots that are fake-quantized
+    bodies: bool = True  # the subgraphs control flow runs, as their plans quantize them
 
 
 ALL = Parts()
@@ -59,7 +60,7 @@ ALL = Parts()
 
 class _Builder:
     def __init__(self, model: Model, plan: Plan, parts: Parts) -> None:
-        self.model = clone_model(model)
+        self.model = model  # a copy of the float model, edited in place
         self.plan = plan
         self.parts = parts
         self.subgraph = self.model.subgraphs[plan.subgraph_index]
@@ -185,8 +186,14 @@ class _Builder:
 
 
 def simulation_model(model: Model, plan: Plan, parts: Parts = ALL) -> Model:
-    """The float graph simulating `plan` on `model` (which stays unchanged)."""
-    return _Builder(model, plan, parts).build()
+    """The float graph simulating `plan` (the `parts` of it) on `model`, which stays
+    unchanged; with `parts.bodies`, the subgraphs its control flow runs too, as their plans
+    (`Plan.bodies`) quantize them."""
+    simulated = clone_model(model)
+    _Builder(simulated, plan, parts).build()
+    for body in plan.with_bodies()[1:] if parts.bodies else ():
+        _Builder(simulated, body, ALL).build()
+    return simulated
 
 
 class Simulator:

@@ -57,6 +57,7 @@ svg .tick { stroke: #eceef2; } svg .baseline { stroke: #9aa0ab; }
 .exact { fill: #9cc9a9; } .method { fill: #a9b3c4; } .chosen { fill: #55657f; }
 .place-weights, .kind-rounding { fill: #7d6bb3; background: #7d6bb3; }
 .place-activation, .kind-int16 { fill: var(--accent); background: var(--accent); }
+.place-calls { fill: #b3866b; background: #b3866b; }
 .kind-float { fill: var(--poor); background: var(--poor); }
 svg .mark { fill: #fff; stroke: var(--ink); stroke-width: 1.2; }
 svg .reference, svg .target { stroke-width: 1.5; stroke-dasharray: 5 4; }

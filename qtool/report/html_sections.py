@@ -305,7 +305,8 @@ def places_section(analysis: dict[str, Any]) -> Section:
     body = (
         "<p>Output SQNR (worst output) with only one place quantized "
         '(<span class="key place-activation"></span>an activation, <span class="key '
-        "place-weights\"></span>a layer's weights), simulated on the "
+        'place-weights"></span>a layer\'s weights, <span class="key place-calls"></span>the '
+        "subgraphs a control-flow op runs), simulated on the "
         f"{text(analysis['samples_from'])}; diamonds: the same with a remedy applied (hover "
         "for which). Float makes a place exact. The recommended remedy is the cheapest that "
         "comes close to the best.</p>"

@@ -125,7 +125,7 @@ def quantize_pictures(result: QuantizeResult) -> dict[str, Any]:
         "tensors": [
             row
             for s, plan in sorted(result.plans.items())
-            for row in tensor_histograms(model, plan, result.statistics.subgraphs[s])
+            for row in tensor_histograms(model, plan, result.statistics.of(s))
         ],
     }
 

@@ -76,7 +76,8 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
                 "index": None,
                 "op": "QUANTIZE",
                 "mode": INSERTED,
-                "reason": f"{count} requantization(s) in front of same-scale ops",
+                "reason": f"{count} requantization(s) in front of ops that need other "
+                "parameters (same-scale groups, loop variables)",
             }
         )
     return ordered
@@ -130,6 +131,17 @@ def _calibration_rows(result: QuantizeResult, model: Model) -> list[dict[str, An
     ]
 
 
+def _dynamic_input_shapes(result: QuantizeResult) -> dict[str, list[int]]:
+    """The shape each input declared dynamic (-1 in its signature) was quantized at."""
+    model = result.float_model
+    return {
+        model.subgraphs[s].tensors[t].name: list(model.subgraphs[s].tensors[t].shape)
+        for s in sorted(result.calibrations)
+        for t in model.subgraphs[s].inputs
+        if -1 in (model.subgraphs[s].tensors[t].shape_signature or ())
+    }
+
+
 def build_report(
     result: QuantizeResult,
     source: Model,
@@ -174,6 +186,7 @@ def build_report(
             "synthetic": any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
             "seed": seed,
+            "input_shapes": _dynamic_input_shapes(result),
         },
         "input_model": input_file,
         "output_model": output_file,
