@@ -102,20 +102,51 @@ class OutputCheckError(QtoolError):
     exit_code = 1
 
 
+def _worst_output(result, s: int) -> str:
+    """The estimate's worst output of subgraph `s`, in words."""
+    rows = [a for a in result.accuracy if a.subgraph == s]
+    if not rows:
+        return "no estimate"
+    worst = min(rows, key=lambda a: a.fitting_db)
+    text = f"worst output {worst.name} {worst.fitting_db:.1f} dB"
+    if s in result.metric:
+        text += f", metric {result.metric[s]:.4g}"
+    return text
+
+
 def target_failure(result) -> str | None:
-    """Why the target SQNR was missed (the places that would need float), or None."""
-    missed = {s: r for s, r in result.searches.items() if not r.reached}
-    if not missed:
-        return None
+    """Why the target was missed, or None: the places that would need float when the search
+    fell short; both measurements when the samples no choice saw contradict the search's."""
     parts = []
-    for s, search in missed.items():
-        worst = min(search.output_sqnr)
-        places = ", ".join(f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5])
-        parts.append(
-            f"subgraph {s}: worst output {worst:.1f} dB after "
-            f"{len(search.remedies)} remedies; most of the remaining noise comes from {places}"
-        )
-    return "; ".join(parts)
+    for s, search in result.searches.items():
+        if not search.reached:
+            worst = min(search.output_sqnr)
+            places = ", ".join(
+                f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5]
+            )
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            parts.append(
+                f"subgraph {s}: worst output {worst:.1f} dB{metric} after "
+                f"{len(search.remedies)} remedies; most of the remaining noise comes from {places}"
+            )
+        elif not result.target_confirmed.get(s, False):
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            parts.append(
+                f"subgraph {s}: reached on the samples the search judged it on (worst output "
+                f"{min(search.output_sqnr):.1f} dB{metric}), but not on samples that no choice "
+                f"saw ({_worst_output(result, s)}, {result.accuracy_source})"
+            )
+    return "; ".join(parts) or None
+
+
+def _target_text(options: QuantizeOptions) -> str:
+    """The target in words: "target SQNR 30 dB", "target metric 0.95", or both."""
+    parts = []
+    if options.target_sqnr is not None:
+        parts.append(f"target SQNR {options.target_sqnr:g} dB")
+    if options.target_metric is not None:
+        parts.append(f"target metric {options.target_metric:g}")
+    return " and ".join(parts)
 
 
 @dataclass
@@ -319,9 +350,12 @@ def finish_quantization(
     )
     missed = target_failure(result)
     if missed:
-        target = options.target_sqnr
-        remedy = "" if options.allow_float else " (allowing float would let them stay float)"
-        raise TargetNotReachedError(f"target SQNR {target:g} dB not reached: {missed}{remedy}")
+        remedy = (
+            ""
+            if options.allow_float or all(r.reached for r in result.searches.values())
+            else " (allowing float would let them stay float)"
+        )
+        raise TargetNotReachedError(f"{_target_text(options)} not reached: {missed}{remedy}")
     if strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
         raise StrictModeError(

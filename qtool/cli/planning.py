@@ -81,6 +81,14 @@ _OPTIONS = [
         help="Run matching ops in int16x8 (op-type glob or glob over produced tensor names), the "
         "rest in int8. Repeatable.",
     ),
+    click.option(
+        "--metric",
+        metavar="MODULE:FUNCTION",
+        help="Your own measure of the outputs: a function (module:function or "
+        "file.py:function, as for --data generators) taking the float and the quantized "
+        "outputs (lists of arrays, samples along axis 0) and returning a number, higher is "
+        "better. Reported on held-out samples; the auto choice maximises it.",
+    ),
 ]
 
 _TARGET_OPTIONS = [
@@ -93,16 +101,25 @@ _TARGET_OPTIONS = [
         "if it cannot be reached.",
     ),
     click.option(
+        "--target-metric",
+        type=float,
+        metavar="VALUE",
+        help="--metric must reach this value on held-out samples (as --target-sqnr: remedies "
+        "for the most sensitive layers; exit 1 writing nothing if it cannot be reached).",
+    ),
+    click.option(
         "--allow-float",
         is_flag=True,
-        help="Let --target-sqnr keep layers in float when integer remedies are not enough.",
+        help="Let --target-sqnr and --target-metric keep layers in float when integer remedies "
+        "are not enough.",
     ),
 ]
 
 
 def planning_options(target: bool) -> Decorator:
-    """--holdout, --calibration, --bias-correction, --optimize-rounding, --activations, --int16
-    and, with `target`, --target-sqnr and --allow-float, in that order on --help."""
+    """--holdout, --calibration, --bias-correction, --optimize-rounding, --activations, --int16,
+    --metric and, with `target`, --target-sqnr, --target-metric and --allow-float, in that order
+    on --help."""
     options = _OPTIONS + (_TARGET_OPTIONS if target else [])
 
     def decorate(command: Callable) -> Callable:
@@ -122,5 +139,7 @@ def options_from(values: dict) -> dict:
         "activations": values["activations"],
         "int16": values["int16_patterns"],
         "target_sqnr": values.get("target_sqnr"),
+        "metric": values.get("metric"),
+        "target_metric": values.get("target_metric"),
         "allow_float": values.get("allow_float", False),
     }

@@ -188,10 +188,80 @@ def quantize_command(
 
 
 WORST_LAYERS = 10
+MEASURE_NAMES = {
+    "decision_agreement": "decisions",
+    "max_abs_error": "max error",
+    "iou": "IoU",
+    "top1_agreement": "top-1",
+    "top5_agreement": "top-5",
+    "mean_abs_error": "mean error",
+    "relative_error": "relative error",
+    "detected_mean_abs_error": "mean error where detected",
+}
+SHARES = frozenset(("decision_agreement", "top1_agreement", "top5_agreement", "relative_error"))
+
+
+def _measures(row: dict) -> str:
+    parts = []
+    for name, value in row["measures"].items():
+        label = MEASURE_NAMES.get(name, name)
+        if value is None:
+            parts.append(f"{label} -")
+        elif name in SHARES:
+            parts.append(f"{label} {value:.1%}")
+        else:
+            parts.append(f"{label} {value:.3g}")
+    return ", ".join(parts)
+
+
+def render_accuracy(accuracy: dict, metric: str | None) -> None:
+    """Each output's kind, SQNR, fitting SQNR, spread and measures; the user's metric; notes
+    on SQNRs set by an output's grid."""
+    if not accuracy["outputs"]:
+        return
+    print_table(
+        stdout,
+        f"outputs vs float ({accuracy['source']})",
+        ("output", "kind", "SQNR dB", "fitting dB", "per sample min/median", "measures"),
+        [
+            (
+                row["name"],
+                row["kind"],
+                _db(row["sqnr_db"]),
+                _db(row["fitting_sqnr_db"]),
+                f"{_db(row['sample_min_db'])} / {_db(row['sample_median_db'])}",
+                _measures(row),
+            )
+            for row in accuracy["outputs"]
+        ],
+    )
+    for found in accuracy.get("metric", []):
+        print_fields(stdout, [("metric", f"{metric}: {found['value']:.6g}")])
+    for row in accuracy["outputs"]:
+        if row["floored"]:
+            stdout.print(
+                Text("note: ", style="cyan")
+                + Text(
+                    printable(
+                        f"{row['name']}'s plain SQNR is set by its grid (its float values span "
+                        "few of its steps): read its decisions and its fitting SQNR (about the "
+                        "0.5 threshold)"
+                    )
+                )
+            )
 
 
 def _db(value: float | None) -> str:
     return "exact" if value is None else f"{value:.1f}"
+
+
+def _target_text(target: dict) -> str:
+    parts = []
+    if target["sqnr_db"] is not None:
+        parts.append(f"{target['sqnr_db']:g} dB")
+    if target["metric"] is not None:
+        parts.append(f"metric {target['metric']:g}")
+    return " and ".join(parts)
 
 
 def _target_fields(report: dict) -> list[tuple[str, str]]:
@@ -208,7 +278,8 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     return [
         (
             "target",
-            f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
+            f"{_target_text(target)} "
+            f"{'reached (confirmed on samples no choice saw)' if target['reached'] else 'NOT reached'}: "
             f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
             f"remedies{cost}",
         )
@@ -277,14 +348,7 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         ("role", "name", "dtype", "shape", "scale", "zero point"),
         io_rows,
     )
-    accuracy = report["accuracy"]
-    if accuracy["outputs"]:
-        print_table(
-            stdout,
-            f"output SQNR vs float ({accuracy['source']})",
-            ("output", "SQNR dB"),
-            [(row["name"], _db(row["sqnr_db"])) for row in accuracy["outputs"]],
-        )
+    render_accuracy(report["accuracy"], report["settings"].get("metric"))
     if report["float_ops"]:
         print_table(
             stdout,

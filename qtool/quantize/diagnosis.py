@@ -1,8 +1,10 @@
 """`qtool analyze`: where a model's quantization error comes from, and what would help.
 
-On held-out samples, by simulation of the plan (fitted on the other calibration samples):
+On the selection fold (or held-out samples), the plan fitted on the other calibration samples:
 
-- each output's SQNR with everything quantized;
+- each output's SQNR with everything quantized, its integer model run in LiteRT (simulated
+  where LiteRT cannot run it); everything below is simulated, on a few of those samples (only
+  the simulation can quantize one place alone):
 - per place (an operator's weights, an activation tensor): each output's SQNR when only that
   place is quantized (sensitivity.py);
 - per quantized tensor: its own SQNR along the simulated integer model against the float one
@@ -83,6 +85,8 @@ class SubgraphDiagnosis:
     samples: int
     plan: Plan  # the plan analysed
     statistics: SubgraphStatistics  # what the plan was fitted on (its ranges' histograms)
+    measured_in: str = ""  # how output_sqnr was measured: LiteRT or simulation
+    output_samples: int = 0  # the samples output_sqnr was measured on
 
 
 @dataclass
@@ -195,18 +199,18 @@ def diagnose_calibrated(calibrated, remedied: int = REMEDIED) -> Diagnosis:
     """Analyse the plan a calibrated model (`quantizer.Calibrated`) gets without a target."""
     subgraphs = []
     for s, found in calibrated.collected.items():
-        if found.evaluation is None:
+        if found.selection is None:
             raise UsageError(
                 "the analysis needs held-out samples: give more calibration samples or a "
                 "held-out dataset"
             )
         planner = calibrated.planners[s]
         plan = planner.plan(found.fit, calibrated.start)
-        analyzer = Analyzer(planner.model, plan, found.evaluation.inputs)
+        analyzer = Analyzer(planner.model, plan, found.selection.inputs)
         subgraphs.append(
             _diagnose_subgraph(planner, plan, analyzer, calibrated.start, found, remedied)
         )
-    source = next((c.evaluation.source for c in calibrated.collected.values() if c.evaluation), "")
+    source = next((c.selection.source for c in calibrated.collected.values() if c.selection), "")
     return Diagnosis(str(calibrated.start.method), source, subgraphs)
 
 
@@ -217,7 +221,7 @@ def _diagnose_subgraph(
     found_places = [analyzer.measure(p) for p in places(planner.model, plan)]
     found_places.sort(key=lambda s: s.worst_db)
     layers = layer_sqnr(analyzer.model, analyzer.plan, analyzer.inputs)
-    remedies = _Remedies(planner, found.fit, recipe, found.evaluation.inputs)
+    remedies = _Remedies(planner, found.fit, recipe, found.selection.inputs)
     remedies.analyzers[recipe] = analyzer
     reports = []
     model_db = min(analyzer.full(), default=float("inf"))
@@ -230,13 +234,16 @@ def _diagnose_subgraph(
             report.remedies = remedies.effects(place)
             report.recommended = _recommend(sensitivity.worst_db, model_db, report.remedies)
         reports.append(report)
+    measured = planner.accuracy(found.fit, recipe, found.selection)
     return SubgraphDiagnosis(
         plan.subgraph_index,
         [subgraph.tensors[t].name for t in subgraph.outputs],
-        analyzer.full(),
+        [o.sqnr_db for o in measured.outputs],
         reports,
         {subgraph.tensors[t].name: v for t, v in layers.items()},
         analyzer.float.samples,
         plan,
         found.fit,
+        measured.measured_in,
+        found.selection.samples,
     )

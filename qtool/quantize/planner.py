@@ -14,13 +14,15 @@ from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
+from qtool.quantize.accuracy import LITERT, SIMULATION
 from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
 from qtool.quantize.evaluation import (
-    OutputAccuracy,
+    PlanAccuracy,
     candidate_outputs,
-    measured_accuracy,
-    simulated_accuracy,
+    litert_plan_outputs,
+    plan_accuracy,
+    simulated_outputs,
 )
 from qtool.quantize.litert_worker import Pending
 from qtool.quantize.plan import (
@@ -33,6 +35,7 @@ from qtool.quantize.plan import (
     decide,
     make_plan,
 )
+from qtool.quantize.user_metric import UserMetric
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
 
 FOR_TARGET = "kept in float to reach the target SQNR"
@@ -84,6 +87,7 @@ class Planner:
     source_index: list[int]
     subgraph_index: int = 0
     calibration: Dataset | None = None  # samples for the second moments of rounding
+    metric: UserMetric | None = None  # the user's own measure, computed with every accuracy
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
@@ -134,17 +138,26 @@ class Planner:
 
     def accuracy(
         self, statistics: SubgraphStatistics, recipe: Recipe, evaluation: EvaluationSet
-    ) -> list[OutputAccuracy]:
-        """Each output's SQNR on the evaluation samples, once per recipe: measured with the
-        integer model in LiteRT where it runs, simulated otherwise (each row says which)."""
+    ) -> PlanAccuracy:
+        """Each output against the float model on the evaluation samples (and the user's
+        metric), once per recipe: measured with the integer model in LiteRT where it runs,
+        simulated otherwise (each record says which)."""
         key = (_Same(statistics), recipe, _Same(evaluation))
         if key not in self._accuracy:
             plan = self.plan(statistics, recipe)
             started = self._started.pop((_Same(statistics), recipe, _Same(evaluation.inputs)), None)
-            measured = measured_accuracy(
-                self.model, plan, self.precision.specs, evaluation, started
+            outputs = litert_plan_outputs(
+                self.model, plan, self.precision.specs, evaluation.inputs, started
             )
-            self._accuracy[key] = measured or simulated_accuracy(self.model, plan, evaluation)
+            measured_in = LITERT
+            if outputs is None:
+                outputs, measured_in = (
+                    simulated_outputs(self.model, plan, evaluation.inputs),
+                    SIMULATION,
+                )
+            self._accuracy[key] = plan_accuracy(
+                self.model, plan, evaluation, outputs, measured_in, self.metric
+            )
         return self._accuracy[key]
 
     def start_measuring(

@@ -169,6 +169,8 @@ def build_report(
             "optimize_rounding": options.optimize_rounding,
             "target_sqnr": options.target_sqnr,
             "allow_float": options.allow_float,
+            "metric": metric_name(options.metric),
+            "target_metric": options.target_metric,
             "data": data_sources,
             "synthetic": any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
@@ -232,21 +234,36 @@ def recipe_section(result: QuantizeResult) -> list[dict[str, Any]]:
     return rows
 
 
+def metric_name(metric) -> str | None:
+    """How the report names the user's metric: its `module:function`, or a callable's name."""
+    if metric is None or isinstance(metric, str):
+        return metric
+    return getattr(metric, "__qualname__", None) or type(metric).__name__
+
+
 def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:
-    """The report's target SQNR section: the target, whether each subgraph reached it, and the
-    remedies applied; None without a target."""
-    if options.target_sqnr is None:
+    """The report's target section: the target, whether each subgraph reached it (on the
+    search's samples, and confirmed on samples no choice saw), and the remedies applied; None
+    without a target."""
+    if options.accuracy_target is None:
         return None
+    confirmed = result.target_confirmed
     return {
         "sqnr_db": options.target_sqnr,
+        "metric": options.target_metric,
         "allow_float": options.allow_float,
-        "reached": all(search.reached for search in result.searches.values()),
+        "reached": all(
+            search.reached and confirmed.get(s, False) for s, search in result.searches.items()
+        ),
         "size_without_remedies_bytes": result.baseline_size,
         "subgraphs": [
             {
                 "subgraph": s,
-                "reached": search.reached,
+                "reached": search.reached and confirmed.get(s, False),
+                "search_reached": search.reached,
+                "confirmed": confirmed.get(s, False),
                 "output_sqnr_db": [_db(v) for v in search.output_sqnr],
+                "metric": search.metric,
                 "remedies": [
                     {
                         "kind": remedy.kind,
@@ -267,15 +284,16 @@ def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str
 
 
 def accuracy_section(result: QuantizeResult) -> dict[str, Any]:
-    """How close the quantized model is to the float one on held-out samples."""
+    """How close the quantized model is to the float one on samples no choice saw."""
     return {
         "source": result.accuracy_source or None,
+        "independent": result.estimate_independent,
         "method": result.method,
         "method_scores_db": {m: _db(v) for m, v in result.method_scores.items()},
-        "outputs": [
-            {"subgraph": a.subgraph, "name": a.name, "sqnr_db": _db(a.sqnr_db)}
-            for a in result.accuracy
-        ],
+        "method_metrics": dict(result.method_metrics),
+        "metric": [{"subgraph": s, "value": v} for s, v in sorted(result.metric.items())],
+        "outputs": [a.to_dict() for a in result.accuracy],
+        "simulation_check": [c.to_dict() for c in result.simulation_checks],
     }
 
 
