@@ -243,7 +243,7 @@ def render_accuracy(accuracy: dict, metric: str | None) -> None:
                 Text("note: ", style="cyan")
                 + Text(
                     printable(
-                        f"{row['name']}'s plain SQNR is set by its grid (its float values span "
+                        f"{row['name']}'s plain SQNR is set by its grid (its float values are a "
                         "few of its steps): read its decisions and its fitting SQNR (about the "
                         "0.5 threshold)"
                     )

@@ -40,8 +40,8 @@ DECIDED = frozenset((PROBABILITY, MASK, LOGITS))  # read as decisions at a thres
 
 THRESHOLD = 0.5  # the decision threshold of a probability (a logit's is 0)
 TOP_K = 5
-# A probability whose float values span fewer steps of its grid than this has an SQNR set by
-# the grid, not by the quantization of the model: the report says so.
+# A probability whose float values have an RMS of fewer steps of its grid than this has a plain
+# SQNR set by the grid, not by the quantization of the model: the report says so.
 FLOOR_STEPS = 16
 
 
@@ -94,8 +94,6 @@ class OutputMeasures:
     abs_reference: float = 0.0
     detected_error: float = 0.0
     detected_elements: int = 0
-    low: float = np.inf  # the reference's (probability's) smallest and largest values
-    high: float = -np.inf
 
     def add(self, reference: np.ndarray, test: np.ndarray, detected: np.ndarray | None = None):
         """Add one chunk of samples (axis 0) of the float reference and the quantized output."""
@@ -104,8 +102,6 @@ class OutputMeasures:
         self.sqnr.add(ref, got)
         if self.kind == LOGITS:
             ref, got = sigmoid(ref), sigmoid(got)
-        if ref.size:
-            self.low, self.high = min(self.low, float(ref.min())), max(self.high, float(ref.max()))
         centre = THRESHOLD if self.kind in DECIDED else 0.0
         self.fitting.signal += float(np.sum((ref - centre) ** 2))
         self.fitting.noise += float(np.sum((ref - got) ** 2))
@@ -155,12 +151,13 @@ class OutputMeasures:
         return float(values.min()), float(np.median(values))
 
     def floored(self) -> bool:
-        """Whether a probability's float values span fewer than FLOOR_STEPS steps of its grid:
-        its plain SQNR is then set by the grid (one step is as large as the signal)."""
-        if self.kind not in DECIDED or not np.isfinite(self.high):
+        """Whether a probability's float values have an RMS of fewer than FLOOR_STEPS steps of
+        its grid: its plain SQNR is then set by the grid (a few steps of error are as large as
+        the signal), whatever the decisions."""
+        if self.kind not in (PROBABILITY, MASK) or not self.elements:
             return False
         step = self.step if self.step else 1.0 / 256
-        return (self.high - self.low) < FLOOR_STEPS * step
+        return float(np.sqrt(self.sqnr.signal / self.elements)) < FLOOR_STEPS * step
 
     def values(self) -> dict[str, float]:
         """The kind's measures by name (shares in [0, 1], errors in the output's units)."""

@@ -54,8 +54,8 @@ class OutputAccuracy:
     the decision threshold for probabilities and logits, else the plain one), which choices and
     targets compare; `sample_min_db` and `sample_median_db` its spread over single samples;
     `measures` the kind's own measures (decision agreement, top-k agreement, errors...);
-    `floored`: a probability whose values span so few steps of its grid that the plain SQNR
-    says little (read the decisions).
+    `floored`: a probability whose values are so small on its grid (an RMS of fewer than 16
+    steps) that the plain SQNR says little (read the decisions).
     """
 
     subgraph: int
