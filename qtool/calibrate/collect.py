@@ -359,7 +359,7 @@ def calibration_statistics(
     engine: str = "auto",
     progress: Callable[[int], None] | None = None,
 ) -> CalibrationStatistics:
-    """Statistics of every sample (no evaluation fold), to save and merge with other shards
+    """Statistics of every sample (no folds), to save and merge with other shards
     (`qtool calibrate`), then quantize from (`statistics=`)."""
     prepared = prepare_float_model(model)
     collected = {

@@ -40,10 +40,11 @@ _OPTIONS = [
         "--holdout",
         multiple=True,
         metavar="[KEY=]PATH",
-        help="Held-out samples (same forms as --data) on which accuracy is measured; they never "
-        "calibrate. Without them, a quarter of the first 128 calibration samples (spread evenly; "
-        "with 8 samples or more) is held out: choices are fitted on the others and judged on "
-        "it, and the final ranges are calibrated on all.",
+        help="Held-out samples (same forms as --data) on which the reported accuracy is "
+        "measured; they never calibrate and never judge a choice. Without them, a quarter of "
+        "the first 128 calibration samples (spread evenly; with 8 samples or more) is kept from "
+        "every choice for that estimate. Either way choices are judged on another quarter and "
+        "the final ranges are calibrated on all calibration samples.",
     ),
     click.option(
         "--calibration",
@@ -51,7 +52,8 @@ _OPTIONS = [
         show_default=True,
         metavar="METHOD",
         help="How activation ranges are chosen: minmax, percentile[:P] (default P 99.99), mse, kl, "
-        "or auto (the method scoring best on held-out calibration samples).",
+        "or auto (the method whose worst output scores best on held-out calibration samples, "
+        "or whose --metric does).",
     ),
     click.option(
         "--bias-correction/--no-bias-correction",
@@ -96,9 +98,10 @@ _TARGET_OPTIONS = [
         "--target-sqnr",
         type=float,
         metavar="DB",
-        help="Every output must reach this SQNR on held-out samples: the most sensitive layers get "
-        "rounding optimisation or int16 (and float with --allow-float); exit 1 writing nothing "
-        "if it cannot be reached.",
+        help="Every output must reach this SQNR (the one that fits its kind) on held-out samples, "
+        "measured in LiteRT: the most sensitive layers get rounding optimisation or int16 (and "
+        "float with --allow-float); exit 1 writing nothing if it cannot be reached or samples "
+        "no choice saw contradict it.",
     ),
     click.option(
         "--target-metric",

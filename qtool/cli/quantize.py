@@ -19,6 +19,7 @@ from qtool.cli.render import print_fields, print_json, print_table, progress, st
 from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
+from qtool.quantize.accuracy import measures_text
 from qtool.report import summary_counts
 from qtool.targets import target_names
 
@@ -188,30 +189,6 @@ def quantize_command(
 
 
 WORST_LAYERS = 10
-MEASURE_NAMES = {
-    "decision_agreement": "decisions",
-    "max_abs_error": "max error",
-    "iou": "IoU",
-    "top1_agreement": "top-1",
-    "top5_agreement": "top-5",
-    "mean_abs_error": "mean error",
-    "relative_error": "relative error",
-    "detected_mean_abs_error": "mean error where detected",
-}
-SHARES = frozenset(("decision_agreement", "top1_agreement", "top5_agreement", "relative_error"))
-
-
-def _measures(row: dict) -> str:
-    parts = []
-    for name, value in row["measures"].items():
-        label = MEASURE_NAMES.get(name, name)
-        if value is None:
-            parts.append(f"{label} -")
-        elif name in SHARES:
-            parts.append(f"{label} {value:.1%}")
-        else:
-            parts.append(f"{label} {value:.3g}")
-    return ", ".join(parts)
 
 
 def render_accuracy(accuracy: dict, metric: str | None) -> None:
@@ -230,7 +207,7 @@ def render_accuracy(accuracy: dict, metric: str | None) -> None:
                 _db(row["sqnr_db"]),
                 _db(row["fitting_sqnr_db"]),
                 f"{_db(row['sample_min_db'])} / {_db(row['sample_median_db'])}",
-                _measures(row),
+                measures_text(row["measures"]),
             )
             for row in accuracy["outputs"]
         ],

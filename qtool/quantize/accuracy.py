@@ -17,7 +17,7 @@ Each output's kind comes from the graph, checked against the values (`output_kin
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +26,6 @@ from qtool.model import Model
 from qtool.numerics.measures import (
     BOXES,
     CLASSES,
-    DECIDED,
     LOGITS,
     MASK,
     PROBABILITY,
@@ -87,21 +86,35 @@ class OutputAccuracy:
         }
 
     def headline(self) -> str:
-        """The kind's main measure in words, for a summary line."""
-        m = self.measures
-        if self.kind in DECIDED:
-            text = f"decisions {m['decision_agreement']:.1%} at {THRESHOLD:g}"
-            if "iou" in m:
-                text += f", IoU {m['iou']:.3f}"
-            return text + f", max error {m['max_abs_error']:.3g}"
-        if self.kind == CLASSES:
-            return f"top-1 {m['top1_agreement']:.1%}, top-5 {m['top5_agreement']:.1%}"
-        if not m:
-            return ""
-        text = f"mean error {m['mean_abs_error']:.3g} ({m['relative_error']:.1%})"
-        if "detected_mean_abs_error" in m:
-            text += f", {m['detected_mean_abs_error']:.3g} where detected"
-        return text
+        """The kind's measures in words, for a summary line."""
+        return measures_text(self.measures)
+
+
+MEASURE_LABELS = {
+    "decision_agreement": f"decisions at {THRESHOLD:g}",
+    "max_abs_error": "max error",
+    "iou": "IoU",
+    "top1_agreement": "top-1",
+    "top5_agreement": "top-5",
+    "mean_abs_error": "mean error",
+    "relative_error": "relative error",
+    "detected_mean_abs_error": "mean error where detected",
+}
+SHARES = frozenset(("decision_agreement", "top1_agreement", "top5_agreement", "relative_error"))
+
+
+def measures_text(measures: Mapping[str, float | None]) -> str:
+    """An output's measures in words: "decisions at 0.5 100.0%, max error 0.0039"."""
+    parts = []
+    for name, value in measures.items():
+        label = MEASURE_LABELS.get(name, name)
+        if value is None:
+            parts.append(f"{label} -")
+        elif name in SHARES:
+            parts.append(f"{label} {value:.1%}")
+        else:
+            parts.append(f"{label} {value:.3g}")
+    return ", ".join(parts)
 
 
 def json_db(value: float) -> float | None:

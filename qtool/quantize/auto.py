@@ -90,9 +90,9 @@ def start_candidates(
     inputs: list[np.ndarray],
     bias_correction: bool | None,
 ) -> None:
-    """Start running every method candidate's integer model on the evaluation inputs as soon
-    as the fitting fold's statistics exist: LiteRT's children then compute while the
-    evaluation fold is still being calibrated (`choose_recipe` picks their outputs up)."""
+    """Start running every method candidate's integer model on the selection fold's inputs as
+    soon as the fitting fold's statistics exist: LiteRT's children then compute while the
+    other folds are still being calibrated (`choose_recipe` picks their outputs up)."""
     correction = _corrections(bias_correction)[0]
     for method in CANDIDATES:
         planner.start_measuring(fit, Recipe(method, correction), inputs)

@@ -22,7 +22,6 @@ from functools import partial
 
 from qtool.calibrate import CalibrationResult, Dataset
 from qtool.calibrate.collect import (
-    HELD_OUT,
     MIN_SAMPLES_FOR_HOLDOUT,
     Collected,
     collect,
@@ -38,11 +37,11 @@ from qtool.model import Model, TensorType, model_to_bytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
 from qtool.prepare.fold import FoldedOp, StoredForm
-from qtool.quantize.accuracy import LITERT, OutputAccuracy
-from qtool.quantize.agreement import SimulationCheck, simulation_check
+from qtool.quantize.accuracy import OutputAccuracy
+from qtool.quantize.agreement import SimulationCheck
 from qtool.quantize.auto import AUTO, CandidateScore, choose_recipe, start_candidates
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
-from qtool.quantize.evaluation import PlanAccuracy
+from qtool.quantize.estimate import estimate_accuracy
 from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.planner import Planner, Recipe
@@ -401,22 +400,7 @@ def quantize_loaded(
         for op, decision in zip(prepared.model.subgraphs[s].operators, plan.decisions, strict=True)
         if decision.mode == FLOAT
     ]
-    estimates = {
-        s: planners[s].accuracy(found.estimate_fit, recipes[s], found.estimate)
-        for s, found in collected.items()
-        if found.estimate is not None
-    }
-    checks = [
-        check
-        for s, found in collected.items()
-        if s in estimates and estimates[s].measured_in == LITERT
-        for check in simulation_check(
-            planners[s].model,
-            planners[s].plan(found.estimate_fit, recipes[s]),
-            precision.specs,
-            found.estimate,
-        )
-    ]
+    estimate = estimate_accuracy(collected, planners, recipes, precision.specs)
     layers = {
         s: _layer_sqnr(planners[s], found, recipes[s])
         for s, found in collected.items()
@@ -456,16 +440,13 @@ def quantize_loaded(
         searches=searches,
         baseline_size=baseline_size,
         diagnosis=diagnosis,
-        accuracy=[row for found in estimates.values() for row in found.outputs],
-        accuracy_source=_accuracy_source(collected, estimates),
-        metric={s: found.metric for s, found in estimates.items() if found.metric is not None},
-        estimate_independent=(
-            not any(collected[s].shared for s in estimates) if estimates else None
-        ),
-        target_confirmed=_confirmed(target, searches, estimates),
-        simulation_checks=checks,
-        warnings=_warnings(work, collected, calibrated.datasets, notes)
-        + [c.warning() for c in checks if c.disagrees],
+        accuracy=estimate.outputs,
+        accuracy_source=estimate.source,
+        metric=estimate.metric,
+        estimate_independent=estimate.independent,
+        target_confirmed=estimate.confirms(target, searches),
+        simulation_checks=estimate.checks,
+        warnings=_warnings(work, collected, calibrated.datasets, notes) + estimate.warnings(),
         layer_sqnr=layers,
     )
 
@@ -488,41 +469,6 @@ def _layer_sqnr(planner: Planner, found: Collected, recipe: Recipe) -> dict[int,
     plan = planner.plan(found.estimate_fit, recipe)
     inputs = [x[:MAX_SAMPLES] for x in found.estimate.inputs]
     return layer_sqnr(planner.model, plan, inputs)
-
-
-def _confirmed(
-    target: Target | None,
-    searches: Mapping[int, SearchResult],
-    estimates: Mapping[int, PlanAccuracy],
-) -> dict[int, bool]:
-    """Per subgraph with a target: whether the estimate (samples no choice saw, in LiteRT where
-    it runs) meets it too. A subgraph without an estimate confirms nothing."""
-    if target is None:
-        return {}
-    return {
-        s: search.reached and s in estimates and target.met(estimates[s])
-        for s, search in searches.items()
-    }
-
-
-def _accuracy_source(
-    collected: Mapping[int, Collected], estimates: Mapping[int, PlanAccuracy]
-) -> str:
-    """How and on which samples the reported accuracy was measured, in words."""
-    found = [c for s, c in collected.items() if s in estimates]
-    if not found:
-        return ""
-    samples = sum(c.estimate.samples for c in found)
-    litert = all(e.measured_in == LITERT for e in estimates.values())
-    how = "measured in LiteRT" if litert else "simulated (LiteRT cannot run it)"
-    if any(c.shared for c in found):
-        return (
-            f"{how} on {samples} held-out samples, which the choices were also judged on "
-            f"(fewer than {MIN_SAMPLES_FOR_HOLDOUT} calibration samples): optimistic"
-        )
-    if found[0].estimate.source == HELD_OUT:
-        return f"{how} on {samples} held-out samples that no choice saw"
-    return f"{how} on {samples} calibration samples that no choice saw, calibrating on the others"
 
 
 def _warnings(

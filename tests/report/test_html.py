@@ -176,3 +176,15 @@ def test_analyze_html_writes_the_page(tmp_path: Path) -> None:
     (analysed,) = json.loads(output.read_text())["subgraphs"]
     for name in analysed["layer_sqnr_db"]:  # every measured activation has its histogram
         assert f'data-name="{html.escape(name.lower(), quote=True)}"' in text
+
+
+def test_the_page_shows_each_outputs_kind_and_measures() -> None:
+    result = qtool.quantize_model(MODELS / "multi_io.tflite", fixture_data("multi_io"))
+    page = result.html()
+    kinds = sorted(row["kind"] for row in result.report["accuracy"]["outputs"])
+    assert kinds == ["classes", "regression"]
+    outputs = page[page.index('id="outputs"') : page.index('id="layers"')]
+    for row in result.report["accuracy"]["outputs"]:
+        assert f"<td>{row['kind']}</td>" in outputs
+    assert "top-1 " in outputs and "relative error " in outputs
+    assert "fitting" in outputs and "per sample min / median" in outputs
