@@ -69,6 +69,9 @@ def measure(name: str, entry: dict, options: dict) -> dict:
         )
     except QtoolError as exc:
         return {"name": name, "error": str(exc), "seconds": time.perf_counter() - started}
+    except Exception as exc:  # qtool's own failure on this model: a row, not the end of the run
+        error = f"internal error: {type(exc).__name__}: {exc}"
+        return {"name": name, "error": error, "seconds": time.perf_counter() - started}
     seconds = time.perf_counter() - started
     samples = np.load(entry["holdout"])
     reference = litert_outputs(Path(entry["file"]).read_bytes(), samples)
@@ -195,9 +198,9 @@ def main() -> None:
             continue
         results.append(measure(name, manifest[name], options))
         console.print(f"{name}: {results[-1].get('seconds', 0):.0f} s", highlight=False)
+        if args.json:  # after every model: a long run cut short keeps what it measured
+            Path(args.json).write_text(json.dumps(results, indent=1))
     report(results, args.target)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

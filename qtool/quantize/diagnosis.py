@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qtool.calibrate.collect import HELD_OUT, Collected, EvaluationSet
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.errors import UsageError
@@ -205,23 +206,39 @@ def diagnose_calibrated(calibrated, remedied: int = REMEDIED) -> Diagnosis:
                 "held-out dataset"
             )
         planner = calibrated.planners[s]
-        plan = planner.plan(found.fit, calibrated.start)
-        analyzer = Analyzer(planner.model, plan, found.selection.inputs)
+        fit, samples = analysed(found)
+        plan = planner.plan(fit, calibrated.start)
+        analyzer = Analyzer(planner.model, plan, samples.inputs)
         subgraphs.append(
-            _diagnose_subgraph(planner, plan, analyzer, calibrated.start, found, remedied)
+            _diagnose_subgraph(planner, plan, analyzer, calibrated.start, fit, samples, remedied)
         )
-    source = next((c.selection.source for c in calibrated.collected.values() if c.selection), "")
+    source = next((analysed(c)[1].source for c in calibrated.collected.values() if c.selection), "")
     return Diagnosis(str(calibrated.start.method), source, subgraphs)
 
 
+def analysed(found: Collected) -> tuple[SubgraphStatistics, EvaluationSet]:
+    """What an analysis looks at: with a held-out dataset, the plan quantize writes (every
+    calibration sample) on it; else the plan fitted on the fitting fold, on the selection fold
+    (the estimate fold stays unseen, as in quantize)."""
+    if found.estimate is not None and found.estimate.source == HELD_OUT:
+        return found.estimate_fit, found.estimate
+    return found.fit, found.selection
+
+
 def _diagnose_subgraph(
-    planner: Planner, plan: Plan, analyzer: Analyzer, recipe: Recipe, found, remedied: int
+    planner: Planner,
+    plan: Plan,
+    analyzer: Analyzer,
+    recipe: Recipe,
+    fit: SubgraphStatistics,
+    samples: EvaluationSet,
+    remedied: int,
 ) -> SubgraphDiagnosis:
     subgraph = planner.subgraph
     found_places = [analyzer.measure(p) for p in places(planner.model, plan)]
     found_places.sort(key=lambda s: s.worst_db)
     layers = layer_sqnr(analyzer.model, analyzer.plan, analyzer.inputs)
-    remedies = _Remedies(planner, found.fit, recipe, found.selection.inputs)
+    remedies = _Remedies(planner, fit, recipe, samples.inputs)
     remedies.analyzers[recipe] = analyzer
     reports = []
     model_db = min(analyzer.full(), default=float("inf"))
@@ -234,7 +251,7 @@ def _diagnose_subgraph(
             report.remedies = remedies.effects(place)
             report.recommended = _recommend(sensitivity.worst_db, model_db, report.remedies)
         reports.append(report)
-    measured = planner.accuracy(found.fit, recipe, found.selection)
+    measured = planner.accuracy(fit, recipe, samples)
     return SubgraphDiagnosis(
         plan.subgraph_index,
         [subgraph.tensors[t].name for t in subgraph.outputs],
@@ -243,7 +260,7 @@ def _diagnose_subgraph(
         {subgraph.tensors[t].name: v for t, v in layers.items()},
         analyzer.float.samples,
         plan,
-        found.fit,
+        fit,
         measured.measured_in,
-        found.selection.samples,
+        samples.samples,
     )

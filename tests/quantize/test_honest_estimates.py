@@ -194,3 +194,13 @@ def test_the_simulation_averages_codes_as_litert_does(activations: str) -> None:
     litert = run_litert_samples(result.model_bytes, feeds, reference=False)[0]
     simulated = Simulator(result.result.float_model, result.result.plans[0]).run(feeds)[0]
     np.testing.assert_array_equal(simulated.reshape(litert.shape), litert)
+
+
+def test_analyze_looks_at_the_holdout_when_given_else_the_selection_fold() -> None:
+    samples, holdout = cnn_samples("calib"), cnn_samples("holdout")
+    alone = qtool.analyze_model(CNN, samples)
+    assert alone["samples_from"] == "selection fold"
+    held = qtool.analyze_model(CNN, samples, holdout=holdout)
+    assert held["samples_from"] == "held-out data"
+    (sub,) = held["subgraphs"]
+    assert sub["output_samples"] == len(holdout) and sub["outputs_measured_in"] == LITERT
