@@ -213,9 +213,18 @@ def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
     return converted
 
 
-def _as_parameter(source: str, parameter: str = "data") -> str:
-    """A source as errors name it: the parameter (the CLI shows --data, --metric)."""
-    return f"`{parameter}={source!r}`"
+def _as_parameter(source: str) -> str:
+    """A generator source as errors name it: the `data` parameter (the CLI shows --data)."""
+    return f"`data={source!r}`"
+
+
+def _user_error(
+    source: str, label: str, exc: BaseException, sample: int | None = None
+) -> DataError:
+    """One line for an exception raised by the user's code (raised `from` it, so that `--debug`
+    prints its traceback)."""
+    where = "" if sample is None else f" at sample {sample}"
+    return DataError(f"{_as_parameter(source)}: {label} raised {exception_summary(exc)}{where}")
 
 
 @contextlib.contextmanager
@@ -231,12 +240,12 @@ def _importable(folder: str) -> Iterator[None]:
             sys.path.remove(folder)
 
 
-def _import_file(named: str, file_name: str):
+def _import_file(source: str, file_name: str):
     """A .py file run as `python path/to/file.py` would run it: its folder importable (sibling
     modules), and the module in sys.modules while it runs (dataclasses look it up there)."""
     path = Path(file_name)
     if lookup(file_name) is None:
-        raise UsageError(f"{named}: no such file {file_name}")
+        raise UsageError(f"{_as_parameter(source)}: no such file {file_name}")
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     replaced = sys.modules.get(path.stem)
@@ -252,11 +261,11 @@ def _import_file(named: str, file_name: str):
     return module
 
 
-def _import(named: str, module_name: str):
-    """The module a function source names: a file path ending in .py, or a (dotted) module
+def _import(source: str, module_name: str):
+    """The module a generator source names: a file path ending in .py, or a (dotted) module
     name found from the current directory first, as `python -m` would."""
     if module_name.endswith(".py"):
-        return _import_file(named, module_name)
+        return _import_file(source, module_name)
     try:
         with _importable(os.getcwd()):
             return importlib.import_module(module_name)
@@ -264,40 +273,44 @@ def _import(named: str, module_name: str):
         missing = exc.name or ""
         if module_name != missing and not module_name.startswith(f"{missing}."):
             raise
-        raise UsageError(f"{named}: no module named {module_name!r}") from None
+        raise UsageError(f"{_as_parameter(source)}: no module named {module_name!r}") from None
 
 
-def load_function(source: str, parameter: str = "data") -> tuple[Callable[..., Any], str]:
-    """The function `module:function` (a dotted module found from the current directory
-    first) or `path/to/file.py:function` names, and a label for messages (`module.function`).
-    Whatever the user's module raises while importing becomes one DataError, and a missing
-    module or function one UsageError, naming `parameter` (`data`, `metric`)."""
-    named = _as_parameter(source, parameter)
-    if GENERATOR.fullmatch(source) is None:
-        raise UsageError(
-            f"{named}: not a function: give module:function or path/to/file.py:function"
-        )
+def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
     module_name, _, function_name = source.rpartition(":")
     try:
-        module = _import(named, module_name)
+        module = _import(source, module_name)
     except UsageError:
         raise
     except (Exception, SystemExit) as exc:  # the user's module failed while importing
-        raise DataError(
-            f"{named}: importing {module_name} raised {exception_summary(exc)}"
-        ) from exc
+        raise _user_error(source, f"importing {module_name}", exc) from exc
     function = getattr(module, function_name, None)
     if not callable(function):
-        raise UsageError(f"{named}: module {module_name!r} has no function {function_name!r}")
+        raise UsageError(
+            f"{_as_parameter(source)}: module {module_name!r} has no function {function_name!r}"
+        )
     return (
         function,
         f"{Path(module_name).stem if module_name.endswith('.py') else module_name}.{function_name}",
     )
 
 
+def load_function(source: str, parameter: str = "data") -> tuple[Callable[[], Any], str]:
+    """The function a `module:function` or `path/to/file.py:function` source names, imported
+    as a `--data` generator is, and its label (`module.function`); errors name `parameter`
+    (`metric` for `--metric`) instead of `data`."""
+    named = f"`{parameter}={source!r}`"
+    if GENERATOR.fullmatch(source) is None:
+        raise UsageError(f"{named}: not a function: give module:function or file.py:function")
+    try:
+        return _load_generator(source)
+    except (UsageError, DataError) as exc:
+        raise type(exc)(str(exc).replace(_as_parameter(source), named, 1)) from exc.__cause__
+
+
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
     """`module:function`, yielding per sample a list (input order) or a dict (name -> array)."""
-    function, label = load_function(source)
+    function, label = _load_generator(source)
     yield from generated_batches(function, inputs, _as_parameter(source), label, source)
 
 
