@@ -8,6 +8,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -16,7 +17,7 @@ from qtool.errors import DataError, UsageError
 from qtool.model import model_to_bytes
 from qtool.model.build import GraphBuilder
 from qtool.quantize import QuantizeOptions
-from tests.conftest import DATA, MODELS
+from tests.conftest import DATA, MODELS, ROOT
 from tests.quantize.test_cli import assert_error
 from tests.quantize.test_cli import qtool as run_qtool
 
@@ -89,6 +90,7 @@ def test_a_top1_metric_from_the_command_line(tmp_path: Path, metrics: Path) -> N
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
+    jsonschema.validate(report, json.loads((ROOT / "schemas" / "report.schema.json").read_text()))
     assert report["settings"]["metric"] == f"{metrics}:top1"
     ((found,),) = [report["accuracy"]["metric"]]
     # The user's top-1 is qtool's own measure of this classifier, on the same samples.
@@ -160,7 +162,9 @@ def test_check_gates_on_the_metric(tmp_path: Path, metrics: Path) -> None:
     gate += ["--metric", f"{metrics}:top1"]
     passing = run_qtool(*gate, "--min-metric", "0.5", "--format", "json")
     assert passing.returncode == 0, passing.stdout + passing.stderr
-    accuracy = json.loads(passing.stdout)["models"][0]["accuracy"]
+    checked = json.loads(passing.stdout)
+    jsonschema.validate(checked, json.loads((ROOT / "schemas" / "check.schema.json").read_text()))
+    accuracy = checked["models"][0]["accuracy"]
     assert accuracy["metric"] >= 0.5 and accuracy["min_metric"] == 0.5
     failing = run_qtool(*gate, "--min-metric", "1.5")
     assert failing.returncode == 1 and "QT-METRIC-LOW" in failing.stdout
