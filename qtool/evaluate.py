@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.calibrate import Dataset
+from qtool.calibrate.collect import refuse_nonfinite
+from qtool.calibrate.memory import check_memory
 from qtool.errors import UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, numpy_dtype
 from qtool.model.edit import clone_model
@@ -88,6 +90,8 @@ def compare_models(
             f"{len(ref_graph.outputs)}, candidate {len(cand_graph.inputs)} -> "
             f"{len(cand_graph.outputs)}"
         )
+    for model in (reference, candidate):
+        check_memory(model, what="running")
     run_reference = _float_runner(reference)
     run_candidate = (
         _litert_runner(candidate) if engine == "litert" else _simulated_runner(candidate)
@@ -97,6 +101,7 @@ def compare_models(
     kept: tuple[list, list] = ([], [])
     for batch in dataset.iter_chunks(CHUNK):
         expected, got = run_reference(batch), run_candidate(batch)
+        refuse_nonfinite(expected, dataset.source)
         got = [np.reshape(g, np.shape(w)) for w, g in zip(expected, got, strict=True)]
         if meter is None:  # the kinds from the graph and the first chunk's values
             meter = OutputsMeter(

@@ -14,6 +14,11 @@ fold instead (it never calibrates), and the selection fold comes from the calibr
 as before. With fewer than `MIN_SAMPLES_FOR_HOLDOUT` calibration samples there are no folds:
 without a held-out dataset nothing is estimated, with one the choices are judged on it too, and
 the estimate says so (`Collected.shared`).
+
+A model that keeps state (qtool.runtime.state) reads its samples as one sequence: its folds are
+its tail (the last quarter the estimate fold, the quarter before it the selection fold), each a
+sequence of its own that starts from the initial state, as every run of a dataset (calibration,
+held-out data) does.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import copy
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -39,6 +45,7 @@ from qtool.model import Model
 from qtool.prepare import prepare_float_model
 from qtool.runtime import Engine
 from qtool.runtime.litert import XnnpackRunner
+from qtool.runtime.state import keeps_state
 
 FOLD_WINDOW = 128  # samples among which the folds are chosen (later ones all calibrate)
 _QUARTER = 1 << 30  # a quarter of the 32-bit hash range
@@ -58,10 +65,28 @@ class EvaluationSet:
     reference: list[np.ndarray]  # float outputs, (N, ...)
     source: str  # HELD_OUT, ESTIMATE_FOLD or SELECTION_FOLD
 
+    def __post_init__(self) -> None:
+        refuse_nonfinite(self.reference, self.source)
+
     @property
     def samples(self) -> int:
         """The number of held-out samples (0 when there are no inputs)."""
         return int(self.inputs[0].shape[0]) if self.inputs else 0
+
+
+def refuse_nonfinite(reference: list[np.ndarray], source: str) -> None:
+    """DataError when the float model computes inf or NaN on the samples: no accuracy can be
+    measured against such outputs (an SQNR of NaN, which passes no threshold honestly)."""
+    for k, values in enumerate(reference):
+        values = np.asarray(values)
+        if values.dtype.kind in "fc" and not np.isfinite(values).all():
+            rows = values.reshape(values.shape[0], -1) if values.ndim else values.reshape(1, 1)
+            bad = int(np.count_nonzero(~np.isfinite(rows).all(axis=1)))
+            raise DataError(
+                f"the float model computes inf or NaN at output {k} on {bad} of {rows.shape[0]} "
+                f"samples of the {source}, so no accuracy can be measured: its data or weights "
+                "take it beyond the float32 range (values near 3.4e38?)"
+            )
 
 
 @dataclass
@@ -126,7 +151,9 @@ def _litert_runs_reference(model: Model, subgraph_index: int, engine: str) -> bo
     stacked = not subgraph.inputs_lead_with_one() or all(
         subgraph.tensors[t].shape[:1] == [1] for t in subgraph.outputs
     )
-    return engine == "litert" and subgraph_index == 0 and stacked
+    # A sequence runs on the numpy engine: LiteRT's runner batches samples.
+    sequence = keeps_state(model, subgraph_index)
+    return engine == "litert" and subgraph_index == 0 and stacked and not sequence
 
 
 def _reference(
@@ -176,15 +203,17 @@ def _reference(
     return [join(parts[t]) for t in outputs]
 
 
-def _split_folds(dataset: Dataset, own_estimate: bool) -> dict[int, list[np.ndarray]]:
+def _split_folds(
+    dataset: Dataset, assign: Callable[[np.ndarray], np.ndarray], own_estimate: bool
+) -> dict[int, list[np.ndarray]]:
     """The selection fold's samples and, with `own_estimate`, the estimate fold's, in one
-    read of `dataset` (fold number -> one array per input)."""
+    read of `dataset` (fold number -> one array per input; `assign`: each index's fold)."""
     wanted = (SELECTION, ESTIMATE) if own_estimate else (SELECTION,)
     parts: dict[int, list[Batch]] = {fold: [] for fold in wanted}
     start = 0
     for batch in dataset.iter_chunks(256):
         n = batch[0].shape[0]
-        folds = fold_of(np.arange(start, start + n), own_estimate)
+        folds = assign(np.arange(start, start + n))
         start += n
         for fold in wanted:
             mask = folds == fold
@@ -234,13 +263,19 @@ def collect(
             evaluate = False
     expected = dataset.expected_samples
     own_estimate = holdout is None
+    assign = partial(fold_of, own_estimate=own_estimate)
+    window = FOLD_WINDOW
+    if keeps_state(model, subgraph_index):
+        # A sequence: the folds are its tail, which needs the length known beforehand (unknown:
+        # no folds).
+        expected = expected or 0
+        assign, window = partial(_tail_folds, expected, own_estimate), expected
     folded = evaluate and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
     fit_data = dataset
     if folded:
-        fit_data = selected(dataset, lambda i: fold_of(i, own_estimate) == FIT, None)
-        fit_data.size_hint = (
-            None if expected is None else expected - _folds_size(expected, own_estimate)
-        )
+        fit_data = selected(dataset, lambda i: assign(i) == FIT, None)
+        held_back = None if expected is None else assign(np.arange(min(expected, window))) != FIT
+        fit_data.size_hint = None if expected is None else expected - int(held_back.sum())
     fit = fresh()
     began = time.perf_counter()  # the engine's set-up counts in the calibration's time
     calibrator = Calibrator(model, engine, subgraph_index, fit)
@@ -251,7 +286,7 @@ def collect(
     sets: dict[int, EvaluationSet] = {}
     estimate_fit = statistics
     if evaluate:
-        held = _split_folds(dataset, own_estimate) if folded else {}
+        held = _split_folds(dataset, assign, own_estimate) if folded else {}
         if holdout is not None:
             held[ESTIMATE] = _materialise(holdout)
             if not (held[ESTIMATE] and held[ESTIMATE][0].shape[0]):
@@ -320,9 +355,19 @@ def fold_of(index: np.ndarray, own_estimate: bool = True) -> np.ndarray:
     return folds
 
 
-def _folds_size(samples: int, own_estimate: bool) -> int:
-    """How many of `samples` samples the folds take from calibration."""
-    return int(np.count_nonzero(fold_of(np.arange(min(samples, FOLD_WINDOW)), own_estimate)))
+def _tail_folds(samples: int, own_estimate: bool, index: np.ndarray) -> np.ndarray:
+    """Each sample's fold in a sequence of `samples`: with `own_estimate`, the last quarter is
+    the estimate fold and the quarter before it the selection fold; else the last quarter is the
+    selection fold."""
+    index = np.asarray(index)
+    quarter = samples // 4
+    folds = np.full(index.shape, FIT, np.int8)
+    if own_estimate:
+        folds[index >= samples - 2 * quarter] = SELECTION
+        folds[index >= samples - quarter] = ESTIMATE
+    else:
+        folds[index >= samples - quarter] = SELECTION
+    return folds
 
 
 def from_statistics(

@@ -150,7 +150,7 @@ def accuracy_findings(
     findings = []
     how = f"quantized model run {'in LiteRT' if comparison.engine == 'litert' else 'simulated'}"
     for output in comparison.outputs:
-        low = output.fitting_db < min_sqnr
+        low = not output.fitting_db >= min_sqnr  # NaN is no measurement: never a pass
         verdict = SQNR_LOW if low else SQNR
         plain = (
             ""

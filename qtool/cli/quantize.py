@@ -173,8 +173,11 @@ def quantize_command(
     )
     if synthetic and not data:
         stderr.print(
-            "[bold yellow]qtool: warning:[/] calibrating on SYNTHETIC random data: the "
-            "activation ranges are not meaningful and accuracy will be poor",
+            Text("qtool: warning:", style="bold yellow")
+            + Text(
+                " calibrating on SYNTHETIC random data: the activation ranges are not "
+                "meaningful and accuracy will be poor"
+            ),
             soft_wrap=True,
         )
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
@@ -242,9 +245,11 @@ def _target_text(target: dict) -> str:
 
 
 def _target_fields(report: dict) -> list[tuple[str, str]]:
-    target = report["target"]
+    device = report["device"]
+    fields = [] if device is None else [("device", f"{device['name']} ({device['title']})")]
+    target = report["sqnr_target"]
     if target is None:
-        return []
+        return fields
     remedies = [r for s in target["subgraphs"] for r in s["remedies"]]
     kinds = {
         kind: sum(r["kind"] == kind for r in remedies) for kind in ("rounding", "int16", "float")
@@ -253,13 +258,14 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     baseline = target["size_without_remedies_bytes"]
     cost = f", {size - baseline:+,} bytes" if baseline is not None else ""
     return [
+        *fields,
         (
             "target",
             f"{_target_text(target)} "
             f"{'reached (confirmed on samples no choice saw)' if target['reached'] else 'NOT reached'}: "
             f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
             f"remedies{cost}",
-        )
+        ),
     ]
 
 

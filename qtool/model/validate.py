@@ -7,6 +7,8 @@ It checks, against the operator facts in `schemas/ops.json`:
   within the documented size limits, shape signatures that fit their shapes;
 - the graph: every tensor produced once, and before it is read (runtimes execute operators in
   the stored order, so this also rules out cycles), valid subgraph inputs, outputs, signatures;
+  every subgraph an operator calls exists, and no call comes back to a running subgraph
+  (`calls.py`);
 - every operator: a known operator code, its input/output counts and operand types, its options
   table, constant operands where it needs them, and its shape rule (`shape_rules.py`).
 
@@ -18,12 +20,18 @@ Each problem names where it is (`operator N (TYPE)`, a tensor, a subgraph) and w
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from qtool.errors import ModelError
-from qtool.model import shape_rules_layout, shape_rules_nn  # noqa: F401  (they register rules)
+from qtool.model import (  # noqa: F401  (they register rules)
+    shape_rules_layout,
+    shape_rules_nn,
+    shape_rules_state,
+)
+from qtool.model.calls import call_problems
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.reflect import enum_values
 from qtool.model.shape_rules import RULES, OpView, ShapeError, declared_shape, same_shape
@@ -106,6 +114,8 @@ def model_problems(model: Model) -> list[Problem]:
     """Every problem of `model`, structure first: later checks assume valid indices."""
     problems = _structure(model)
     if not problems:
+        for s, i, message in call_problems(model):
+            problems.append(_op(s, i, model.op_type(model.subgraphs[s].operators[i]), message))
         for s, subgraph in enumerate(model.subgraphs):
             bad = _tensor_problems(model, s, subgraph, problems)
             _graph_problems(model, s, subgraph, problems)
@@ -271,8 +281,26 @@ def _sources(model: Model, subgraph: Subgraph) -> set[int]:
     }
 
 
+def _runtime_buffers(model: Model, subgraph: Subgraph) -> set[int]:
+    """Tensors a compiled op reads as buffers the runtime places (Vela's scratch areas)."""
+    table = load_op_facts()
+    placed = set()
+    for op in subgraph.operators:
+        code = model.operator_codes[op.opcode_index]
+        facts = (
+            table.custom(code.custom_code) if code.builtin_code == BuiltinOperator.CUSTOM else None
+        )
+        if facts is None:
+            continue
+        for position, t in enumerate(op.inputs):
+            operand = facts.input(position)
+            if t >= 0 and operand is not None and operand.runtime_buffer:
+                placed.add(t)
+    return placed
+
+
 def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Problem]) -> None:
-    sources = _sources(model, subgraph)
+    sources = _sources(model, subgraph) | _runtime_buffers(model, subgraph)
     written = {t for op in subgraph.operators for t in op.outputs}
     # An empty tensor no operator writes is an empty constant (an empty axis list, say).
     sources |= {
@@ -281,14 +309,17 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
         if 0 in tensor.shape and t not in written and tensor.dtype not in _OPAQUE
     }
     producer: dict[int, int] = {}
+    inputs = set(subgraph.inputs)
     for i, op in enumerate(subgraph.operators):
         op_type = model.op_type(op)
+        # Sets, not list lookups: an operator may list 100,000 outputs (linear, not quadratic).
+        twice = {t for t, n in Counter(op.outputs).items() if n > 1}
         for t in op.outputs:
-            if t in producer or t in sources or op.outputs.count(t) > 1:
+            if t in producer or t in sources or t in twice:
                 what = (
                     f"operator {producer[t]}"
                     if t in producer
-                    else ("a model input" if t in subgraph.inputs else "a constant")
+                    else ("a model input" if t in inputs else "a constant")
                 )
                 problems.append(_op(s, i, op_type, f"writes tensor {t}, already {what}"))
             producer.setdefault(t, i)
@@ -442,8 +473,8 @@ def _shape_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFact
 
 
 def _signature_problems(model: Model, problems: list[Problem]) -> None:
-    keys = [sig.get("signature_key") for sig in model.signature_defs]
-    for key in {k for k in keys if keys.count(k) > 1}:
+    keys = Counter(sig.get("signature_key") for sig in model.signature_defs)
+    for key in (k for k, n in keys.items() if n > 1):
         problems.append(Problem(f"signature key {key!r} is used twice"))
     for signature in model.signature_defs:
         key = signature.get("signature_key")

@@ -19,10 +19,12 @@ from qtool.numerics.affine import (
     dequantize,
     fake_quantize,
     fake_quantize_mean,
+    largest_products,
     multiplier_reaches_one,
     quantize,
     quantize_bias,
     quantize_multiplier,
+    symmetric_activation_params,
     symmetric_params,
 )
 from qtool.numerics.directml import dml_dequantize_linear
@@ -52,6 +54,7 @@ __all__ = [
     "fake_quantize",
     "fake_quantize_mean",
     "int_type",
+    "largest_products",
     "multiplier_reaches_one",
     "ngraph_quantize",
     "pack_int4",
@@ -62,6 +65,7 @@ __all__ = [
     "round_values",
     "sqnr_db",
     "sqnr_from_sums",
+    "symmetric_activation_params",
     "symmetric_params",
     "tf_quantize",
     "unpack_int4",

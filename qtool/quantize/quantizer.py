@@ -20,13 +20,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 
-from qtool.calibrate import CalibrationResult, Dataset
-from qtool.calibrate.collect import (
-    MIN_SAMPLES_FOR_HOLDOUT,
-    Collected,
-    collect,
-    from_statistics,
-)
+from qtool.arguments import choice, flag, patterns
+from qtool.calibrate import ENGINES, CalibrationResult, Dataset
+from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
     CalibrationStatistics,
@@ -34,6 +30,7 @@ from qtool.calibrate.statistics import (
 )
 from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
+from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
 from qtool.prepare.fold import FoldedOp, StoredForm
@@ -52,7 +49,7 @@ from qtool.quantize.targeting import plan_for_target
 from qtool.quantize.user_metric import MetricFunction, as_metric
 from qtool.runtime.litert import litert_available
 from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
-from qtool.targets import load_target
+from qtool.targets import load_target, target_names
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
 ACTIVATION_TYPES = tuple(mode.value for mode in QUANTIZED)  # what `activations` may be
@@ -90,15 +87,26 @@ class QuantizeOptions:
     target_metric: float | None = None  # the value `metric` must reach on held-out samples
 
     def __post_init__(self) -> None:
-        if self.io not in IO_MODES:
-            raise UsageError(f"io must be one of {', '.join(IO_MODES)}, not {self.io!r}")
-        if self.activations not in ACTIVATION_TYPES:
-            raise UsageError(
-                f"activations must be one of {', '.join(ACTIVATION_TYPES)}, not {self.activations!r}"
-            )
+        # Python callers can pass anything: every field is checked (lists become tuples).
+        choice("io", self.io, IO_MODES)
+        choice("activations", self.activations, ACTIVATION_TYPES)
+        choice("engine", self.engine, ENGINES)
+        choice("target", self.target, target_names(), optional=True)
+        for name in ("per_tensor_fc", "optimize_rounding", "allow_float"):
+            flag(name, getattr(self, name))
+        if self.bias_correction is not None:
+            flag("bias_correction", self.bias_correction)
+        for name in ("keep_float", "int16"):
+            object.__setattr__(self, name, patterns(name, getattr(self, name)))
+        if not isinstance(self.calibration, str):
+            raise UsageError(f"`calibration` must be a method name, not {self.calibration!r}")
         if self.calibration != AUTO:
             parse_method(self.calibration)
-        if self.target_sqnr is not None and not math.isfinite(self.target_sqnr):
+        if self.target_sqnr is not None and (
+            isinstance(self.target_sqnr, bool)
+            or not isinstance(self.target_sqnr, int | float)
+            or not math.isfinite(self.target_sqnr)
+        ):
             raise UsageError(f"target_sqnr must be a finite number of dB, not {self.target_sqnr}")
         if self.target_metric is not None:
             if self.metric is None:
@@ -394,6 +402,8 @@ def quantize_loaded(
     forms = _stored_forms(prepared, options.target)
     sparsify = options.sparsify and forms is prepared.stored_forms
     work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms, sparsify)
+    if forms is not prepared.stored_forms:
+        notes.warnings += _densified(prepared, plans, options.target)
     float_ops = [
         FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
         for s, plan in plans.items()
@@ -462,6 +472,29 @@ def _stored_forms(prepared: FloatModel, target: str | None) -> dict[int, dict[st
     return prepared.stored_forms
 
 
+def _densified(prepared: FloatModel, plans: Mapping[int, Plan], target: str) -> list[str]:
+    """What writing the source's sparse weights dense cost, where the device cannot expand
+    them (one warning, or none when nothing was sparse)."""
+    extra = count = 0
+    for s, plan in plans.items():
+        tensors = prepared.model.subgraphs[s].tensors
+        ops = prepared.model.subgraphs[s].operators
+        for index, layer in plan.weights.items():
+            name = tensors[ops[index].inputs[layer.weight_position]].name
+            form = prepared.stored_forms.get(s, {}).get(name)
+            if form is None or form.sparsity is None:
+                continue
+            stored, sparsity = compact_sparsity(layer.values)
+            extra += max(layer.values.nbytes - stored.nbytes - sparsity_nbytes(sparsity), 0)
+            count += 1
+    if not count:
+        return []
+    return [
+        f"{count} weight tensor(s) stored sparse in the source are written dense: the {target} "
+        f"profile runs no DENSIFY ({extra:+,} bytes)"
+    ]
+
+
 def _layer_sqnr(planner: Planner, found: Collected, recipe: Recipe) -> dict[int, float]:
     """Each quantized activation's SQNR along the plan whose accuracy is reported, on the
     first few of the estimate's samples (a picture of where the error builds up needs no
@@ -479,7 +512,8 @@ def _warnings(
 ) -> list[str]:
     warnings = list(notes.warnings)
     for s, subgraph in enumerate(work.subgraphs):
-        if s not in collected:
+        # A subgraph rewritten without data of its own initialises quantized variables.
+        if s not in collected and s not in notes.origins:
             warnings.append(
                 f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
                 "data (not a signature's entry point): kept in float"

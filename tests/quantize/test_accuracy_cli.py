@@ -24,14 +24,14 @@ def test_target_reached_with_integer_remedies(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(out.with_name("cnn.report.json").read_text())
     jsonschema.validate(report, SCHEMA)
-    target = report["target"]
+    target = report["sqnr_target"]
     assert target["reached"] and min(target["subgraphs"][0]["output_sqnr_db"]) >= 45
     kinds = {r["kind"] for r in target["subgraphs"][0]["remedies"]}
     assert kinds and "float" not in kinds
     assert report["recipe"][0]["int16_tensors"] or report["recipe"][0]["rounding_optimized"]
     assert target["size_without_remedies_bytes"] > 0
     assert "target: 45 dB reached (confirmed on samples no choice saw)" in result.stdout
-    assert report["target"]["subgraphs"][0]["confirmed"]
+    assert report["sqnr_target"]["subgraphs"][0]["confirmed"]
     assert min(o["fitting_sqnr_db"] for o in report["accuracy"]["outputs"]) >= 45
 
 
@@ -61,8 +61,8 @@ def test_allow_float_reaches_what_integers_cannot(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["target"]["reached"]
-    assert any(r["kind"] == "float" for r in report["target"]["subgraphs"][0]["remedies"])
+    assert report["sqnr_target"]["reached"]
+    assert any(r["kind"] == "float" for r in report["sqnr_target"]["subgraphs"][0]["remedies"])
     assert all(
         row["reason"] == "kept in float to reach the target SQNR" for row in report["float_ops"]
     )

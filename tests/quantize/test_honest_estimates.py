@@ -93,7 +93,7 @@ def test_a_target_the_unseen_samples_contradict_is_not_reached(tmp_path: Path) -
         "minmax", "--target-sqnr", "30", "-o", str(out), "--json",
     )  # fmt: skip
     assert fine.returncode == 0, fine.stderr
-    target = json.loads(fine.stdout)["target"]
+    target = json.loads(fine.stdout)["sqnr_target"]
     assert target["reached"] and target["subgraphs"][0]["confirmed"]
     assert target["subgraphs"][0]["search_reached"]
 

@@ -113,7 +113,7 @@ def test_an_iou_metric_as_a_target_from_the_command_line(tmp_path: Path, metrics
     result = run_qtool(*args, "--metric", f"{metrics}:iou", "--target-metric", "0.97", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    target = report["target"]
+    target = report["sqnr_target"]
     assert target["metric"] == 0.97 and target["sqnr_db"] is None and target["reached"]
     assert target["subgraphs"][0]["metric"] >= 0.97
     assert report["accuracy"]["metric"][0]["value"] >= 0.97  # confirmed where no choice looked
@@ -141,7 +141,7 @@ def test_metrics_from_the_python_api(tmp_path: Path) -> None:
         return namespace["iou"](reference, outputs)
 
     boxes = qtool.quantize_model(model, box_data(64, 1), metric=iou, target_metric=0.97)
-    assert boxes.metric >= 0.97 and boxes.report["target"]["reached"]
+    assert boxes.metric >= 0.97 and boxes.report["sqnr_target"]["reached"]
     passed = qtool.check_model(
         boxes.model_bytes, reference=model, data=box_data(32, 2), metric=iou, min_metric=0.9
     )

@@ -167,3 +167,16 @@ def test_sparsify_stores_pruned_dense_weights_sparse() -> None:
         np.testing.assert_array_equal(
             outputs(written[True], samples, builtin), outputs(written[False], samples, builtin)
         )
+
+
+def test_a_device_without_densify_gets_dense_weights_and_the_cost_is_said() -> None:
+    samples = np.load(DATA / "sparse_weights_calib.npz")
+    data = samples[samples.files[0]]
+    plain = qtool.quantize_model(MODELS / "sparse_weights.tflite", data)
+    dense = qtool.quantize_model(MODELS / "sparse_weights.tflite", data, target="tflm")
+    assert any(t.sparsity is not None for t in plain.model.subgraphs[0].tensors)
+    assert not any(t.sparsity is not None for t in dense.model.subgraphs[0].tensors)
+    (warning,) = [w for w in dense.report["warnings"] if "written dense" in w]
+    assert "tflm profile runs no DENSIFY" in warning
+    extra = int(warning.rsplit("+", 1)[1].split()[0].replace(",", ""))
+    assert extra > 0
