@@ -116,13 +116,20 @@ _TARGET_OPTIONS = [
         help="Let --target-sqnr and --target-metric keep layers in float when integer remedies "
         "are not enough.",
     ),
+    click.option(
+        "--budget",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        help="Time the target search may take (default: 6 times what quantizing took before "
+        "it, at least 10 s); past it, exit 1 naming the best candidate it measured.",
+    ),
 ]
 
 
 def planning_options(target: bool) -> Decorator:
     """--holdout, --calibration, --bias-correction, --optimize-rounding, --activations, --int16,
-    --metric and, with `target`, --target-sqnr, --target-metric and --allow-float, in that order
-    on --help."""
+    --metric and, with `target`, --target-sqnr, --target-metric, --allow-float and --budget, in
+    that order on --help."""
     options = _OPTIONS + (_TARGET_OPTIONS if target else [])
 
     def decorate(command: Callable) -> Callable:
@@ -145,4 +152,5 @@ def options_from(values: dict) -> dict:
         "metric": values.get("metric"),
         "target_metric": values.get("target_metric"),
         "allow_float": values.get("allow_float", False),
+        "budget": values.get("budget"),
     }

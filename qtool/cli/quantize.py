@@ -180,8 +180,14 @@ def quantize_command(
             ),
             soft_wrap=True,
         )
-    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
-        outcome = quantize_file(job, progress=advance, on_total=on_total)
+    noisy = not (quiet or as_json)
+    with progress(stderr, "calibrating", enabled=noisy) as (advance, on_total):
+        outcome = quantize_file(
+            job,
+            progress=advance,
+            on_total=on_total,
+            search_progress=_search_line if noisy else None,
+        )
     if as_json:
         print_json(outcome.report)
     elif not quiet:
@@ -231,6 +237,11 @@ def render_accuracy(accuracy: dict, metric: str | None) -> None:
             )
 
 
+def _search_line(text: str) -> None:
+    """A target search's progress: one line per candidate on stderr."""
+    stderr.out(text, highlight=False)
+
+
 def _db(value: float | None) -> str:
     return "exact" if value is None else f"{value:.1f}"
 
@@ -264,7 +275,8 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
             f"{_target_text(target)} "
             f"{'reached (confirmed on samples no choice saw)' if target['reached'] else 'NOT reached'}: "
             f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
-            f"remedies{cost}",
+            f"remedies{cost}, {target['seconds']:.0f} s searching ({target['candidates']} "
+            "candidates)",
         ),
     ]
 

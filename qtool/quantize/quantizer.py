@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,7 +44,14 @@ from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
-from qtool.quantize.search import Remedy, SearchResult, Target, search, weight_limited_rounding
+from qtool.quantize.search import (
+    Remedy,
+    SearchResult,
+    Target,
+    search,
+    weight_limited_rounding,
+)
+from qtool.quantize.search_limits import SearchSpace, search_limits
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
 from qtool.quantize.user_metric import MetricFunction, as_metric
@@ -85,6 +93,9 @@ class QuantizeOptions:
     # reported, maximised by the auto choice, and with `target_metric` a target.
     metric: str | MetricFunction | None = None
     target_metric: float | None = None  # the value `metric` must reach on held-out samples
+    # Seconds a target search may take (None: BUDGET_FACTOR times what quantizing took before
+    # it, at least MIN_BUDGET_S); past it, the best candidate measured, not reached.
+    budget: float | None = None
 
     def __post_init__(self) -> None:
         # Python callers can pass anything: every field is checked (lists become tuples).
@@ -108,6 +119,13 @@ class QuantizeOptions:
             or not math.isfinite(self.target_sqnr)
         ):
             raise UsageError(f"target_sqnr must be a finite number of dB, not {self.target_sqnr}")
+        if self.budget is not None and (
+            isinstance(self.budget, bool)
+            or not isinstance(self.budget, int | float)
+            or not self.budget > 0
+            or not math.isfinite(self.budget)
+        ):
+            raise UsageError(f"budget must be a positive number of seconds, not {self.budget!r}")
         if self.target_metric is not None:
             if self.metric is None:
                 raise UsageError("target_metric needs a metric (`metric=module:function`)")
@@ -353,14 +371,17 @@ def quantize_loaded(
     analyze: bool = False,
     statistics: CalibrationStatistics | None = None,
     measure_layer_sqnr: bool = False,
+    search_progress: Callable[[str], None] | None = None,
 ) -> QuantizeResult:
     """Quantize every subgraph that has calibration data; `model` is left unchanged.
 
     `data` is one Dataset for subgraph 0, or a Dataset per subgraph index (one per signature of
     a multi-signature model); `holdout`, the same way, held-out samples that only measure
     accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
-    warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures).
+    warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures);
+    `search_progress` gets a line per candidate of a target search.
     """
+    began = time.monotonic()
     calibrated = calibrate_loaded(model, data, options, progress, holdout, statistics)
     diagnosis = diagnose_calibrated(calibrated) if analyze else None
     prepared, collected, planners = calibrated.prepared, calibrated.collected, calibrated.planners
@@ -376,6 +397,8 @@ def quantize_loaded(
                 )
     searches = {}
     target = options.accuracy_target
+    forms = _stored_forms(prepared, options.target)
+    sparsify = options.sparsify and forms is prepared.stored_forms
     if target is not None:
         for s, found in collected.items():
             if found.selection is None:
@@ -383,8 +406,21 @@ def quantize_loaded(
                     "a target needs held-out samples: give more calibration samples "
                     f"(at least {MIN_SAMPLES_FOR_HOLDOUT}) or a held-out dataset"
                 )
+            limits = search_limits(
+                SearchSpace(model, prepared, planners, collected, recipes, forms, sparsify),
+                s,
+                options,
+                began,
+                search_progress,
+            )
             searches[s] = search(
-                planners[s], found.fit, recipes[s], found.selection, target, options.allow_float
+                planners[s],
+                found.fit,
+                recipes[s],
+                found.selection,
+                target,
+                options.allow_float,
+                limits=limits,
             )
             recipes[s] = searches[s].recipe
     if options.target is not None:
@@ -399,8 +435,6 @@ def quantize_loaded(
             options.target,
         )
     plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
-    forms = _stored_forms(prepared, options.target)
-    sparsify = options.sparsify and forms is prepared.stored_forms
     work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms, sparsify)
     if forms is not prepared.stored_forms:
         notes.warnings += _densified(prepared, plans, options.target)

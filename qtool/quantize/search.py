@@ -21,11 +21,19 @@ afterwards, on samples the search never saw (the estimate: quantizer.py).
 The target is every output's fitting SQNR (`qtool.numerics.measures`: the plain SQNR, or about
 the decision threshold for probabilities) and, when given, the user's metric (`--metric`,
 `--target-metric`).
+
+A target run stays small and fast (`Limits`): float places are ranked by their share of the
+noise per byte they add in float (weights stored float instead of int8, and a fixed cost per op
+for the conversions around it), a float stage never grows past the float model's bytes (the
+search stops there, not reached, and says so), and every candidate is measured within a time
+budget (past it, the search stops with the best candidate it measured, not reached).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,6 +53,12 @@ MARGIN_DB = 6.0
 GROWTH = 1.5  # how much the remedied prefix grows after a miss
 MAX_PRUNE_TRIES = 8
 WORST_SLACK_DB = 0.25
+# What keeping an op in float costs beyond its weights, in int8 weight elements: the DEQUANTIZE
+# and QUANTIZE around it and their tensors (measured: 150-400 bytes per float op).
+OP_COST_ELEMENTS = 256
+INT16_GAIN_DB = 20 * math.log10(256)  # an activation's noise in int16 instead of int8
+BUDGET = "time budget"  # why a search stopped short
+SIZE = "float model's size"
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,29 @@ class Target:
 
 
 @dataclass
+class Limits:
+    """What a search may spend: a `deadline` (time.monotonic()) for starting another candidate,
+    the most bytes its model may take (`max_bytes`, `size_of(recipe)` measuring them), and where
+    it says how far it is (`progress`, one line per candidate)."""
+
+    deadline: float = math.inf
+    max_bytes: int | None = None
+    size_of: Callable[[Recipe], int] | None = None
+    progress: Callable[[str], None] | None = None
+    budget: float | None = None  # the seconds the deadline stands for (reported)
+
+    def fits(self, recipe: Recipe) -> bool:
+        """Whether the model written with `recipe` takes at most `max_bytes`."""
+        if self.max_bytes is None or self.size_of is None or not recipe.float_ops:
+            return True  # integer remedies keep weights in 8 bits: never above a float model
+        return self.size_of(recipe) <= self.max_bytes
+
+
+class _Stopped(Exception):
+    """The search ran out of its time budget or of bytes (`args[0]`: BUDGET or SIZE)."""
+
+
+@dataclass
 class SearchResult:
     """The outcome of a target search for one subgraph: the recipe chosen, whether it reaches
     the target on the selection fold, and the remedies it holds."""
@@ -86,6 +123,9 @@ class SearchResult:
     remedies: list[Remedy] = field(default_factory=list)
     needs_float: list[Sensitivity] = field(default_factory=list)  # when not reached
     metric: float | None = None  # the user's metric on the selection fold
+    stopped: str | None = None  # BUDGET or SIZE: why the search stopped short of the target
+    candidates: int = 0  # recipes measured in LiteRT (or simulated where it cannot run them)
+    seconds: float = 0.0
 
 
 def _noise(sqnr_db: Sequence[float]) -> np.ndarray:
@@ -94,10 +134,13 @@ def _noise(sqnr_db: Sequence[float]) -> np.ndarray:
 
 
 def _ranked(
-    found: list[Sensitivity], current: list[float], target_db: float | None
+    found: list[Sensitivity],
+    current: list[float],
+    target_db: float | None,
+    cost: Callable[[Sensitivity], float] | None = None,
 ) -> list[Sensitivity]:
     """Places by the largest fraction they hold of the noise of a failing output (every output
-    when none fails the SQNR: the metric does)."""
+    when none fails the SQNR: the metric does), divided by `cost` when given."""
     failing = [o for o, v in enumerate(current) if target_db is not None and v < target_db]
     failing = failing or list(range(len(current)))
     totals = np.sum([_noise(s.output_sqnr) for s in found], axis=0) if found else None
@@ -106,7 +149,8 @@ def _ranked(
         shares = _noise(s.output_sqnr)
         return max(shares[o] / totals[o] if totals[o] else 0.0 for o in failing)
 
-    return sorted((s for s in found if weight(s) > 0), key=weight, reverse=True)
+    kept = [s for s in found if weight(s) > 0]
+    return sorted(kept, key=lambda s: weight(s) / (cost(s) if cost else 1.0), reverse=True)
 
 
 def _integer_remedy(place: Place, recipe: Recipe, model: Model, subgraph) -> tuple | None:
@@ -127,18 +171,74 @@ def _float_remedy(place: Place, recipe: Recipe, subgraph) -> tuple:
     return FLOAT, recipe.with_changes(float_ops=recipe.float_ops | ops)
 
 
+def _float_cost(place: Place, model: Model, subgraph) -> int:
+    """What keeping `place` in float costs, in int8 weight elements (ranking only: the written
+    size is measured): the constant inputs of the ops that go float, and OP_COST_ELEMENTS each."""
+    ops = {place.op_index} if place.op_index >= 0 else set()
+    if place.kind == "activation":
+        ops |= {i for i, op in enumerate(subgraph.operators) if place.tensor in op.inputs}
+    cost = 0
+    for index in ops:
+        cost += OP_COST_ELEMENTS
+        for t in subgraph.operators[index].inputs:
+            if t >= 0 and model.is_constant(subgraph.tensors[t]):
+                cost += int(np.prod(subgraph.tensors[t].shape or [1]))
+    return cost
+
+
 class _Search:
     def __init__(
-        self, planner: Planner, statistics, selection: EvaluationSet, target: Target, margin_db
+        self,
+        planner: Planner,
+        statistics,
+        selection: EvaluationSet,
+        target: Target,
+        margin_db,
+        limits: Limits | None = None,
     ) -> None:
         self.planner, self.statistics, self.selection = planner, statistics, selection
         self.model = planner.model
         self.target, self.margin_db = target, margin_db
         self.subgraph = planner.subgraph
+        self.limits = limits or Limits()
+        self.began = time.monotonic()
+        self.candidates = 0
+        self.best: tuple[Recipe, PlanAccuracy] | None = None
+        self.measured: list[Sensitivity] = []  # the places, measured alone
+        # The fewest float, then int16 places that met the target without the margin.
+        self.cheapest: tuple[tuple[int, int], Recipe, PlanAccuracy] | None = None
 
     def evaluate(self, recipe: Recipe) -> PlanAccuracy:
-        """The recipe's plan on the whole selection fold, its integer model run in LiteRT."""
-        return self.planner.accuracy(self.statistics, recipe, self.selection)
+        """The recipe's plan on the whole selection fold, its integer model run in LiteRT;
+        _Stopped once the time budget is spent (the best candidate so far is kept)."""
+        if time.monotonic() > self.limits.deadline:
+            raise _Stopped(BUDGET)
+        accuracy = self.planner.accuracy(self.statistics, recipe, self.selection)
+        self.candidates += 1
+        if self.best is None or accuracy.score() > self.best[1].score():
+            self.best = (recipe, accuracy)
+        cheap = (len(recipe.float_ops), len(recipe.int16_tensors))
+        if self.target.met(accuracy) and (self.cheapest is None or cheap < self.cheapest[0]):
+            self.cheapest = (cheap, recipe, accuracy)
+        if self.limits.progress is not None:
+            left = self.limits.deadline - time.monotonic()
+            self.limits.progress(
+                f"target search: {self.candidates} candidates, this one "
+                f"{len(recipe.int16_tensors)} int16 and {len(recipe.float_ops)} float places, "
+                f"worst output {accuracy.worst_db:.1f} dB"
+                + ("" if math.isinf(left) else f", {max(left, 0):.0f} s of the budget left")
+            )
+        return accuracy
+
+    def measure_places(self, analyzer: Analyzer) -> list[Sensitivity]:
+        """Every place of the analyzer's plan measured alone (simulated), within the budget."""
+        found = []
+        for place in places(self.model, analyzer.plan):
+            if time.monotonic() > self.limits.deadline:
+                raise _Stopped(BUDGET)
+            found.append(analyzer.measure(place))
+        self.measured = found
+        return found
 
     def analyzer(self, recipe: Recipe) -> Analyzer:
         """The simulation of the recipe's plan, to measure places one at a time."""
@@ -152,17 +252,28 @@ class _Search:
         """The fitting SQNR the search aims at: the target's with the margin."""
         return None if self.target.sqnr_db is None else self.target.sqnr_db + self.margin_db
 
-    def stage(self, base: Recipe, ranking: list[Sensitivity], remedy) -> tuple:
-        """Grow the remedied prefix of `ranking` until the target is reached; then prune."""
+    def stage(
+        self, base: Recipe, ranking: list[Sensitivity], remedy, whole_first: bool = False
+    ) -> tuple:
+        """Grow the remedied prefix of `ranking` until the target is reached; then prune.
+        With `whole_first`, the whole ranking is measured first: when even it misses, no
+        prefix reaches the target and the stage ends there (one candidate, not a dozen)."""
         options = []
         for sensitivity in ranking:
             found = remedy(sensitivity.place)
             if found is not None:
                 options.append((sensitivity, found[0]))
+        if whole_first and options:
+            recipe = self._apply(base, options, remedy)
+            sqnr = self.evaluate(recipe)
+            if not self.reached(sqnr):
+                return recipe, options, sqnr
         missed, count, sqnr, recipe = 0, 0, None, base
         while count < len(options):
             missed, count = count, min(len(options), max(count + 1, int(count * GROWTH)))
             recipe = self._apply(base, options[:count], remedy)
+            if not self.limits.fits(recipe):
+                raise _Stopped(SIZE)  # a longer prefix only adds float places: no smaller one
             sqnr = self.evaluate(recipe)
             if self.reached(sqnr):
                 count, sqnr = self._shortest(base, options, remedy, missed, count, sqnr)
@@ -205,19 +316,35 @@ def search(
     target: Target,
     allow_float: bool,
     margin_db: float = MARGIN_DB,
+    limits: Limits | None = None,
 ) -> SearchResult:
     """Remedies from `start` until every output's fitting SQNR on the selection fold is at least
     the target plus `margin_db` (a few dozen samples estimate SQNR to a dB or two, and the
     target is meant for the samples the model will see), and the user's metric at least its
-    target."""
-    model = planner.model
-    run = _Search(planner, statistics, selection, target, margin_db)
-    subgraph = run.subgraph
+    target; within `limits` (time, bytes), else not reached with the best candidate measured."""
+    run = _Search(planner, statistics, selection, target, margin_db, limits)
+    try:
+        result = _search(run, start, target, allow_float)
+    except _Stopped as stop:
+        if run.cheapest is not None:
+            # Short of the margin only: the target itself holds on the selection fold, and the
+            # samples no choice saw decide (quantizer.py).
+            _, recipe, accuracy = run.cheapest
+            result = _result(recipe, True, accuracy, _remedies_of(recipe, start, run.measured))
+        else:
+            best = run.best or (start, run.planner.accuracy(statistics, start, selection))
+            result = _result(best[0], False, best[1], stopped=stop.args[0])
+    result.candidates, result.seconds = run.candidates, time.monotonic() - run.began
+    return result
+
+
+def _search(run: _Search, start: Recipe, target: Target, allow_float: bool) -> SearchResult:
+    planner, model, subgraph = run.planner, run.model, run.subgraph
     current = run.evaluate(start)
     if run.reached(current):
         return _result(start, True, current)
     analyzer = run.analyzer(start)
-    measured = [analyzer.measure(p) for p in places(model, analyzer.plan)]
+    measured = run.measure_places(analyzer)
     ranking = _ranked(measured, current.fitting_db, run.aim_db())
     planner.prepare_rounding(
         s.place.op_index for s in ranking if s.place.kind == "weights"
@@ -226,17 +353,16 @@ def search(
     def integer(place: Place, recipe: Recipe = start):
         return _integer_remedy(place, recipe, model, subgraph)
 
-    recipe, chosen, sqnr = run.stage(start, ranking, integer)
+    recipe, chosen, sqnr = run.stage(start, ranking, integer, whole_first=True)
     remedies = _remedies(chosen)
     if sqnr is not None and run.reached(sqnr):
         return _result(recipe, True, sqnr, remedies)
-    # What still holds the noise once every integer remedy is in place.
-    current, analyzer = run.evaluate(recipe), run.analyzer(recipe)
-    remaining = _ranked(
-        [analyzer.measure(p) for p in places(model, analyzer.plan)],
-        current.fitting_db,
-        run.aim_db(),
-    )
+    # What still holds the noise once every integer remedy is in place: the first analysis
+    # with each int16 activation's noise 48 dB lower (a grid 256 times finer), not a second
+    # analysis (it took half of a search's time, measured on face_detection_short_range).
+    current = run.evaluate(recipe)
+    measured_now = [_after_int16(s, recipe) for s in measured]
+    remaining = _ranked(measured_now, current.fitting_db, run.aim_db())
     if not allow_float:
         met = target.met(current)  # short of the margin only: the target itself holds
         return _result(recipe, met, current, remedies, [] if met else remaining[:10])
@@ -244,7 +370,14 @@ def search(
     def floating(place: Place, base: Recipe = recipe):
         return _float_remedy(place, base, subgraph)
 
-    final, floated, sqnr = run.stage(recipe, remaining, floating)
+    # The most noise per byte first: a large layer goes float only when no small ones do.
+    by_cost = _ranked(
+        measured_now,
+        current.fitting_db,
+        run.aim_db(),
+        lambda s: _float_cost(s.place, model, subgraph),
+    )
+    final, floated, sqnr = run.stage(recipe, by_cost, floating)
     if sqnr is not None and run.reached(sqnr):
         # With the float places in, fewer integer remedies may do: the shortest prefix of them.
         floats_only = start.with_changes(float_ops=final.float_ops)
@@ -262,15 +395,47 @@ def search(
     )
 
 
+def _remedies_of(recipe: Recipe, start: Recipe, measured: list[Sensitivity]) -> list[Remedy]:
+    """The remedies `recipe` holds beyond `start`, each place as the analysis measured it."""
+    chosen = []
+    for found in measured:
+        place = found.place
+        if place.kind == "weights" and place.op_index in recipe.rounding_ops - start.rounding_ops:
+            chosen.append((found, ROUNDING))
+        if (
+            place.kind == "activation"
+            and place.tensor in recipe.int16_tensors - start.int16_tensors
+        ):
+            chosen.append((found, INT16))
+        if place.op_index in recipe.float_ops - start.float_ops:
+            chosen.append((found, FLOAT))
+    return _remedies(chosen)
+
+
+def _after_int16(found: Sensitivity, recipe: Recipe) -> Sensitivity:
+    """`found` with its noise as it is once `recipe` stores its activation in int16."""
+    if found.place.kind != "activation" or found.place.tensor not in recipe.int16_tensors:
+        return found
+    finer = [v + INT16_GAIN_DB for v in found.output_sqnr]
+    return Sensitivity(found.place, found.name, found.op_type, finer)
+
+
 def _result(
     recipe: Recipe,
     reached: bool,
     accuracy: PlanAccuracy,
     remedies: list[Remedy] | None = None,
     needs_float: list[Sensitivity] | None = None,
+    stopped: str | None = None,
 ) -> SearchResult:
     return SearchResult(
-        recipe, reached, accuracy.fitting_db, remedies or [], needs_float or [], accuracy.metric
+        recipe,
+        reached,
+        accuracy.fitting_db,
+        remedies or [],
+        needs_float or [],
+        accuracy.metric,
+        stopped,
     )
 
 

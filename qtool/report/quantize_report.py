@@ -196,7 +196,7 @@ def build_report(
         "warnings": warnings,
         "accuracy": accuracy_section(result),
         "recipe": recipe_section(result),
-        "sqnr_target": target_section(result, options),
+        "sqnr_target": target_section(result, options, input_file, output_file),
         "device": device_section(options),
         "analysis": None if result.diagnosis is None else analysis_section(result.diagnosis),
         "audit": audit,
@@ -257,17 +257,31 @@ def device_section(options: QuantizeOptions) -> dict[str, Any] | None:
     }
 
 
-def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:
+def target_section(
+    result: QuantizeResult,
+    options: QuantizeOptions,
+    input_file: dict[str, Any] | None = None,
+    output_file: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """The report's target section: the target, whether each subgraph reached it (on the
-    search's samples, and confirmed on samples no choice saw), and the remedies applied; None
-    without a target."""
+    search's samples, and confirmed on samples no choice saw), the remedies applied, what the
+    result costs (bytes against the float model's, ops per precision) and what the search took
+    (seconds, candidates, budget); None without a target."""
     if options.accuracy_target is None:
         return None
     confirmed = result.target_confirmed
+    modes = [d.mode for plan in result.plans.values() for d in plan.decisions]
+    searches = result.searches.values()
     return {
         "sqnr_db": options.target_sqnr,
         "metric": options.target_metric,
         "allow_float": options.allow_float,
+        "size_bytes": None if output_file is None else output_file["size_bytes"],
+        "float_model_bytes": None if input_file is None else input_file["size_bytes"],
+        "ops": {m.value: modes.count(m) for m in (Mode.INT8, Mode.INT16, Mode.FLOAT)},
+        "seconds": round(sum(s.seconds for s in searches), 3),
+        "budget_seconds": options.budget,
+        "candidates": sum(s.candidates for s in searches),
         "reached": all(
             search.reached and confirmed.get(s, False) for s, search in result.searches.items()
         ),
@@ -277,6 +291,9 @@ def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str
                 "subgraph": s,
                 "reached": search.reached and confirmed.get(s, False),
                 "search_reached": search.reached,
+                "stopped": search.stopped,
+                "candidates": search.candidates,
+                "seconds": round(search.seconds, 3),
                 "confirmed": confirmed.get(s, False),
                 "output_sqnr_db": [_db(v) for v in search.output_sqnr],
                 "metric": search.metric,

@@ -253,7 +253,7 @@ FROM_A_FILE = {
     "inspect": "as_json debug isolated ops quiet sizes",
     "quantize": "activations allow_float analyze as_json bias_correction calibration debug engine "
     "int16_patterns io_mode isolated keep_float layer_errors optimize_rounding per_tensor_fc quiet "
-    "samples seed strict synthetic target target_sqnr max_size sparsify target_metric",
+    "samples seed strict synthetic target target_sqnr max_size sparsify target_metric budget",
 }
 
 
