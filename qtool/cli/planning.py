@@ -120,7 +120,7 @@ _TARGET_OPTIONS = [
         "--budget",
         type=click.FloatRange(min=0, min_open=True),
         metavar="SECONDS",
-        help="Time the target search may take (default: 6 times what quantizing took before "
+        help="Time the target search may take (default: 4 times what quantizing took before "
         "it, at least 10 s); past it, exit 1 naming the best candidate it measured.",
     ),
 ]

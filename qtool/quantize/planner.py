@@ -199,11 +199,14 @@ class Planner:
         )
         return plan
 
-    def prepare_rounding(self, ops) -> None:
-        """Gather the second moments rounding optimisation needs, for all `ops` in one pass."""
+    def prepare_rounding(self, ops, samples: int | None = None) -> None:
+        """Gather the second moments rounding optimisation needs, for all `ops` in one pass
+        (over the first `samples` calibration samples when given, else all of them)."""
         missing = [i for i in ops if i not in self._moments]
         if missing and self.calibration is not None:
             chunks = self.calibration.iter_chunks(MOMENT_CHUNK)
+            if samples is not None:
+                chunks = _first_samples(chunks, samples)
             gathered = gather_moments(self.model, self.subgraph_index, missing, chunks)
             self._moments.update({i: gathered.moment(i) for i in missing})
 
@@ -224,6 +227,15 @@ class Planner:
         if key not in self._rounded:
             self._rounded[key] = optimise_rounding(weights, scale, moment, layout)
         return self._rounded[key]
+
+
+def _first_samples(chunks, samples: int):
+    """The chunks of the first `samples` samples, the last one cut to fit."""
+    for chunk in chunks:
+        if samples <= 0:
+            return
+        yield [values[:samples] for values in chunk]
+        samples -= chunk[0].shape[0]
 
 
 def _region(subgraph: Subgraph, tensors: frozenset[int]) -> set[int]:

@@ -17,7 +17,7 @@ from qtool.quantize.search import Limits
 
 # The default time budget of a target search: this many times what quantizing took before it
 # (a target run within about ten times a default one), and never less than MIN_BUDGET_S.
-BUDGET_FACTOR = 6.0
+BUDGET_FACTOR = 4.0
 MIN_BUDGET_S = 10.0
 
 
