@@ -45,6 +45,7 @@ from qtool.quantize.adaround import supported as rounding_supported
 from qtool.quantize.diagnosis import layer_sqnr
 from qtool.quantize.evaluation import PlanAccuracy
 from qtool.quantize.planner import Planner, Recipe
+from qtool.quantize.search_limits import Limits
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
 from qtool.spec import Mode
 
@@ -92,25 +93,6 @@ class Target:
         )
 
 
-@dataclass
-class Limits:
-    """What a search may spend: a `deadline` (time.monotonic()) for starting another candidate,
-    the most bytes its model may take (`max_bytes`, `size_of(recipe)` measuring them), and where
-    it says how far it is (`progress`, one line per candidate)."""
-
-    deadline: float = math.inf
-    max_bytes: int | None = None
-    size_of: Callable[[Recipe], int] | None = None
-    progress: Callable[[str], None] | None = None
-    budget: float | None = None  # the seconds the deadline stands for (reported)
-
-    def fits(self, recipe: Recipe) -> bool:
-        """Whether the model written with `recipe` takes at most `max_bytes`."""
-        if self.max_bytes is None or self.size_of is None or not recipe.float_ops:
-            return True  # integer remedies keep weights in 8 bits: never above a float model
-        return self.size_of(recipe) <= self.max_bytes
-
-
 class _Stopped(Exception):
     """The search ran out of its time budget or of bytes (`args[0]`: BUDGET or SIZE)."""
 
@@ -129,6 +111,7 @@ class SearchResult:
     stopped: str | None = None  # BUDGET or SIZE: why the search stopped short of the target
     candidates: int = 0  # recipes measured in LiteRT (or simulated where it cannot run them)
     seconds: float = 0.0
+    budget: float | None = None  # the seconds it had (None: no limit)
 
 
 def _noise(sqnr_db: Sequence[float]) -> np.ndarray:
@@ -369,6 +352,7 @@ def search(
             best = run.best or (start, run.planner.accuracy(statistics, start, selection))
             result = _result(best[0], False, best[1], stopped=stop.args[0])
     result.candidates, result.seconds = run.candidates, time.monotonic() - run.began
+    result.budget = run.limits.budget
     return result
 
 

@@ -3,6 +3,7 @@ quantizing took before the search) and bytes (never more than the float model's 
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -13,12 +14,30 @@ from qtool.prepare import FloatModel
 from qtool.prepare.fold import StoredForm
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.rewrite import rewritten
-from qtool.quantize.search import Limits
 
 # The default time budget of a target search: this many times what quantizing took before it
 # (a target run within about ten times a default one), and never less than MIN_BUDGET_S.
 BUDGET_FACTOR = 4.0
 MIN_BUDGET_S = 10.0
+
+
+@dataclass
+class Limits:
+    """What a search may spend: a `deadline` (time.monotonic()) for starting another candidate,
+    the most bytes its model may take (`max_bytes`, `size_of(recipe)` measuring them), and where
+    it says how far it is (`progress`, one line per candidate)."""
+
+    deadline: float = math.inf
+    max_bytes: int | None = None
+    size_of: Callable[[Recipe], int] | None = None
+    progress: Callable[[str], None] | None = None
+    budget: float | None = None  # the seconds the deadline stands for (reported)
+
+    def fits(self, recipe: Recipe) -> bool:
+        """Whether the model written with `recipe` takes at most `max_bytes`."""
+        if self.max_bytes is None or self.size_of is None or not recipe.float_ops:
+            return True  # integer remedies keep weights in 8 bits: never above a float model
+        return self.size_of(recipe) <= self.max_bytes
 
 
 @dataclass(frozen=True)

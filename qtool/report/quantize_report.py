@@ -280,7 +280,7 @@ def target_section(
         "float_model_bytes": None if input_file is None else input_file["size_bytes"],
         "ops": {m.value: modes.count(m) for m in (Mode.INT8, Mode.INT16, Mode.FLOAT)},
         "seconds": round(sum(s.seconds for s in searches), 3),
-        "budget_seconds": options.budget,
+        "budget_seconds": max((s.budget or 0.0 for s in searches), default=None) or None,
         "candidates": sum(s.candidates for s in searches),
         "reached": all(
             search.reached and confirmed.get(s, False) for s, search in result.searches.items()

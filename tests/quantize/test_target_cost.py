@@ -15,7 +15,7 @@ import qtool
 from qtool.errors import UsageError
 from qtool.jobs import TargetNotReachedError
 from qtool.quantize import quantizer
-from qtool.quantize.search import Limits
+from qtool.quantize.search_limits import Limits
 from tests.conftest import DATA, MODELS, ROOT
 from tests.quantize.test_cli import assert_error
 from tests.quantize.test_cli import qtool as run_qtool
@@ -45,7 +45,7 @@ def test_a_target_run_reports_its_bytes_ops_and_time(tmp_path: Path) -> None:
     assert target["ops"] == {m: modes.count(m) for m in ("int8", "int16", "float")}
     assert target["ops"]["float"] >= 1  # 42 dB needs float on this model (as before)
     assert target["seconds"] > 0 and target["candidates"] >= 2
-    assert target["budget_seconds"] is None and target["subgraphs"][0]["stopped"] is None
+    assert target["budget_seconds"] >= 10 and target["subgraphs"][0]["stopped"] is None
     assert "s searching (" in result.stdout
     assert "target search: 1 candidates" in result.stderr  # progress, one line per candidate
 
