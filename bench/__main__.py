@@ -5,7 +5,9 @@ Every figure is a ratio against a baseline timed in the same process, so results
 machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
 LiteRT's time; `qtool check` of a 10 MB model takes well under a second, and of any graph well
 under a second per thousand operators, linearly (bench/wide.py); start-up (import time of `qtool
---help` and `qtool check`) stays under 0.1 s (bench/startup.py).
+--help` and `qtool check`) stays under 0.1 s (bench/startup.py); a `--target-sqnr 30
+--allow-float` run on the development models is never bigger than float and takes at most 10x
+the default quantization (bench/target_cost.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from bench.corpus_accuracy import bench_corpus_accuracy
 from bench.size import bench_size
 from bench.speed import bench_speed
 from bench.startup import bench_startup
+from bench.target_cost import bench_target_cost
 from bench.targets import bench_targets
 from bench.timing import best_of
 from bench.wide import bench_wide
@@ -233,6 +236,7 @@ if __name__ == "__main__":
     bench_accuracy()
     bench_corpus_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")
+    bench_target_cost(json_path=ROOT / "build" / "target_cost.json")
     bench_calibration()
     bench_check()
     bench_wide()

@@ -107,8 +107,22 @@ class Quantized:
 
     @property
     def accuracy(self) -> dict[str, float | None]:
-        """Each output's SQNR (dB) against the float model on held-out samples (None: exact)."""
+        """Each output's SQNR (dB) against the float model on samples no choice saw (None:
+        exact); `outputs` has each output's whole record."""
         return {row["name"]: row["sqnr_db"] for row in self.report["accuracy"]["outputs"]}
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        """Each output's record on samples no choice saw: kind, SQNR and fitting SQNR, their
+        spread over samples, the kind's measures (the report's `accuracy.outputs`)."""
+        return self.report["accuracy"]["outputs"]
+
+    @property
+    def metric(self) -> float | None:
+        """The user's metric (`metric=`) on samples no choice saw (subgraph 0's); None without
+        one."""
+        found = self.report["accuracy"].get("metric") or []
+        return found[0]["value"] if found else None
 
     @property
     def compliant(self) -> bool:
@@ -164,13 +178,14 @@ def quantize_model(
 
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
     optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
-    target, engine. `input_shapes` ({input name: shape}) sets the shape a dynamic input (-1
-    in its signature) runs at; without it, the data's shape where the signature allows it.
-    `layer_sqnr` also measures each quantized activation's SQNR along the graph (simulated on
-    the held-out samples, for `Quantized.html()`). `max_size` (bytes, or a ratio of the
-    input's size as "0.5x") refuses a bigger result. Raises QtoolError subclasses for bad
-    input; `strict`, `max_size` and an unreachable `target_sqnr` raise too (exit code 1 on the
-    command line).
+    target, engine, metric (`module:function` or a callable `metric(reference_outputs,
+    quantized_outputs) -> float`, higher is better), target_metric, budget. `input_shapes`
+    ({input name: shape}) sets the shape a dynamic input (-1 in its signature) runs at; without
+    it, the data's shape where the signature allows it. `layer_sqnr` also measures each
+    quantized activation's SQNR along the graph (simulated on the held-out samples, for
+    `Quantized.html()`). `max_size` (bytes, or a ratio of the input's size as "0.5x") refuses a
+    bigger result. Raises QtoolError subclasses for bad input; `strict`, `max_size` and an
+    unreachable `target_sqnr` raise too (exit code 1 on the command line).
     """
     from qtool.jobs import SizeLimit, finish_quantization
 
@@ -313,16 +328,26 @@ def check_model(
     reference: ModelLike | None = None,
     data: Any = None,
     min_sqnr: float = DEFAULT_MIN_SQNR,
+    metric: Any = None,
+    min_metric: float | None = None,
     fail_on: str = "error",
 ) -> CheckResult:
     """Audit a quantized model against the int8 spec (`qtool check`), optionally where its ops
-    run on a `target` device and how close it stays to a float `reference` on `data`."""
+    run on a `target` device and how close it stays to a float `reference` on `data`: each
+    output's fitting SQNR against `min_sqnr`, and `metric` (`module:function` or a callable
+    `metric(reference_outputs, quantized_outputs) -> float`) against `min_metric`."""
     arguments.choice("fail_on", fail_on, SEVERITY_RANK)
     arguments.flag("per_tensor_fc", per_tensor_fc)
     arguments.choice("target", target, target_names(), optional=True)
     min_sqnr = arguments.number("min_sqnr", min_sqnr)
+    if min_metric is not None:
+        min_metric = arguments.number("min_metric", min_metric)
     if (reference is None) != (data is None):
         raise UsageError("an accuracy check needs both reference and data")
+    if metric is not None and reference is None:
+        raise UsageError("a metric needs a reference and data")
+    if min_metric is not None and metric is None:
+        raise UsageError("min_metric needs a metric")
     # Not validated on reading: a model that is not a valid graph is audited (QT-MODEL-INVALID),
     # whether it comes as a path or as bytes.
     loaded = load_model(model, validate=False)
@@ -330,7 +355,13 @@ def check_model(
     if reference is not None:
         float_model, data = _shaped(load_model(reference), data, None)
         (s,) = list(entry_subgraphs(float_model))[:1]
-        gate = AccuracyGate(float_model, as_dataset(data, model_inputs(float_model, s)), min_sqnr)
+        gate = AccuracyGate(
+            float_model,
+            as_dataset(data, model_inputs(float_model, s)),
+            min_sqnr,
+            metric=metric,
+            min_metric=min_metric,
+        )
     profiles = spec_profiles(per_tensor_fc)
     audited = check_loaded(
         loaded,

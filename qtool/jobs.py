@@ -42,6 +42,7 @@ from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
 from qtool.quantize.quantizer import calibrate_loaded
+from qtool.quantize.search import BUDGET
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
@@ -112,20 +113,65 @@ class OutputCheckError(QtoolError):
     exit_code = 1
 
 
+def _worst_output(result, s: int) -> str:
+    """The estimate's worst output of subgraph `s`, in words."""
+    rows = [a for a in result.accuracy if a.subgraph == s]
+    if not rows:
+        return "no estimate"
+    worst = min(rows, key=lambda a: a.fitting_db)
+    text = f"worst output {worst.name} {worst.fitting_db:.1f} dB"
+    if s in result.metric:
+        text += f", metric {result.metric[s]:.4g}"
+    return text
+
+
 def target_failure(result) -> str | None:
-    """Why the target SQNR was missed (the places that would need float), or None."""
-    missed = {s: r for s, r in result.searches.items() if not r.reached}
-    if not missed:
-        return None
+    """Why the target was missed, or None: the places that would need float when the search
+    fell short; both measurements when the samples no choice saw contradict the search's."""
     parts = []
-    for s, search in missed.items():
-        worst = min(search.output_sqnr)
-        places = ", ".join(f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5])
-        parts.append(
-            f"subgraph {s}: worst output {worst:.1f} dB after "
-            f"{len(search.remedies)} remedies; most of the remaining noise comes from {places}"
-        )
-    return "; ".join(parts)
+    for s, search in result.searches.items():
+        if search.stopped is not None:
+            recipe = search.recipe
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            why = (
+                f"its time budget ran out after {search.seconds:.0f} s and {search.candidates} "
+                "candidates (--budget SECONDS allows more)"
+                if search.stopped == BUDGET
+                else "the float places it would need make the model bigger than the float model"
+            )
+            parts.append(
+                f"subgraph {s}: {why}; the best candidate measured had worst output "
+                f"{min(search.output_sqnr):.1f} dB{metric} with {len(recipe.int16_tensors)} "
+                f"int16 and {len(recipe.float_ops)} float places"
+            )
+        elif not search.reached:
+            worst = min(search.output_sqnr)
+            places = ", ".join(
+                f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5]
+            )
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            parts.append(
+                f"subgraph {s}: worst output {worst:.1f} dB{metric} after "
+                f"{len(search.remedies)} remedies; most of the remaining noise comes from {places}"
+            )
+        elif not result.target_confirmed.get(s, False):
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            parts.append(
+                f"subgraph {s}: reached on the samples the search judged it on (worst output "
+                f"{min(search.output_sqnr):.1f} dB{metric}), but not on samples that no choice "
+                f"saw ({_worst_output(result, s)}, {result.accuracy_source})"
+            )
+    return "; ".join(parts) or None
+
+
+def _target_text(options: QuantizeOptions) -> str:
+    """The target in words: "target SQNR 30 dB", "target metric 0.95", or both."""
+    parts = []
+    if options.target_sqnr is not None:
+        parts.append(f"target SQNR {options.target_sqnr:g} dB")
+    if options.target_metric is not None:
+        parts.append(f"target metric {options.target_metric:g}")
+    return " and ".join(parts)
 
 
 @dataclass
@@ -323,6 +369,7 @@ def finish_quantization(
     measure_layers: bool = False,
     measure_layer_sqnr: bool = False,
     max_size: SizeLimit | None = None,
+    search_progress: Callable[[str], None] | None = None,
 ) -> tuple[QuantizeResult, dict[str, Any], bytes]:
     """Quantize in memory, refuse what the options forbid, audit, and build the report:
     (result, report, model bytes). Nothing is written. `measure_layers` runs both models in
@@ -337,12 +384,16 @@ def finish_quantization(
         analyze=analyze,
         statistics=statistics,
         measure_layer_sqnr=measure_layer_sqnr,
+        search_progress=search_progress,
     )
     missed = target_failure(result)
     if missed:
-        target = options.target_sqnr
-        remedy = "" if options.allow_float else " (allowing float would let them stay float)"
-        raise TargetNotReachedError(f"target SQNR {target:g} dB not reached: {missed}{remedy}")
+        remedy = (
+            ""
+            if options.allow_float or all(r.reached for r in result.searches.values())
+            else " (allowing float would let them stay float)"
+        )
+        raise TargetNotReachedError(f"{_target_text(options)} not reached: {missed}{remedy}")
     if strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
         raise StrictModeError(
@@ -372,6 +423,20 @@ def finish_quantization(
         audit=audit,
         layer_errors=errors,
     )
+    source_bytes = report["input_model"]["size_bytes"]
+    if (
+        result.searches
+        and max_size is None
+        and len(blob) > max(source_bytes, result.baseline_size or 0)
+    ):
+        # A target's result is a quantization only if it is smaller than what it replaces (or,
+        # for a model so small that plain int8 is bigger, than plain int8); a size the user
+        # gives (`max_size`) replaces that bound.
+        raise TargetNotReachedError(
+            f"{_target_text(options)} not reached within the float model's size: the result "
+            f"would be {len(blob):,} bytes, the float model {source_bytes:,} "
+            f"({_precision_counts(report)}); nothing written"
+        )
     if max_size is not None:
         limit = max_size.bytes_for(report["input_model"]["size_bytes"])
         if len(blob) > limit:
@@ -384,13 +449,20 @@ def finish_quantization(
     return result, report, blob
 
 
+def _precision_counts(report: dict[str, Any]) -> str:
+    ops = report["sqnr_target"]["ops"]
+    return ", ".join(f"{count} {mode}" for mode, count in ops.items()) + " ops"
+
+
 def quantize_file(
     job: QuantizeJob,
     progress: Callable[[int], None] | None = None,
     on_total: Callable[[int | None], None] | None = None,
+    search_progress: Callable[[str], None] | None = None,
 ) -> QuantizeOutcome:
     """Run `qtool quantize`; `progress(n)` follows calibration, `on_total` gets the expected
-    number of samples (None when only reading all the data would tell)."""
+    number of samples (None when only reading all the data would tell), `search_progress` a
+    line per candidate of a target search."""
     output, report_path = default_paths(job)
     html = [Path(job.html_path)] if job.html_path else []
     _check_destinations(job, output, report_path, *html)
@@ -416,6 +488,7 @@ def quantize_file(
         measure_layers=job.layer_errors,
         measure_layer_sqnr=bool(html),
         max_size=job.max_size,
+        search_progress=search_progress,
     )
     pages = [(path, quantize_html(report, quantize_pictures(result))) for path in html]
     write_pair(output, blob, report_path, report, job.force, pages)

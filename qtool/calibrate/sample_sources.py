@@ -28,7 +28,7 @@ from qtool.calibrate.npyfile import (
     read_rows,
 )
 from qtool.calibrate.usercode import as_parameter, load_generator
-from qtool.errors import DataError, exception_summary
+from qtool.errors import DataError, UsageError, exception_summary
 from qtool.files import exists, lookup, open_regular, os_reason
 
 # `package.module:function`, or `path/to/file.py:function`.
@@ -246,6 +246,19 @@ def source_files(source: str) -> list[str]:
         return [module_name]
     folder = Path(*module_name.split("."))
     return [str(folder.with_suffix(".py")), str(folder / "__init__.py")]
+
+
+def load_function(source: str, parameter: str = "data") -> tuple[Callable[[], Any], str]:
+    """The function a `module:function` or `path/to/file.py:function` source names, imported
+    as a `--data` generator is, and its label (`module.function`); errors name `parameter`
+    (`metric` for `--metric`) instead of `data`."""
+    named = f"`{parameter}={source!r}`"
+    if GENERATOR.fullmatch(source) is None:
+        raise UsageError(f"{named}: not a function: give module:function or file.py:function")
+    try:
+        return load_generator(source)
+    except (UsageError, DataError) as exc:
+        raise type(exc)(str(exc).replace(as_parameter(source), named, 1)) from exc.__cause__
 
 
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:

@@ -94,9 +94,22 @@ def check_loaded(
             if isinstance(accuracy.data, Dataset)
             else load_dataset(list(accuracy.data), model_inputs(reference))
         )
-        comparison = compare_models(reference, model, data, accuracy.engine)
-        findings += accuracy_findings(comparison, accuracy.min_sqnr, severity)
-        result.accuracy = {**comparison.to_dict(), "min_sqnr": accuracy.min_sqnr}
+        from qtool.quantize.user_metric import as_metric
+
+        metric = as_metric(accuracy.metric)
+        comparison = compare_models(reference, model, data, accuracy.engine, metric)
+        findings += accuracy_findings(
+            comparison,
+            accuracy.min_sqnr,
+            severity,
+            accuracy.min_metric,
+            "metric" if metric is None else f"metric {metric.label}",
+        )
+        result.accuracy = {
+            **comparison.to_dict(),
+            "min_sqnr": accuracy.min_sqnr,
+            "min_metric": accuracy.min_metric,
+        }
     result.findings = sorted((f for f in findings if f.severity != OFF), key=Finding.sort_key)
     return result
 

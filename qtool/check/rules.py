@@ -69,4 +69,6 @@ RULES: dict[str, RuleInfo] = catalogue(
     risk.DEAD_CHANNELS,
     gates.SQNR,
     gates.SQNR_LOW,
+    gates.METRIC,
+    gates.METRIC_LOW,
 )

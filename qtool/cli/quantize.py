@@ -20,6 +20,7 @@ from qtool.cli.render import print_fields, print_json, print_table, progress, st
 from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
+from qtool.quantize.accuracy import measures_text
 from qtool.report import summary_counts
 from qtool.targets import target_names
 
@@ -183,8 +184,14 @@ def quantize_command(
             ),
             soft_wrap=True,
         )
-    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
-        outcome = quantize_file(job, progress=advance, on_total=on_total)
+    noisy = not (quiet or as_json)
+    with progress(stderr, "calibrating", enabled=noisy) as (advance, on_total):
+        outcome = quantize_file(
+            job,
+            progress=advance,
+            on_total=on_total,
+            search_progress=_search_line if noisy else None,
+        )
     if as_json:
         print_json(outcome.report)
     elif not quiet:
@@ -197,8 +204,59 @@ def quantize_command(
 WORST_LAYERS = 10
 
 
+def render_accuracy(accuracy: dict, metric: str | None) -> None:
+    """Each output's kind, SQNR, fitting SQNR, spread and measures; the user's metric; notes
+    on SQNRs set by an output's grid."""
+    if not accuracy["outputs"]:
+        return
+    print_table(
+        stdout,
+        f"outputs vs float ({accuracy['source']})",
+        ("output", "kind", "SQNR dB", "fitting dB", "per sample min/median", "measures"),
+        [
+            (
+                row["name"],
+                row["kind"],
+                _db(row["sqnr_db"]),
+                _db(row["fitting_sqnr_db"]),
+                f"{_db(row['sample_min_db'])} / {_db(row['sample_median_db'])}",
+                measures_text(row["measures"]),
+            )
+            for row in accuracy["outputs"]
+        ],
+    )
+    for found in accuracy.get("metric", []):
+        print_fields(stdout, [("metric", f"{metric}: {found['value']:.6g}")])
+    for row in accuracy["outputs"]:
+        if row["floored"]:
+            stdout.print(
+                Text("note: ", style="cyan")
+                + Text(
+                    printable(
+                        f"{row['name']}'s plain SQNR is set by its grid (its float values are a "
+                        "few of its steps): read its decisions and its fitting SQNR (about the "
+                        "0.5 threshold)"
+                    )
+                )
+            )
+
+
+def _search_line(text: str) -> None:
+    """A target search's progress: one line per candidate on stderr."""
+    stderr.out(text, highlight=False)
+
+
 def _db(value: float | None) -> str:
     return "exact" if value is None else f"{value:.1f}"
+
+
+def _target_text(target: dict) -> str:
+    parts = []
+    if target["sqnr_db"] is not None:
+        parts.append(f"{target['sqnr_db']:g} dB")
+    if target["metric"] is not None:
+        parts.append(f"metric {target['metric']:g}")
+    return " and ".join(parts)
 
 
 def _target_fields(report: dict) -> list[tuple[str, str]]:
@@ -217,10 +275,12 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     return [
         *fields,
         (
-            "SQNR target",
-            f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
+            "target",
+            f"{_target_text(target)} "
+            f"{'reached (confirmed on samples no choice saw)' if target['reached'] else 'NOT reached'}: "
             f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
-            f"remedies{cost}",
+            f"remedies{cost}, {target['seconds']:.0f} s searching ({target['candidates']} "
+            "candidates)",
         ),
     ]
 
@@ -287,14 +347,7 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         ("role", "name", "dtype", "shape", "scale", "zero point"),
         io_rows,
     )
-    accuracy = report["accuracy"]
-    if accuracy["outputs"]:
-        print_table(
-            stdout,
-            f"output SQNR vs float ({accuracy['source']})",
-            ("output", "SQNR dB"),
-            [(row["name"], _db(row["sqnr_db"])) for row in accuracy["outputs"]],
-        )
+    render_accuracy(report["accuracy"], report["settings"].get("metric"))
     if report["float_ops"]:
         print_table(
             stdout,

@@ -15,6 +15,7 @@ from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
+from qtool.quantize.accuracy import LITERT, SIMULATION
 from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
 from qtool.quantize.control_flow import (
@@ -27,14 +28,16 @@ from qtool.quantize.control_flow import (
 )
 from qtool.quantize.decisions import FLOAT, INT8, INT16, OpDecision, Precision, decide
 from qtool.quantize.evaluation import (
-    OutputAccuracy,
+    PlanAccuracy,
     candidate_outputs,
-    measured_accuracy,
-    simulated_accuracy,
+    litert_plan_outputs,
+    plan_accuracy,
+    simulated_outputs,
 )
 from qtool.quantize.litert_worker import Pending
 from qtool.quantize.plan import QUANTIZED, Plan, make_plan
 from qtool.quantize.recurrent import quantize_lstm
+from qtool.quantize.user_metric import UserMetric
 from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
 from qtool.spec import integer_lstm
@@ -93,6 +96,7 @@ class Planner:
     # and the engine that observed them ("litert" observes none).
     callees: dict[int, Planner] = field(default_factory=dict)
     engine: str = "numpy"
+    metric: UserMetric | None = None  # the user's own measure, computed with every accuracy
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
@@ -145,17 +149,26 @@ class Planner:
 
     def accuracy(
         self, statistics: SubgraphStatistics, recipe: Recipe, evaluation: EvaluationSet
-    ) -> list[OutputAccuracy]:
-        """Each output's SQNR on the evaluation samples, once per recipe: measured with the
-        integer model in LiteRT where it runs, simulated otherwise (each row says which)."""
+    ) -> PlanAccuracy:
+        """Each output against the float model on the evaluation samples (and the user's
+        metric), once per recipe: measured with the integer model in LiteRT where it runs,
+        simulated otherwise (each record says which)."""
         key = (_Same(statistics), recipe, _Same(evaluation))
         if key not in self._accuracy:
             plan = self.plan(statistics, recipe)
             started = self._started.pop((_Same(statistics), recipe, _Same(evaluation.inputs)), None)
-            measured = measured_accuracy(
-                self.model, plan, self.precision.specs, evaluation, started
+            outputs = litert_plan_outputs(
+                self.model, plan, self.precision.specs, evaluation.inputs, started
             )
-            self._accuracy[key] = measured or simulated_accuracy(self.model, plan, evaluation)
+            measured_in = LITERT
+            if outputs is None:
+                outputs, measured_in = (
+                    simulated_outputs(self.model, plan, evaluation.inputs),
+                    SIMULATION,
+                )
+            self._accuracy[key] = plan_accuracy(
+                self.model, plan, evaluation, outputs, measured_in, self.metric
+            )
         return self._accuracy[key]
 
     def start_measuring(
@@ -260,11 +273,14 @@ class Planner:
         plan.bodies = self._body_plans(plan, calls, recipe)
         return plan
 
-    def prepare_rounding(self, ops) -> None:
-        """Gather the second moments rounding optimisation needs, for all `ops` in one pass."""
+    def prepare_rounding(self, ops, samples: int | None = None) -> None:
+        """Gather the second moments rounding optimisation needs, for all `ops` in one pass
+        (over the first `samples` calibration samples when given, else all of them)."""
         missing = [i for i in ops if i not in self._moments]
         if missing and self.calibration is not None:
             chunks = self.calibration.iter_chunks(MOMENT_CHUNK)
+            if samples is not None:
+                chunks = _first_samples(chunks, samples)
             gathered = gather_moments(self.model, self.subgraph_index, missing, chunks)
             self._moments.update({i: gathered.moment(i) for i in missing})
 
@@ -285,6 +301,15 @@ class Planner:
         if key not in self._rounded:
             self._rounded[key] = optimise_rounding(weights, scale, moment, layout)
         return self._rounded[key]
+
+
+def _first_samples(chunks, samples: int):
+    """The chunks of the first `samples` samples, the last one cut to fit."""
+    for chunk in chunks:
+        if samples <= 0:
+            return
+        yield [values[:samples] for values in chunk]
+        samples -= chunk[0].shape[0]
 
 
 def _region(subgraph: Subgraph, tensors: frozenset[int]) -> set[int]:

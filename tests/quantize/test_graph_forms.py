@@ -54,8 +54,13 @@ def test_scalar_and_vector_activations_quantize_and_run(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(FORMS))
 def test_scalar_and_vector_activations_in_every_command(name: str) -> None:
     form = FORMS[name]()
-    searched = qtool.quantize_model(
-        form.model, form.calibration, holdout=form.holdout, target_sqnr=30, allow_float=True
+    searched = qtool.quantize_model(  # toy models: int16 biases outweigh their float weights
+        form.model,
+        form.calibration,
+        holdout=form.holdout,
+        target_sqnr=30,
+        allow_float=True,
+        max_size="4x",
     )
     measured = litert_sqnr(form.blob, searched.model_bytes, feeds(form, form.holdout), True)
     assert min(measured) > 24  # the search aims at 30 dB on its own samples

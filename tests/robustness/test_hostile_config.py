@@ -249,11 +249,12 @@ FROM_A_FILE = {
     "array dequantize": "as_json axis debug isolated out_dtype quiet scale zero_point",
     "calibrate": "as_json debug engine input_shapes isolated quiet samples",
     "check": "as_json debug fail_on fmt ignores isolated list_rules min_sqnr per_tensor_fc "
-    "quiet target baseline",
+    "quiet target baseline min_metric",
     "inspect": "as_json debug isolated ops quiet sizes",
     "quantize": "activations allow_float analyze as_json bias_correction calibration debug engine "
     "int16_patterns io_mode isolated keep_float layer_errors optimize_rounding per_tensor_fc quiet "
-    "samples seed strict synthetic target target_sqnr max_size sparsify input_shapes",
+    "samples seed strict synthetic target target_sqnr max_size sparsify input_shapes target_metric "
+    "budget",
 }
 
 
