@@ -18,8 +18,9 @@ import importlib.util
 import itertools
 import math
 import os
+from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from qtool.runtime import Engine
 from qtool.runtime.engine import samples_per_pass
 from qtool.runtime.parallel import (
     ApartObservation,
+    ObservedChunk,
     Observer,
     OrderedObservation,
     engine_threads,
@@ -145,6 +147,10 @@ def run_preserved(
             observer(t, np.asarray(interpreter.get_tensor(t, s)))
 
 
+# Parts whose tensors are being observed while the next part runs: two interpreters in turn.
+_IN_FLIGHT = 2
+
+
 class _StillReferenced(Exception):
     """LiteRT refused to invoke: a view of the interpreter's memory is still alive."""
 
@@ -236,12 +242,7 @@ class XnnpackRunner:
                 self._free.setdefault(size, []).append(self._check(size))
 
         if self.threads == 1 and engine_threads() > 1 and tensors_apart(observers):
-            with ApartObservation(observers, self._groups(engine_threads())) as apart:
-                for part in parts:
-                    batch = self._batch_of(part)
-                    with self._interpreter(batch) as held:
-                        interpreter = self._invoked(held, batch, part)
-                        apart.observe(self._values(interpreter, batch, part))
+            self._run_overlapped(parts, observers)
             return
 
         def work(k: int, order: OrderedObservation) -> None:
@@ -255,6 +256,41 @@ class XnnpackRunner:
                 order.wait_observed(k)  # the views must be gone before the next invoke()
 
         run_chunks(len(parts), work, observers, self.threads)
+
+    def _run_overlapped(self, parts: list[list[np.ndarray]], observers: Sequence[Observer]) -> None:
+        """The parts through two interpreters in turn: while observers read one part's tensors
+        (on every engine thread, `ApartObservation`), the other interpreter runs the next part
+        (LiteRT and numpy both release the GIL). A part's interpreter is invoked again only
+        once its tensors were observed: their views are its memory."""
+        with ApartObservation(observers, self._groups(engine_threads())) as apart:
+            in_flight: deque[tuple[ObservedChunk, ExitStack]] = deque()
+            try:
+                for part in parts:
+                    batch = self._batch_of(part)
+                    holding = ExitStack()
+                    held = holding.enter_context(self._interpreter(batch))
+                    try:
+                        interpreter = self._invoked(held, batch, part)
+                        values = self._values(interpreter, batch, part)
+                    except BaseException:
+                        holding.close()
+                        raise
+                    in_flight.append((apart.submit(values), holding))
+                    del values, interpreter
+                    if len(in_flight) == _IN_FLIGHT:
+                        self._settle(in_flight.popleft())
+            finally:
+                while in_flight:
+                    self._settle(in_flight.popleft())
+
+    @staticmethod
+    def _settle(entry: tuple[ObservedChunk, ExitStack]) -> None:
+        """Wait for a part's observation, then give its interpreter back."""
+        observed, holding = entry
+        try:
+            observed.wait()
+        finally:
+            holding.close()
 
     def _batch_of(self, part: list[np.ndarray]) -> int:
         """Samples per invoke for a part: its length, or 1 for inputs without a leading 1."""
