@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -141,13 +141,16 @@ _QUANTIZE_PHASES = (  # (module, class or "", function) where qtool calls it, an
 
 
 @contextmanager
-def phase_timeline() -> Iterator[dict[str, float]]:
-    """Seconds spent in each of `_QUANTIZE_PHASES` while the block runs (the functions
-    wrapped where qtool calls them, and restored after)."""
+def phase_timeline(
+    phases: Sequence[tuple[str, str, str, str]] = _QUANTIZE_PHASES,
+) -> Iterator[dict[str, float]]:
+    """Seconds spent in each of `phases` ((module, class or "", function, label), as
+    `_QUANTIZE_PHASES`) while the block runs: the functions wrapped where qtool calls them,
+    and restored after."""
     spent: dict[str, float] = defaultdict(float)
     active: list[str] = []  # a phase inside another (the choice's estimates) counts in the outer
     restore = []
-    for module_name, class_name, attribute, label in _QUANTIZE_PHASES:
+    for module_name, class_name, attribute, label in phases:
         owner = importlib.import_module(module_name)
         owner = getattr(owner, class_name) if class_name else owner
         original = getattr(owner, attribute)

@@ -210,6 +210,14 @@ class XnnpackRunner:
         # first input before those of the second. Fine for histograms; tensors in `ordered`
         # (per-element means, reference outputs) need their own places, so batch 1 for them.
         self.vetted = apart is True
+        # Overlapping observation with inference takes a second interpreter, which packs
+        # XNNPACK's weights again: worth it where a sample's activations outweigh the weights
+        # (MediaPipe's models: 13-50 MB of activations a sample, 1-7 MB of weights), not on a
+        # stack of large FULLY_CONNECTED layers (300 MB of weights, kilobytes of activations).
+        activations = sum(
+            4 * math.prod(max(d, 1) for d in shape) for shape in self.declared.values()
+        )
+        self._overlap = activations >= model.weights_nbytes()
         self.ordered = frozenset(ordered)
         self.read_shapes: dict[int, dict[int, list[int]]] = {}  # batch -> tensor -> view shape
         # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
@@ -242,7 +250,7 @@ class XnnpackRunner:
                 self._free.setdefault(size, []).append(self._check(size))
 
         if self.threads == 1 and engine_threads() > 1 and tensors_apart(observers):
-            self._run_overlapped(parts, observers)
+            self._run_overlapped(parts, observers, self._overlap)
             return
 
         def work(k: int, order: OrderedObservation) -> None:
@@ -257,11 +265,15 @@ class XnnpackRunner:
 
         run_chunks(len(parts), work, observers, self.threads)
 
-    def _run_overlapped(self, parts: list[list[np.ndarray]], observers: Sequence[Observer]) -> None:
-        """The parts through two interpreters in turn: while observers read one part's tensors
-        (on every engine thread, `ApartObservation`), the other interpreter runs the next part
-        (LiteRT and numpy both release the GIL). A part's interpreter is invoked again only
-        once its tensors were observed: their views are its memory."""
+    def _run_overlapped(
+        self, parts: list[list[np.ndarray]], observers: Sequence[Observer], overlap: bool
+    ) -> None:
+        """The parts through two interpreters in turn (one with `overlap` False): while
+        observers read one part's tensors (on every engine thread, `ApartObservation`), the
+        other interpreter runs the next part (LiteRT and numpy both release the GIL). A part's
+        interpreter is invoked again only once its tensors were observed: their views are its
+        memory."""
+        in_flight_limit = _IN_FLIGHT if overlap else 1
         with ApartObservation(observers, self._groups(engine_threads())) as apart:
             in_flight: deque[tuple[ObservedChunk, ExitStack]] = deque()
             try:
@@ -277,7 +289,7 @@ class XnnpackRunner:
                         raise
                     in_flight.append((apart.submit(values), holding))
                     del values, interpreter
-                    if len(in_flight) == _IN_FLIGHT:
+                    if len(in_flight) == in_flight_limit:
                         self._settle(in_flight.popleft())
             finally:
                 while in_flight:
