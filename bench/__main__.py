@@ -26,6 +26,8 @@ from rich.table import Table
 
 from bench.accuracy import bench_accuracy
 from bench.corpus import load_manifest, manifest_table
+from bench.phases import bench_phases
+from bench.scale import bench_scale
 from bench.size import bench_size
 from bench.speed import bench_speed
 from bench.startup import bench_startup
@@ -229,6 +231,8 @@ if __name__ == "__main__":
     console.print(manifest_table(load_manifest()))  # `make corpus` built it
     bench_startup()
     bench_speed()
+    bench_phases()
+    bench_scale()
     bench_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")
     bench_calibration()
