@@ -245,7 +245,15 @@ class XnnpackRunner:
         ]
         # An interpreter for every part size before anything is observed: a size LiteRT
         # cannot batch raises _NotBatchable now, not after a part of another size was seen.
-        for size in {self._batch_of(part) for part in parts}:
+        sizes = {self._batch_of(part) for part in parts}
+        if not self._overlap:
+            # Where the weights outweigh a sample's activations, idle interpreters of sizes
+            # this run does not use are let go first: each holds XNNPACK's own packed copy of
+            # the weights (a 100 MB FULLY_CONNECTED stack: 100 MB each).
+            for size, free in self._free.items():
+                if size not in sizes:
+                    free.clear()
+        for size in sizes:
             if not self._free.get(size):
                 self._free.setdefault(size, []).append(self._check(size))
 
