@@ -11,6 +11,7 @@ memory (above the process's own after its imports) under 3x the model's size.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -135,14 +136,15 @@ def bench_scale(sizes: tuple[int, ...] = SIZES_MB) -> None:
             f"{(found['peak_mib'] - found['base_mib']) / size:.2f}x",
         )
     console.print(table)
-    per_mb = [
-        sum(f[c] for c in (*COLUMNS, "other") if c in f) / size
-        for m, (size, f) in rows.items()
-        if m >= 10
-    ]
-    if len(per_mb) > 1:
+    # The fixed cost (imports aside: LiteRT's start, the children) weighs on the small models'
+    # cost per MB; what each further MB costs, between consecutive sizes, is the flat one.
+    totals = [(size, sum(f[c] for c in (*COLUMNS, "other") if c in f)) for size, f in rows.values()]
+    marginal = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in itertools.pairwise(totals)]
+    if marginal:
+        steps = ", ".join(f"{m:.3f}" for m in marginal)
+        spread = max(marginal) / min(marginal) if min(marginal) > 0 else float("inf")
         console.print(
-            f"cost per MB from 10 MB up: largest / smallest {max(per_mb) / min(per_mb):.2f}"
+            f"seconds per further MB between consecutive sizes: {steps} (largest / smallest {spread:.2f})"
         )
     console.print(f"load average after: {os.getloadavg()[0]:.1f}")
 
