@@ -28,6 +28,7 @@ from bench.accuracy import bench_accuracy
 from bench.corpus import load_manifest, manifest_table
 from bench.phases import bench_phases
 from bench.scale import bench_scale
+from bench.shards import bench_shards
 from bench.size import bench_size
 from bench.speed import bench_speed
 from bench.startup import bench_startup
@@ -233,6 +234,8 @@ if __name__ == "__main__":
     bench_speed()
     bench_phases()
     bench_scale()
+    for profiled in (True, False):
+        bench_shards(profile=profiled)
     bench_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")
     bench_calibration()
