@@ -29,6 +29,9 @@ from rich.table import Table
 from bench.accuracy import bench_accuracy
 from bench.corpus import load_manifest, manifest_table
 from bench.corpus_accuracy import bench_corpus_accuracy
+from bench.phases import bench_phases
+from bench.scale import bench_scale
+from bench.shards import bench_shards
 from bench.size import bench_size
 from bench.speed import bench_speed
 from bench.startup import bench_startup
@@ -233,6 +236,10 @@ if __name__ == "__main__":
     console.print(manifest_table(load_manifest()))  # `make corpus` built it
     bench_startup()
     bench_speed()
+    bench_phases()
+    bench_scale()
+    for profiled in (True, False):
+        bench_shards(profile=profiled)
     bench_accuracy()
     bench_corpus_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")

@@ -324,12 +324,17 @@ def merged_statistics(paths: tuple[str, ...]) -> CalibrationStatistics | None:
 
 
 def calibrate_file(
-    job: CalibrateJob, progress: Callable[[int], None] | None = None
+    job: CalibrateJob,
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int | None], None] | None = None,
 ) -> CalibrationStatistics:
-    """Run `qtool calibrate`: the statistics of the job's data, written to its output path."""
+    """Run `qtool calibrate`: the statistics of the job's data, written to its output path;
+    `on_total` gets the expected number of samples (None when unknown), as for quantize."""
     inputs = InputFiles.of(job_inputs(job))
     check_destination(job.output_path, overwrite=job.force, inputs=inputs)
     model, datasets, _ = load_job_inputs(job)
+    if on_total:
+        _announce_total(datasets, on_total)
     statistics = calibration_statistics(model, datasets, job.options.engine, progress)
     statistics.save(job.output_path, overwrite=job.force)
     return statistics
@@ -348,6 +353,11 @@ def analyze_file(job: AnalyzeJob, progress: Callable[[int], None] | None = None)
         tensors = analysis_histograms(diagnosis, calibrated.prepared.model)
         write_atomic(html, analysis_html(analysis, tensors))
     return analysis
+
+
+def _announce_total(datasets: dict[int, Dataset], on_total: Callable[[int | None], None]) -> None:
+    expected = [d.expected_samples for d in datasets.values()]
+    on_total(None if None in expected else sum(expected))
 
 
 def finish_quantization(
@@ -468,8 +478,7 @@ def quantize_file(
     _check_destinations(job, output, report_path, *html)
     model, datasets, holdouts = load_job_inputs(job)
     if on_total:
-        expected = [d.expected_samples for d in datasets.values()]
-        on_total(None if None in expected else sum(expected))
+        _announce_total(datasets, on_total)
     result, report, blob = finish_quantization(
         model,
         datasets,

@@ -60,8 +60,8 @@ def calibrate_command(
         force=force,
         options=QuantizeOptions(engine=engine),
     )
-    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
-        statistics = calibrate_file(job, progress=advance)
+    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
+        statistics = calibrate_file(job, progress=advance, on_total=on_total)
     summary = {
         "output": output,
         "samples": statistics.samples,
