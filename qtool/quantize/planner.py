@@ -37,6 +37,7 @@ from qtool.quantize.evaluation import (
 from qtool.quantize.litert_worker import Pending
 from qtool.quantize.plan import QUANTIZED, Plan, make_plan
 from qtool.quantize.recurrent import quantize_lstm
+from qtool.quantize.relative import keep_relative_float
 from qtool.quantize.user_metric import UserMetric
 from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
@@ -110,8 +111,11 @@ class Planner:
         """The subgraph this planner plans."""
         return self.model.subgraphs[self.subgraph_index]
 
-    def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:
-        """The precision's decisions, with the recipe's int16 regions and float operators."""
+    def decisions(
+        self, recipe: Recipe, ranges, statistics: SubgraphStatistics | None = None
+    ) -> list[OpDecision]:
+        """The precision's decisions, with the recipe's int16 regions and float operators (and,
+        given the statistics, the producers a float op needs in float: relative.py)."""
         subgraph = self.subgraph
         types = self.input_types or [None] * len(subgraph.operators)
         decisions = [
@@ -131,6 +135,8 @@ class Planner:
         for i, why in recipe.device_float:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, why)
+        if statistics is not None:
+            keep_relative_float(self.model, subgraph, decisions, ranges, statistics.histogram)
         settle(self.model, self.subgraph_index, decisions)
         return decisions
 
@@ -242,7 +248,7 @@ class Planner:
     ) -> Plan:
         calls = statistics.calls if calls is None else calls
         ranges = statistics.ranges(recipe.method)
-        decisions = self.decisions(recipe, ranges)
+        decisions = self.decisions(recipe, ranges, statistics)
         self._call_decisions(decisions, calls)
         specs = self.precision.specs
         plan = make_plan(
