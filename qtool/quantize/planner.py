@@ -23,6 +23,7 @@ from qtool.quantize.control_flow import (
     Boundary,
     boundaries,
     call_pins,
+    loop_recurrence,
     planned_sites,
     refusal,
 )
@@ -44,6 +45,7 @@ from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_lay
 from qtool.spec import integer_lstm
 
 FOR_TARGET = "kept in float to reach the target SQNR"
+RECURRENT_BODY = "int16x8: the body of a recurrent loop (its state's error compounds over steps)"
 MOMENT_CHUNK = 32
 KEPT_PLANS = 8
 
@@ -76,6 +78,7 @@ class Recipe:
     rounding_ops: frozenset[int] = frozenset()  # operators whose weight rounding is optimised
     # (operator, why): float because the target device cannot run its integer form (targeting.py)
     device_float: frozenset[tuple[int, str]] = frozenset()
+    recurrent_body: bool = False  # a loop body carrying a recurrent state: int16x8 throughout
 
     def with_changes(self, **changes) -> Recipe:
         """A copy of the recipe with the given fields replaced."""
@@ -129,6 +132,13 @@ class Planner:
                     widened = decide(self.model, subgraph, subgraph.operators[i], wide, ranges, ())
                     if widened.mode == INT16:
                         decisions[i] = OpDecision(INT16, "int16 to reach the target SQNR")
+        if recipe.recurrent_body and INT16 in self.precision.specs:
+            wide = Precision(self.precision.specs, ("*",))
+            for i, op in enumerate(subgraph.operators):
+                if decisions[i].mode == INT8:
+                    widened = decide(self.model, subgraph, op, wide, ranges, ())
+                    if widened.mode == INT16:
+                        decisions[i] = OpDecision(INT16, RECURRENT_BODY)
         for i in recipe.float_ops:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, FOR_TARGET)
@@ -211,6 +221,8 @@ class Planner:
         for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
             if decisions[site.op_index].mode in QUANTIZED:
                 why = refusal(self.model, site, calls, self.engine)
+                if why is None and INT16 in self.precision.specs:
+                    why = loop_recurrence(self.model, site)
                 if why is not None:
                     decisions[site.op_index] = OpDecision(FLOAT, why)
 
@@ -231,12 +243,14 @@ class Planner:
                 if mode in QUANTIZED
                 else dict.fromkeys(site.bodies, NO_BOUNDARY)
             )
+            recurrent = loop_recurrence(self.model, site) is not None
             for body, boundary in around.items():
                 statistics = calls.get(body)
                 planner = self.callees.get(body)
                 if planner is None or statistics is None or not statistics.samples:
                     continue
-                found[body] = planner.body_plan(statistics, calls, inner, boundary)
+                wanted = inner.with_changes(recurrent_body=recurrent and mode == FLOAT)
+                found[body] = planner.body_plan(statistics, calls, wanted, boundary)
         return found
 
     def _build(
