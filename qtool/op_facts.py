@@ -30,6 +30,7 @@ class OperandFacts:
     constant: bool = False  # must be a constant tensor
     shape_only: bool = False  # only its shape is read, never its values (SHAPE's input)
     runtime_buffer: bool = False  # a buffer the runtime places: no data and no producer
+    relative: bool = False  # the output error grows without bound as its values near zero (LOG)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ def _operand(raw: dict[str, Any], classes: dict[str, list[str]]) -> OperandFacts
         constant=raw.get("constant", False),
         shape_only=raw.get("shape_only", False),
         runtime_buffer=raw.get("runtime_buffer", False),
+        relative=raw.get("relative", False),
     )
 
 
@@ -169,6 +171,15 @@ def shape_only_inputs(op_type: str) -> frozenset[int]:
     if facts is None:
         return frozenset()
     return frozenset(p for p, operand in enumerate(facts.inputs) if operand.shape_only)
+
+
+def relative_inputs(op_type: str) -> frozenset[int]:
+    """Input positions where the operator needs precision relative to each value (LOG's input,
+    RSQRT's, DIV's divisor): a value a grid rounds to zero gets an unbounded output error."""
+    facts = load_op_facts().facts(op_type)
+    if facts is None:
+        return frozenset()
+    return frozenset(p for p, operand in enumerate(facts.inputs) if operand.relative)
 
 
 def options_table(op_type: str) -> str | None:

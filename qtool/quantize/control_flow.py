@@ -261,3 +261,30 @@ def boundaries(model: Model, plan: Plan, site: CallSite) -> dict[int, Boundary]:
             outputs = {}
         found[body] = Boundary(inputs, outputs)
     return found
+
+
+def loop_recurrence(model: Model, site: CallSite) -> str | None:
+    """Why a WHILE's body carries a recurrent state (None when it carries none): a float loop
+    variable whose next value the body computes from its current one. Its error compounds
+    over the iterations, as the state of an LSTM does; LiteRT's own integer LSTM keeps that
+    path 16-bit (its cell state and gate outputs), and control flow passes int8 loop variables
+    only (`control_flow` rules exist in the int8 table alone), so such a body runs in int16x8
+    with its loop variables float between iterations."""
+    if site.op_type != "WHILE" or len(site.bodies) != 2:
+        return None
+    body = model.subgraphs[site.bodies[1]]
+    for k, (t_in, t_out) in enumerate(zip(body.inputs, body.outputs, strict=False)):
+        if t_in == t_out or body.tensors[t_in].dtype != TensorType.FLOAT32:
+            continue
+        reached = {t_in}
+        for op in body.operators:
+            if reached.intersection(op.inputs):
+                reached.update(op.outputs)
+        if t_out in reached:
+            return (
+                f"its body carries a recurrent state (loop variable {k}, "
+                f"{body.tensors[t_in].name}): its error compounds over the iterations, so the "
+                "body runs in int16x8 (as LiteRT's integer LSTM keeps its state 16-bit) and "
+                "the loop variables stay float between iterations"
+            )
+    return None

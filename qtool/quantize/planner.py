@@ -23,6 +23,7 @@ from qtool.quantize.control_flow import (
     Boundary,
     boundaries,
     call_pins,
+    loop_recurrence,
     planned_sites,
     refusal,
 )
@@ -37,12 +38,14 @@ from qtool.quantize.evaluation import (
 from qtool.quantize.litert_worker import Pending
 from qtool.quantize.plan import QUANTIZED, Plan, make_plan
 from qtool.quantize.recurrent import quantize_lstm
+from qtool.quantize.relative import keep_relative_float
 from qtool.quantize.user_metric import UserMetric
 from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
 from qtool.spec import integer_lstm
 
 FOR_TARGET = "kept in float to reach the target SQNR"
+RECURRENT_BODY = "int16x8: the body of a recurrent loop (its state's error compounds over steps)"
 MOMENT_CHUNK = 32
 KEPT_PLANS = 8
 
@@ -75,6 +78,7 @@ class Recipe:
     rounding_ops: frozenset[int] = frozenset()  # operators whose weight rounding is optimised
     # (operator, why): float because the target device cannot run its integer form (targeting.py)
     device_float: frozenset[tuple[int, str]] = frozenset()
+    recurrent_body: bool = False  # a loop body carrying a recurrent state: int16x8 throughout
 
     def with_changes(self, **changes) -> Recipe:
         """A copy of the recipe with the given fields replaced."""
@@ -110,8 +114,11 @@ class Planner:
         """The subgraph this planner plans."""
         return self.model.subgraphs[self.subgraph_index]
 
-    def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:
-        """The precision's decisions, with the recipe's int16 regions and float operators."""
+    def decisions(
+        self, recipe: Recipe, ranges, statistics: SubgraphStatistics | None = None
+    ) -> list[OpDecision]:
+        """The precision's decisions, with the recipe's int16 regions and float operators (and,
+        given the statistics, the producers a float op needs in float: relative.py)."""
         subgraph = self.subgraph
         types = self.input_types or [None] * len(subgraph.operators)
         decisions = [
@@ -125,12 +132,21 @@ class Planner:
                     widened = decide(self.model, subgraph, subgraph.operators[i], wide, ranges, ())
                     if widened.mode == INT16:
                         decisions[i] = OpDecision(INT16, "int16 to reach the target SQNR")
+        if recipe.recurrent_body and INT16 in self.precision.specs:
+            wide = Precision(self.precision.specs, ("*",))
+            for i, op in enumerate(subgraph.operators):
+                if decisions[i].mode == INT8:
+                    widened = decide(self.model, subgraph, op, wide, ranges, ())
+                    if widened.mode == INT16:
+                        decisions[i] = OpDecision(INT16, RECURRENT_BODY)
         for i in recipe.float_ops:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, FOR_TARGET)
         for i, why in recipe.device_float:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, why)
+        if statistics is not None:
+            keep_relative_float(self.model, subgraph, decisions, ranges, statistics.histogram)
         settle(self.model, self.subgraph_index, decisions)
         return decisions
 
@@ -205,6 +221,8 @@ class Planner:
         for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
             if decisions[site.op_index].mode in QUANTIZED:
                 why = refusal(self.model, site, calls, self.engine)
+                if why is None and INT16 in self.precision.specs:
+                    why = loop_recurrence(self.model, site)
                 if why is not None:
                     decisions[site.op_index] = OpDecision(FLOAT, why)
 
@@ -225,12 +243,14 @@ class Planner:
                 if mode in QUANTIZED
                 else dict.fromkeys(site.bodies, NO_BOUNDARY)
             )
+            recurrent = loop_recurrence(self.model, site) is not None
             for body, boundary in around.items():
                 statistics = calls.get(body)
                 planner = self.callees.get(body)
                 if planner is None or statistics is None or not statistics.samples:
                     continue
-                found[body] = planner.body_plan(statistics, calls, inner, boundary)
+                wanted = inner.with_changes(recurrent_body=recurrent and mode == FLOAT)
+                found[body] = planner.body_plan(statistics, calls, wanted, boundary)
         return found
 
     def _build(
@@ -242,7 +262,7 @@ class Planner:
     ) -> Plan:
         calls = statistics.calls if calls is None else calls
         ranges = statistics.ranges(recipe.method)
-        decisions = self.decisions(recipe, ranges)
+        decisions = self.decisions(recipe, ranges, statistics)
         self._call_decisions(decisions, calls)
         specs = self.precision.specs
         plan = make_plan(
