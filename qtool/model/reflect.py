@@ -248,27 +248,47 @@ class Prebuilt(int):
     """The offset of an object already in the builder, given in place of a field's value."""
 
 
+@functools.cache
+def _encoding_layout(
+    name: str,
+) -> tuple[tuple[Field, ...], tuple[tuple[str, int, Any, Any], ...], int]:
+    """Table `name` as `encode_table` walks it: the fields written before the table (strings,
+    vectors, tables), then every field in schema order as (key, slot, default, scalar flags or
+    None for an offset), and the vtable size. Built once per table: the flags and defaults are
+    not looked up again for each of the thousands of tensors a model holds."""
+    fields, num_slots = table_layout(name)
+    children = tuple(f for f in fields if f.kind != "scalar")
+    slots = tuple(
+        (f.name, f.slot, f.default, getattr(nt, f"{f.scalar}Flags") if f.kind == "scalar" else None)
+        for f in fields
+    )
+    return children, slots, num_slots
+
+
 def encode_table(builder: flatbuffers.Builder, name: str, values: dict[str, Any]) -> int:
     """Build table `name` from a dict as produced by `decode_table`; returns its offset."""
-    fields, num_slots = table_layout(name)
+    children, slots, num_slots = _encoding_layout(name)
     offsets: dict[str, int] = {}
-    for field in fields:
+    for field in children:
         value = values.get(field.name)
-        if field.kind == "scalar" or value is None:
+        if value is None:
             continue
         if isinstance(value, Prebuilt):
             offsets[field.name] = int(value)
         else:
             offsets[field.name] = _encode_child(builder, field, value, values)
     builder.StartObject(num_slots)
-    for field in fields:
-        if field.kind == "scalar":
-            value = values.get(field.name, field.default)
-            if value is None:
-                continue
-            getattr(builder, f"Prepend{field.scalar}Slot")(field.slot, value, field.default)
-        elif field.name in offsets:
-            builder.PrependUOffsetTRelativeSlot(field.slot, offsets[field.name], 0)
+    for key, slot, default, flags in slots:
+        if flags is None:
+            if key in offsets:
+                builder.PrependUOffsetTRelativeSlot(slot, offsets[key], 0)
+            continue
+        value = values.get(key, default)
+        # A value equal to its default is left out of the table (the builder's own rule,
+        # checked here to spare the call for the many fields at their default).
+        if value is None or value == default:
+            continue
+        builder.PrependSlot(flags, slot, value, default)
     return builder.EndObject()
 
 
