@@ -158,11 +158,12 @@ def submit(
     return Pending(model, inputs, leading_one, sequence)
 
 
-def submit_model(model: Model, inputs: Sequence[np.ndarray]) -> Pending:
+def submit_model(model: Model, inputs: Sequence[np.ndarray], blob: bytes | None = None) -> Pending:
     """`submit` for subgraph 0 of `model`, fed its way (with a leading 1 where its inputs
-    declare one; as one sequence when it keeps state)."""
+    declare one; as one sequence when it keeps state); `blob`: the model's bytes where the
+    caller has them already."""
     return submit(
-        model_to_bytes(model),
+        model_to_bytes(model) if blob is None else blob,
         inputs,
         model.subgraphs[0].inputs_lead_with_one(),
         keeps_state(model, 0),

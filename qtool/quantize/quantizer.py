@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 
 from qtool.arguments import choice, flag, patterns
 from qtool.calibrate import ENGINES, CalibrationResult, Dataset
@@ -303,7 +303,9 @@ def calibrate_loaded(
             # The children also compute the folds' float outputs, which leaves this process
             # only the folds' observation (in batches).
             start_children()
-            float_outputs = partial(_outputs_in_children, prepared.model)
+            float_outputs = partial(
+                _outputs_in_children, prepared.model, cache(partial(model_to_bytes, prepared.model))
+            )
             if options.calibration == AUTO:
                 on_fit = partial(
                     start_candidates, planners[0], bias_correction=options.bias_correction
@@ -350,10 +352,12 @@ def _check_patterns(prepared: FloatModel, options: QuantizeOptions) -> None:
             )
 
 
-def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None]:
+def _outputs_in_children(
+    model: Model, blob: Callable[[], bytes], inputs: list
+) -> Callable[[], list | None]:
     """What waits for `model`'s outputs on `inputs`, which LiteRT's children compute meanwhile
-    (`collect`'s `float_outputs`)."""
-    return submit_model(model, inputs).result
+    (`collect`'s `float_outputs`); `blob`: the model's bytes, encoded once for both folds."""
+    return submit_model(model, inputs, blob()).result
 
 
 def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:

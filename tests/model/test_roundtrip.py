@@ -8,7 +8,13 @@ import pytest
 
 from qtool.model import load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
-from qtool.model.reflect import decode_table, scalar_dtype, table_layout, union_members
+from qtool.model.reflect import (
+    _slot_offsets,
+    decode_table,
+    scalar_dtype,
+    table_layout,
+    union_members,
+)
 from tests.conftest import MODELS, float_model_names, tf_int8_model_paths
 from tests.litert import make_interpreter
 
@@ -148,3 +154,22 @@ def test_mmap_buffers_are_views(tmp_path) -> None:
     model = load_model(path)
     constant = next(b for b in model.buffers if b.nbytes)
     assert constant.data.base is not None  # a view into the mapped file, not a copy
+
+
+def test_vtable_read_at_once_agrees_with_table_offset() -> None:
+    """The decoder reads each table's vtable at once (`_slot_offsets`): the same offsets as
+    flatbuffers' `Table.Offset` one slot at a time, 0 past the vtable's end, and None (the
+    slot-by-slot path) where the vtable lies outside the data."""
+    data = (MODELS / "cnn.tflite").read_bytes()
+    root = flatbuffers.table.Table(
+        data, flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
+    )
+    _, num_slots = table_layout("Model")
+    for slots in (num_slots, 2, 40):
+        expected = [root.Offset(4 + 2 * slot) for slot in range(slots)]
+        assert _slot_offsets(root, slots) == expected
+    # A table whose soffset points its vtable before the data, or past its end.
+    for soffset in (1 << 20, -(1 << 20)):
+        forged = bytearray(8)
+        forged[4:8] = int(soffset).to_bytes(4, "little", signed=True)
+        assert _slot_offsets(flatbuffers.table.Table(bytes(forged), 4), 3) is None
