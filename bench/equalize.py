@@ -14,7 +14,7 @@ from rich.table import Table
 from bench.accuracy import console, run
 from bench.real_models import MODELS
 
-COLUMNS = (("default", {}), ("equalize", {"equalize": True}))
+COLUMNS = (("default", {}), ("--equalize", {"equalize": True}))
 
 
 def main() -> None:
@@ -22,7 +22,7 @@ def main() -> None:
     parser.add_argument("models", nargs="*", default=list(MODELS))
     names = parser.parse_args().models
     table = Table(title="worst output SQNR (dB) on held-out photographs, LiteRT kernels")
-    for column in ("model", "default", "equalize", "gain", "per output (default -> equalize)"):
+    for column in ("model", *(c for c, _ in COLUMNS), "gain", "per output (off -> on)"):
         table.add_column(column, justify="right")
     gains = []
     for name in names:

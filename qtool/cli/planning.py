@@ -85,8 +85,8 @@ _OPTIONS = [
         default=False,
         show_default=True,
         help="Before calibration, scale up the channels of an activation that span a small part "
-        "of its range (up to guaranteed bounds), and scale down the next weighted layer's taps "
-        "that read them: the float model computes the same (docs/quantize.md).",
+        "of its range, and scale down the next weighted layer's taps that read them: the float "
+        "model computes the same (docs/quantize.md). Off with --statistics.",
     ),
     click.option(
         "--activations",

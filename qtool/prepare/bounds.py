@@ -98,6 +98,14 @@ def _op_bounds(model: Model, subgraph: Subgraph, op, known: dict[int, Bounds]) -
         return first
     if op_type == "PAD":
         return _with_zero(first)
+    if op_type == "PRELU":
+        slope = model.tensor_data(subgraph.tensors[op.inputs[1]])
+        if slope is None:
+            return None
+        slope = np.asarray(slope, np.float64).reshape(-1)
+        ends = [np.where(v > 0, v, slope * v) for v in first]
+        low, high = np.minimum(*ends), np.maximum(*ends)
+        return np.minimum(low, 0.0), np.maximum(high, 0.0)
     if op_type in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
         weights = model.tensor_data(subgraph.tensors[op.inputs[1]])
         if weights is None or weights.dtype != np.float32:

@@ -5,18 +5,21 @@ part of the tensor's range (pose_landmark_full: one channel of the first convolu
 0..0.021 of 0..6, less than one int8 step) is rounded to a step or two, and the next layer may
 read it with large taps (±504 there), which multiplies that rounding error. Such a channel c of
 a producer (CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED with no activation, RELU or RELU6)
-whose output only a weighted consumer reads (possibly through a zero PAD) can be rescaled:
-the producer's weights and bias for c are multiplied by a_c, the consumer's taps reading c
-divided by a_c. ReLU is positively homogeneous, so the float model computes the same; the
-rounding error of channel c, relative to its values, drops by a_c. (Nagel et al. 2019,
-"Data-Free Quantization Through Weight Equalization and Bias Correction", balance weight ranges
-with s = sqrt(r1/r2); TFLite's weights are per output channel, so there the activation ranges
-are what is left to balance, and they are measured on calibration samples.)
+whose output only a weighted consumer reads (possibly through a RELU, PRELU or RELU6 operator
+and a zero PAD) can be rescaled: the producer's weights and bias for c are multiplied by a_c,
+the consumer's taps reading c divided by a_c. ReLU and PReLU are positively homogeneous, so
+the float model computes the same; the rounding error of channel c, relative to its values,
+drops by a_c. Nagel et al. 2019 ("Data-Free Quantization Through Weight Equalization and Bias
+Correction") balance per-tensor weight ranges with a_c = sqrt(r2/r1); TFLite's weights are per
+output channel, which makes a producer's weights indifferent to a_c and a depthwise consumer's
+too: what is left to balance is the activation's one scale.
 
 How far a channel is scaled up comes from guaranteed bounds (bounds.py: interval arithmetic
 from the range of the model's inputs on the samples), not from the channel's values on a few
 samples (on pose_landmark_full, channels near zero on 16 photographs reach 115x more on
-others): the channel's bound is scaled up to the tensor's largest value on the samples. A RELU6
+others; scaling the openWakeWord alexa head's sparse ReLU channels by their sample ranges cost
+14.6 dB on held-out data): the channel's bound is scaled up to the tensor's largest value on
+the samples, so it never leaves the range calibration will find. A RELU6
 channel is scaled only where its bound stays below 6, so its clamp is never reached before or
 after, and the function is unchanged for every input within the inputs' range.
 """
@@ -24,7 +27,7 @@ after, and the function is unchanged for every input within the inputs' range.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,11 +40,11 @@ from qtool.runtime.engine import Engine
 # channels (DEPTHWISE_CONV_2D: output channel c * multiplier + m reads input channel c).
 _PRODUCERS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}
 _CONSUMERS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
-_HOMOGENEOUS = (
-    ActivationFunctionType.NONE,
-    ActivationFunctionType.RELU,
-    ActivationFunctionType.RELU6,
-)
+# Activations f with f(a x) = a f(x) for a > 0 on every channel (PRELU: its slope per channel).
+_EXACT = (ActivationFunctionType.NONE, ActivationFunctionType.RELU)
+_EXACT_OPS = ("RELU", "PRELU")
+# RELU6 only where the channel's bound stays below the clamp (module docstring).
+_CLAMPED, _CLAMPED_OP = ActivationFunctionType.RELU6, "RELU6"
 # A channel is scaled up when its range is at most this share of the tensor's (a smaller gain
 # buys little and moves the consumer's weights for nothing).
 MIN_GAIN = 4.0
@@ -52,12 +55,12 @@ SAMPLES = 16  # calibration samples that measure the channels' ranges
 @dataclass(frozen=True)
 class Pair:
     """A producer whose output channels may be rescaled, and the weighted consumer reading
-    them (through a zero PAD or directly); operator indices in the prepared subgraph."""
+    them (through an activation operator and a zero PAD, or directly); operator indices in the
+    prepared subgraph."""
 
     producer: int
     consumer: int
-    tensor: int  # the producer's output: the activation whose channels are rescaled
-    activation: int  # the producer's fused activation (ActivationFunctionType)
+    tensors: tuple[int, ...]  # the activations whose channels are rescaled (the first produced)
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,13 @@ class EqualizedPair:
         }
 
 
-def _float_constant(model: Model, subgraph: Subgraph, t: int, readers: dict) -> bool:
+def _float_constant(model: Model, subgraph: Subgraph, t: int) -> bool:
     tensor = subgraph.tensors[t]
     return (
         tensor.dtype == TensorType.FLOAT32
         and tensor.sparsity is None
         and not tensor.quantized
         and model.is_constant(tensor)
-        and len(readers.get(t, [])) == 1
     )
 
 
@@ -110,38 +112,47 @@ def _zero_pad_keeping_channels(model: Model, subgraph: Subgraph, op) -> bool:
     return paddings is not None and paddings.ndim == 2 and not np.any(paddings[-1])
 
 
+def _producer(model: Model, subgraph: Subgraph, op) -> bool:
+    """A weighted layer whose float weights (and bias) have one slice per output channel."""
+    op_type = model.op_type(op)
+    if op_type not in _PRODUCERS or len(op.outputs) != 1 or len(op.inputs) < 2:
+        return False
+    weights, bias = op.inputs[1], op.inputs[2] if len(op.inputs) > 2 else -1
+    if weights < 0 or not _float_constant(model, subgraph, weights):
+        return False
+    if bias >= 0 and not _float_constant(model, subgraph, bias):
+        return False
+    produced = model.tensor_data(subgraph.tensors[weights]).shape[_PRODUCERS[op_type]]
+    return subgraph.tensors[op.outputs[0]].shape[-1:] == [produced]
+
+
 def find_pairs(model: Model, subgraph_index: int = 0) -> list[Pair]:
     """Every producer -> weighted consumer whose channels can be rescaled exactly."""
     subgraph = model.subgraphs[subgraph_index]
     readers = subgraph.consumers()
     pairs = []
     for i, op in enumerate(subgraph.operators):
-        op_type = model.op_type(op)
-        if op_type not in _PRODUCERS or len(op.outputs) != 1:
+        if not _producer(model, subgraph, op):
             continue
         activation = op.options.get("fused_activation_function", ActivationFunctionType.NONE)
-        weights = op.inputs[1] if len(op.inputs) > 1 else -1
-        bias = op.inputs[2] if len(op.inputs) > 2 else -1
-        if (
-            activation not in _HOMOGENEOUS
-            or weights < 0
-            or not _float_constant(model, subgraph, weights, readers)
-            or (bias >= 0 and not _float_constant(model, subgraph, bias, readers))
-        ):
+        if activation not in (*_EXACT, _CLAMPED):
             continue
-        out = op.outputs[0]
-        channels = subgraph.tensors[out].shape[-1:]
-        produced = model.tensor_data(subgraph.tensors[weights]).shape[_PRODUCERS[op_type]]
-        if channels != [produced]:
-            continue
-        reader = _only_reader(subgraph, out, readers)
+        tensors = [op.outputs[0]]
+        reader = _only_reader(subgraph, tensors[-1], readers)
+        if reader is not None and activation == ActivationFunctionType.NONE:
+            between = subgraph.operators[reader]
+            kind = model.op_type(between)
+            if kind in (*_EXACT_OPS, _CLAMPED_OP) and len(between.outputs) == 1:
+                tensors.append(between.outputs[0])
+                reader = _only_reader(subgraph, tensors[-1], readers)
         if reader is not None and _zero_pad_keeping_channels(
             model, subgraph, subgraph.operators[reader]
         ):
             reader = _only_reader(subgraph, subgraph.operators[reader].outputs[0], readers)
-        if reader is None or not _reads_channels(model, subgraph, reader, produced, readers):
+        channels = subgraph.tensors[tensors[0]].shape[-1]
+        if reader is None or not _reads_channels(model, subgraph, reader, channels, readers):
             continue
-        pairs.append(Pair(i, reader, out, activation))
+        pairs.append(Pair(i, reader, tuple(tensors)))
     return pairs
 
 
@@ -152,7 +163,7 @@ def _reads_channels(model: Model, subgraph: Subgraph, index: int, channels: int,
     op_type = model.op_type(op)
     if op_type not in _CONSUMERS or len(op.inputs) < 2 or op.inputs[1] < 0:
         return False
-    if not _float_constant(model, subgraph, op.inputs[1], readers):
+    if not _float_constant(model, subgraph, op.inputs[1]):
         return False
     shape = model.tensor_data(subgraph.tensors[op.inputs[1]]).shape
     if op_type == "DEPTHWISE_CONV_2D":
@@ -198,26 +209,55 @@ def channel_gains(top: float, bottom: float, low: np.ndarray, high: np.ndarray) 
     return np.minimum(gain, MAX_GAIN)
 
 
+def _own_tensor(model: Model, subgraph: Subgraph, op, position: int, readers: dict) -> int:
+    """The operand at `position` of `op`, copied first when another operator reads it too
+    (converters share equal constants, such as zero biases, between layers)."""
+    t = op.inputs[position]
+    if len(readers.get(t, [])) > 1 or op.inputs.count(t) > 1:
+        tensor = subgraph.tensors[t]
+        t = subgraph.add_tensor(replace(tensor, name=f"{tensor.name}/equalized", extra={}))
+        op.inputs[position] = t
+    return t
+
+
+def _scaled(model: Model, subgraph: Subgraph, op, position: int, factor, readers) -> None:
+    t = _own_tensor(model, subgraph, op, position, readers)
+    values = model.tensor_data(subgraph.tensors[t]).astype(np.float64)
+    model.set_tensor_data(subgraph, t, (values * factor).astype(np.float32))
+
+
 def _apply(model: Model, subgraph: Subgraph, pair: Pair, gain: np.ndarray) -> None:
     """Producer channel c times gain[c], the consumer's taps reading c divided by it."""
+    readers = subgraph.consumers()
     producer = subgraph.operators[pair.producer]
     axis = _PRODUCERS[model.op_type(producer)]
-    weights = model.tensor_data(subgraph.tensors[producer.inputs[1]]).astype(np.float64)
-    shape = [1] * weights.ndim
+    shape = [1] * len(subgraph.tensors[producer.inputs[1]].shape)
     shape[axis] = -1
-    model.set_tensor_data(
-        subgraph, producer.inputs[1], (weights * gain.reshape(shape)).astype(np.float32)
-    )
+    _scaled(model, subgraph, producer, 1, gain.reshape(shape), readers)
     if len(producer.inputs) > 2 and producer.inputs[2] >= 0:
-        bias = model.tensor_data(subgraph.tensors[producer.inputs[2]]).astype(np.float64)
-        model.set_tensor_data(subgraph, producer.inputs[2], (bias * gain).astype(np.float32))
+        _scaled(model, subgraph, producer, 2, gain, readers)
     consumer = subgraph.operators[pair.consumer]
-    taps = model.tensor_data(subgraph.tensors[consumer.inputs[1]]).astype(np.float64)
-    if model.op_type(consumer) == "DEPTHWISE_CONV_2D":
-        per_input = np.repeat(gain, taps.shape[3] // gain.size)  # channel multiplier
-    else:
-        per_input = gain
-    model.set_tensor_data(subgraph, consumer.inputs[1], (taps / per_input).astype(np.float32))
+    taps = subgraph.tensors[consumer.inputs[1]].shape[-1]
+    # DEPTHWISE_CONV_2D: channel multiplier outputs per input channel, on the last axis.
+    per_input = np.repeat(gain, taps // gain.size)
+    _scaled(model, subgraph, consumer, 1, 1.0 / per_input, readers)
+
+
+def pair_gains(
+    pair: Pair,
+    ranges: dict[int, tuple[np.ndarray, np.ndarray]],
+    bounds: dict[int, tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray | None:
+    """Each channel's factor: the smallest that `channel_gains` allows on the tensors of the
+    pair; None when one of them has no bounds or was not measured."""
+    if any(t not in ranges or t not in bounds for t in pair.tensors):
+        return None
+    return np.minimum.reduce(
+        [
+            channel_gains(float(ranges[t][1].max()), float(ranges[t][0].min()), *bounds[t])
+            for t in pair.tensors
+        ]
+    )
 
 
 def equalize(
@@ -233,7 +273,8 @@ def equalize(
     pairs = find_pairs(model, subgraph_index)
     if not pairs or not samples or samples[0].shape[0] == 0:
         return []
-    ranges = channel_ranges(model, subgraph_index, [p.tensor for p in pairs], samples)
+    measured = [t for p in pairs for t in p.tensors]
+    ranges = channel_ranges(model, subgraph_index, measured, samples)
     given = {
         t: (float(values.min()), float(values.max()))
         for t, values in zip(subgraph.inputs, samples, strict=True)
@@ -243,12 +284,8 @@ def equalize(
     named = source_index if source_index is not None else range(len(subgraph.operators))
     done = []
     for pair in pairs:
-        if pair.tensor not in ranges or pair.tensor not in bounds:
-            continue
-        low, high = ranges[pair.tensor]
-        gain = channel_gains(float(high.max()), float(low.min()), *bounds[pair.tensor])
-        scaled = gain > 1.0
-        if not scaled.any():
+        gain = pair_gains(pair, ranges, bounds)
+        if gain is None or not (gain > 1.0).any():
             continue
         _apply(model, subgraph, pair, gain)
         done.append(
@@ -256,8 +293,8 @@ def equalize(
                 subgraph_index,
                 named[pair.producer],
                 named[pair.consumer],
-                subgraph.tensors[pair.tensor].name,
-                int(scaled.sum()),
+                subgraph.tensors[pair.tensors[-1]].name,
+                int((gain > 1.0).sum()),
                 int(gain.size),
                 float(gain.max()),
             )

@@ -4,6 +4,9 @@ in LiteRT (builtin kernels and XNNPACK), and the audit passes."""
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
 import numpy as np
 import pytest
 
@@ -16,7 +19,9 @@ from qtool.numerics import sqnr_db
 from qtool.prepare.bounds import activation_bounds
 from qtool.prepare.equalize import find_pairs
 from qtool.quantize import QuantizeOptions, quantize_loaded
+from tests.conftest import ROOT
 from tests.litert import run_litert_samples
+from tests.quantize.test_cli import qtool
 
 _CONV = {"padding": Padding.SAME, "stride_h": 1, "stride_w": 1}
 DEAD = 2  # the near-dead channel: weights 0.002, read with taps of ±150
@@ -63,7 +68,7 @@ def test_pairs_and_bounds():
     model = _model()
     (pair,) = find_pairs(model)
     assert (pair.producer, pair.consumer) == (0, 1)
-    low, high = activation_bounds(model, 0, {0: (0.0, 1.0)})[pair.tensor]
+    low, high = activation_bounds(model, 0, {0: (0.0, 1.0)})[pair.tensors[0]]
     assert np.all(low == 0) and high[DEAD] < 0.06 and np.all(high <= 6)
 
 
@@ -94,6 +99,30 @@ def test_int8_closer_and_audited(reference_kernels):
     assert scores[True] > scores[False] + 6, scores
 
 
-def test_off_by_default_and_nothing_to_scale():
+def test_no_equalize_keeps_the_float_model():
     model = _model()
-    assert _quantize(model, equalize=False).equalized == []
+    result = _quantize(model, equalize=False)
+    assert result.equalized == []
+    assert model_to_bytes(result.float_model) == model_to_bytes(model)
+
+
+def test_off_by_default():
+    assert QuantizeOptions().equalize is False
+
+
+def test_cli_reports_pairs_and_check_passes(tmp_path):
+    model_path, data_path = tmp_path / "dead.tflite", tmp_path / "calib.npy"
+    model_path.write_bytes(model_to_bytes(_model()))
+    np.save(data_path, _samples(64, 1))
+    out = tmp_path / "dead_int8.tflite"
+    done = qtool(
+        "quantize", str(model_path), "--data", str(data_path), "--equalize", "-o", str(out)
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(out.with_suffix(".report.json").read_text())
+    jsonschema.validate(report, json.loads((ROOT / "schemas" / "report.schema.json").read_text()))
+    assert report["settings"]["equalize"] is True
+    assert [(p["producer"], p["consumer"], p["channels"]) for p in report["equalized"]] == [
+        (0, 1, 1)
+    ]
+    assert qtool("check", str(out)).returncode == 0
