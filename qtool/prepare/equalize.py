@@ -31,10 +31,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from qtool.errors import UnsupportedOpError
 from qtool.model import Model, Subgraph, TensorType
 from qtool.model.types import ActivationFunctionType
 from qtool.prepare.bounds import activation_bounds
 from qtool.runtime.engine import Engine
+from qtool.runtime.litert import litert_available, litert_can_run, run_preserved
 
 # Where a producer's output channels are along its weights' axes, and a consumer's input
 # channels (DEPTHWISE_CONV_2D: output channel c * multiplier + m reads input channel c).
@@ -175,7 +177,7 @@ def channel_ranges(
     model: Model, subgraph_index: int, tensors: Sequence[int], samples: Sequence[np.ndarray]
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per channel (last axis), the smallest and largest value of each tensor on the samples,
-    computed by the numpy engine."""
+    computed by the numpy engine (or by LiteRT where the numpy engine lacks a kernel)."""
     ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     wanted = set(tensors)
 
@@ -188,7 +190,14 @@ def channel_ranges(
             low, high = np.minimum(ranges[t][0], low), np.maximum(ranges[t][1], high)
         ranges[t] = (low, high)
 
-    Engine(model, subgraph_index).run(list(samples), observers=[observe])
+    try:
+        engine = Engine(model, subgraph_index)
+    except UnsupportedOpError:  # a custom op without a numpy kernel: LiteRT may run it
+        if not litert_available() or not litert_can_run(model, xnnpack=False):
+            raise
+        run_preserved(model, list(samples), observe, sorted(wanted), subgraph_index)
+    else:
+        engine.run(list(samples), observers=[observe])
     return ranges
 
 

@@ -17,7 +17,7 @@ from qtool.model.build import GraphBuilder
 from qtool.model.types import ActivationFunctionType, Padding
 from qtool.numerics import sqnr_db
 from qtool.prepare.bounds import activation_bounds
-from qtool.prepare.equalize import find_pairs
+from qtool.prepare.equalize import channel_ranges, find_pairs
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from tests.conftest import ROOT
 from tests.litert import run_litert_samples
@@ -126,3 +126,22 @@ def test_cli_reports_pairs_and_check_passes(tmp_path):
         (0, 1, 1)
     ]
     assert qtool("check", str(out)).returncode == 0
+
+
+def test_channel_ranges_from_litert_where_numpy_lacks_a_kernel(monkeypatch):
+    import qtool.prepare.equalize as equalize_module
+    from qtool.errors import UnsupportedOpError
+
+    model = _model()
+    (pair,) = find_pairs(model)
+    samples = [_samples(4, 5)]
+    numpy_ranges = channel_ranges(model, 0, pair.tensors, samples)
+
+    def no_kernel(*_: object) -> None:
+        raise UnsupportedOpError("no numpy kernel")
+
+    monkeypatch.setattr(equalize_module, "Engine", no_kernel)
+    litert_ranges = channel_ranges(model, 0, pair.tensors, samples)
+    for t in pair.tensors:
+        np.testing.assert_allclose(litert_ranges[t][0], numpy_ranges[t][0], atol=1e-5)
+        np.testing.assert_allclose(litert_ranges[t][1], numpy_ranges[t][1], rtol=1e-5, atol=1e-5)
