@@ -295,7 +295,7 @@ def _equalized_fields(report: dict) -> list[tuple[str, str]]:
     return [
         (
             "equalized",
-            f"{channels} channels of {len(pairs)} activations scaled up (up to {largest:g}x)",
+            f"{channels} channel(s) of {len(pairs)} activation(s) scaled up (up to {largest:g}x)",
         )
     ]
 

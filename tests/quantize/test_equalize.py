@@ -119,6 +119,7 @@ def test_cli_reports_pairs_and_check_passes(tmp_path):
         "quantize", str(model_path), "--data", str(data_path), "--equalize", "-o", str(out)
     )
     assert done.returncode == 0, done.stderr
+    assert "equalized: 1 channel(s) of 1 activation(s) scaled up" in done.stdout
     report = json.loads(out.with_suffix(".report.json").read_text())
     jsonschema.validate(report, json.loads((ROOT / "schemas" / "report.schema.json").read_text()))
     assert report["settings"]["equalize"] is True
