@@ -47,6 +47,11 @@ CONFIGS: tuple[tuple[str, dict], ...] = (
         {"activations": "int16", "optimize_rounding": True},
     ),
     ("--target-sqnr 20", {"target_sqnr": 20.0}),
+    ("--equalize", {"equalize": True}),
+    (
+        "--equalize --activations int16 --optimize-rounding",
+        {"equalize": True, "activations": "int16", "optimize_rounding": True},
+    ),
 )
 
 
@@ -88,7 +93,7 @@ class Judge:
         ]
 
 
-def bench_model(name: str) -> None:
+def bench_model(name: str, only: str | None = None) -> None:
     judge = Judge(name)
     table = Table(title=f"{name}: SQNR dB on held-out photographs, all [subject present]")
     for column in ("model", *judge.names, "ops int8/int16", "bytes", "s"):
@@ -103,6 +108,8 @@ def bench_model(name: str) -> None:
     model = load_model(model_path(name))
     calibration = load_dataset([str(make_data(name)[0])], model_inputs(model))
     for label, options in CONFIGS:
+        if only is not None and only not in label:
+            continue
         started = time.perf_counter()
         result = quantize_loaded(model, calibration, QuantizeOptions(**options))
         seconds = time.perf_counter() - started
@@ -124,8 +131,10 @@ def bench_model(name: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", default=list(MODELS))
-    for name in parser.parse_args().models:
-        bench_model(name)
+    parser.add_argument("--only", help="only the rows whose label contains this text")
+    arguments = parser.parse_args()
+    for name in arguments.models:
+        bench_model(name, arguments.only)
 
 
 if __name__ == "__main__":

@@ -177,8 +177,8 @@ def quantize_model(
     """Quantize a float model (what `qtool quantize` does, without writing anything).
 
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
-    optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
-    target, engine, metric (`module:function` or a callable `metric(reference_outputs,
+    optimize_rounding, equalize, activations, int16, target_sqnr, allow_float, keep_float,
+    per_tensor_fc, target, engine, metric (`module:function` or a callable `metric(reference_outputs,
     quantized_outputs) -> float`, higher is better), target_metric, budget. `input_shapes`
     ({input name: shape}) sets the shape a dynamic input (-1 in its signature) runs at; without
     it, the data's shape where the signature allows it. `layer_sqnr` also measures each

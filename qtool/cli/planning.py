@@ -81,6 +81,14 @@ _OPTIONS = [
         "output error on the calibration data (AdaRound-style); kept where it helps.",
     ),
     click.option(
+        "--equalize/--no-equalize",
+        default=False,
+        show_default=True,
+        help="Before calibration, scale up the channels of an activation that span a small part "
+        "of its range, and scale down the next weighted layer's taps that read them: the float "
+        "model computes the same (docs/quantize.md). Off with --statistics.",
+    ),
+    click.option(
         "--activations",
         type=click.Choice(ACTIVATION_TYPES),
         default="int8",
@@ -159,6 +167,7 @@ def options_from(values: dict) -> dict:
         "calibration": values["calibration"],
         "bias_correction": values["bias_correction"],
         "optimize_rounding": values["optimize_rounding"],
+        "equalize": values["equalize"],
         "activations": values["activations"],
         "int16": values["int16_patterns"],
         "target_sqnr": values.get("target_sqnr"),

@@ -285,6 +285,21 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _equalized_fields(report: dict) -> list[tuple[str, str]]:
+    """One line on the activations equalization rescaled, when it rescaled any."""
+    pairs = report["equalized"]
+    if not pairs:
+        return []
+    channels = sum(p["channels"] for p in pairs)
+    largest = max(p["max_gain"] for p in pairs)
+    return [
+        (
+            "equalized",
+            f"{channels} channel(s) of {len(pairs)} activation(s) scaled up (up to {largest:g}x)",
+        )
+    ]
+
+
 def render_summary(outcome: QuantizeOutcome) -> None:
     report = outcome.report
     counts = summary_counts(report)
@@ -324,6 +339,7 @@ def render_summary(outcome: QuantizeOutcome) -> None:
                 + f"{counts['float']} float, "
                 f"{counts['integer']} integer, {counts['folded']} folded",
             ),
+            *_equalized_fields(report),
             *_target_fields(report),
             ("audit", status + f": {audit['errors']} errors, {audit['warnings']} warnings"),
         ],

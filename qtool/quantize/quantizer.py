@@ -21,9 +21,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, partial
 
+import numpy as np
+
 from qtool.arguments import choice, flag, patterns
 from qtool.calibrate import ENGINES, CalibrationResult, Dataset
-from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
+from qtool.calibrate.collect import (
+    FIT,
+    MIN_SAMPLES_FOR_HOLDOUT,
+    Collected,
+    collect,
+    fold_of,
+    from_statistics,
+    selected,
+)
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
     CalibrationStatistics,
@@ -35,6 +45,8 @@ from qtool.model.calls import called_subgraphs
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.canonical import RewrittenOp
+from qtool.prepare.equalize import SAMPLES as EQUALIZE_SAMPLES
+from qtool.prepare.equalize import EqualizedPair, equalize
 from qtool.prepare.fold import FoldedOp, StoredForm
 from qtool.quantize.accuracy import OutputAccuracy
 from qtool.quantize.agreement import SimulationCheck
@@ -59,6 +71,7 @@ from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
 from qtool.quantize.user_metric import MetricFunction, as_metric
 from qtool.runtime.litert import litert_available
+from qtool.runtime.state import keeps_state
 from qtool.spec import QUANTIZED, load_spec, spec_profiles
 from qtool.targets import load_target, target_names
 
@@ -85,6 +98,9 @@ class QuantizeOptions:
     activations: str = INT8  # int8, or int16 for the 16x8 scheme on every op that has it
     int16: tuple[str, ...] = ()  # op-type or tensor-name globs run in int16x8
     optimize_rounding: bool = False  # rounding optimisation for the weight-limited layers
+    # Scale up the narrow channels of activations that feed a weighted layer, before
+    # calibration (qtool/prepare/equalize.py); needs calibration data, not saved statistics.
+    equalize: bool = False
     target_sqnr: float | None = None  # dB every output must reach on held-out samples
     allow_float: bool = False  # the target search may keep operators in float
     # A device profile (schemas/targets/): plan with its spec profiles, and keep in float the
@@ -106,7 +122,7 @@ class QuantizeOptions:
         choice("activations", self.activations, ACTIVATION_TYPES)
         choice("engine", self.engine, ENGINES)
         choice("target", self.target, target_names(), optional=True)
-        for name in ("per_tensor_fc", "optimize_rounding", "allow_float"):
+        for name in ("per_tensor_fc", "optimize_rounding", "allow_float", "equalize"):
             flag(name, getattr(self, name))
         if self.bias_correction is not None:
             flag("bias_correction", self.bias_correction)
@@ -185,6 +201,7 @@ class QuantizeResult:
     Attributes:
         plans: the plan each calibrated subgraph was rewritten from.
         folded: the constant operators folded before calibration.
+        equalized: the activations whose narrow channels were scaled up (`equalize`).
         float_ops: the operators left in float, and why.
         notes: what the rewriter noted (warnings, weight scales enlarged for the bias).
         statistics: the calibration statistics the plans were fitted on (what `qtool calibrate`
@@ -208,6 +225,7 @@ class QuantizeResult:
     plans: dict[int, Plan]
     folded: list[FoldedOp]
     float_ops: list[FloatOp]
+    equalized: list[EqualizedPair]
     notes: RewriteNotes
     rewritten: dict[tuple[int, int], RewrittenOp]  # (subgraph, input-model op) -> rewrite
     statistics: CalibrationStatistics
@@ -249,6 +267,7 @@ class Calibrated:
     start: Recipe  # the recipe before any per-place remedy
     method_scores: dict[str, CandidateScore]
     datasets: dict[int, Dataset]
+    equalized: list[EqualizedPair] = field(default_factory=list)
 
 
 def calibrate_loaded(
@@ -272,6 +291,9 @@ def calibrate_loaded(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
     _check_patterns(prepared, options)
+    equalized = []
+    if options.equalize and statistics is None and 0 in datasets:
+        equalized = _equalize(prepared, datasets[0])
 
     def planner(s: int) -> Planner:
         return Planner(
@@ -336,7 +358,20 @@ def calibrate_loaded(
     else:
         correct = True if options.bias_correction is None else options.bias_correction
         start, scores = Recipe(parse_method(options.calibration), correct), {}
-    return Calibrated(prepared, collected, statistics, planners, start, scores, datasets)
+    return Calibrated(prepared, collected, statistics, planners, start, scores, datasets, equalized)
+
+
+def _equalize(prepared: FloatModel, dataset: Dataset) -> list[EqualizedPair]:
+    """Equalize subgraph 0 of the prepared model on the first few samples of the fitting
+    fold (the samples the ranges are fitted on; no choice looks at the other folds)."""
+    if keeps_state(prepared.model, 0):
+        return []  # a sequence's samples are not independent inputs
+    samples = selected(dataset, lambda i: fold_of(i) == FIT, EQUALIZE_SAMPLES)
+    chunks = list(samples.iter_chunks(EQUALIZE_SAMPLES))
+    if not chunks:
+        return []
+    arrays = [np.concatenate(parts) for parts in zip(*chunks, strict=True)]
+    return equalize(prepared.model, 0, arrays, prepared.source_index[0])
 
 
 def _check_patterns(prepared: FloatModel, options: QuantizeOptions) -> None:
@@ -495,6 +530,7 @@ def quantize_loaded(
         calibrations={s: c.calibration for s, c in collected.items()},
         plans=plans,
         folded=prepared.folded,
+        equalized=calibrated.equalized,
         rewritten=prepared.rewritten,
         float_ops=float_ops,
         notes=notes,

@@ -243,7 +243,7 @@ def test_readme_configuration_is_the_projects(tree: Path) -> None:
 # A new option fails this test until it is put here or in COMMAND_LINE_ONLY.
 FROM_A_FILE = {
     "analyze": "activations bias_correction calibration debug engine input_shapes int16_patterns "
-    "isolated optimize_rounding quiet as_json samples top",
+    "isolated optimize_rounding equalize quiet as_json samples top",
     "array quantize": "as_json axis debug dtype ensure_minimum_range isolated max_values "
     "min_values mode narrow_range quiet round_mode scale zero_point",
     "array dequantize": "as_json axis debug isolated out_dtype quiet scale zero_point",
@@ -252,7 +252,8 @@ FROM_A_FILE = {
     "quiet target baseline min_metric",
     "inspect": "as_json debug isolated ops quiet sizes",
     "quantize": "activations allow_float analyze as_json bias_correction calibration debug engine "
-    "int16_patterns io_mode isolated keep_float layer_errors optimize_rounding per_tensor_fc quiet "
+    "int16_patterns io_mode isolated keep_float layer_errors optimize_rounding equalize "
+    "per_tensor_fc quiet "
     "samples seed strict synthetic target target_sqnr max_size sparsify input_shapes target_metric "
     "budget",
 }
