@@ -38,20 +38,20 @@ MODELS = ("pose_landmark_full", "hand_landmark_full")
 FLAG_OUTPUT = "Identity_1"  # both models' presence probability
 # The weight operand of each layer with weights, and the axis of its per-channel scales.
 WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0, "TRANSPOSE_CONV": 0}
-CONFIGS: tuple[tuple[str, dict], ...] = (
+CONFIGS: tuple[tuple[str, dict], ...] = (  # equalization is the default: its rows turn it off
     ("qtool default", {}),
+    ("--no-equalize", {"equalize": False}),
     ("--optimize-rounding", {"optimize_rounding": True}),
     ("--activations int16", {"activations": "int16"}),
     (
         "--activations int16 --optimize-rounding",
         {"activations": "int16", "optimize_rounding": True},
     ),
-    ("--target-sqnr 20", {"target_sqnr": 20.0}),
-    ("--equalize", {"equalize": True}),
     (
-        "--equalize --activations int16 --optimize-rounding",
-        {"equalize": True, "activations": "int16", "optimize_rounding": True},
+        "--no-equalize --activations int16 --optimize-rounding",
+        {"equalize": False, "activations": "int16", "optimize_rounding": True},
     ),
+    ("--target-sqnr 20", {"target_sqnr": 20.0}),
 )
 
 

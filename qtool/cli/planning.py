@@ -82,9 +82,9 @@ _OPTIONS = [
     ),
     click.option(
         "--equalize/--no-equalize",
-        default=False,
+        default=True,
         show_default=True,
-        help="Before calibration, scale up the channels of an activation that span a small part "
+        help="Before calibration (default: on), scale up the channels of an activation that span a small part "
         "of its range, and scale down the next weighted layer's taps that read them: the float "
         "model computes the same (docs/quantize.md). Off with --statistics.",
     ),

@@ -100,7 +100,7 @@ class QuantizeOptions:
     optimize_rounding: bool = False  # rounding optimisation for the weight-limited layers
     # Scale up the narrow channels of activations that feed a weighted layer, before
     # calibration (qtool/prepare/equalize.py); needs calibration data, not saved statistics.
-    equalize: bool = False
+    equalize: bool = True
     target_sqnr: float | None = None  # dB every output must reach on held-out samples
     allow_float: bool = False  # the target search may keep operators in float
     # A device profile (schemas/targets/): plan with its spec profiles, and keep in float the

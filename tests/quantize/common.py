@@ -27,7 +27,8 @@ def holdout_feeds(name: str, model: Model) -> list[np.ndarray]:
 
 # TensorFlow's converter calibrates with min/max and rounds weights to nearest: the options
 # under which qtool's planning is compared with TensorFlow's, rule for rule.
-TENSORFLOW_ALGORITHM = (("calibration", "minmax"), ("bias_correction", False))
+# TensorFlow's converter: min/max ranges, nearest rounding, no bias correction, no equalization.
+TENSORFLOW_ALGORITHM = (("calibration", "minmax"), ("bias_correction", False), ("equalize", False))
 
 
 @functools.cache

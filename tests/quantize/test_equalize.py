@@ -106,8 +106,8 @@ def test_no_equalize_keeps_the_float_model():
     assert model_to_bytes(result.float_model) == model_to_bytes(model)
 
 
-def test_off_by_default():
-    assert QuantizeOptions().equalize is False
+def test_on_by_default():
+    assert QuantizeOptions().equalize is True
 
 
 def test_cli_reports_pairs_and_check_passes(tmp_path):
