@@ -25,6 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "qtool.files",
         "qtool.spec",
         "qtool.op_facts",
+        "qtool.weight_spec",
         "qtool.heap",
     ),
     ("qtool.model",),

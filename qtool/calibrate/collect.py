@@ -249,6 +249,19 @@ def _in_fold(index: np.ndarray) -> np.ndarray:
     return (weyl < _FOLD_SHARE) & (index < FOLD_WINDOW)
 
 
+def first_samples(dataset: Dataset, count: int = FOLD_WINDOW) -> list[np.ndarray]:
+    """The first `count` samples of a dataset, one array per input (samples stacked)."""
+    return _materialise(selected(dataset, lambda i: i < count, None))
+
+
+def fold_inputs(dataset: Dataset) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The samples of the first FOLD_WINDOW outside the evaluation fold and those in it: what
+    a choice is fitted on and what judges it (the weight modes' `--target-sqnr`)."""
+    window = selected(dataset, lambda i: i < FOLD_WINDOW, None)
+    fitting = _materialise(selected(window, lambda i: ~_in_fold(i), None))
+    return fitting, _materialise(selected(window, _in_fold, None))
+
+
 def _fold_size(samples: int) -> int:
     return int(_in_fold(np.arange(min(samples, FOLD_WINDOW))).sum())
 

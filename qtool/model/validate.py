@@ -280,11 +280,14 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
         for t, tensor in enumerate(subgraph.tensors)
         if 0 in tensor.shape and t not in written and tensor.dtype not in _OPAQUE
     }
+    # A variable tensor holds state before any operator runs, and an operator may also set it:
+    # TensorFlow's float16 models initialise an LSTM's state variables with a DEQUANTIZE.
+    writable = {t for t, tensor in enumerate(subgraph.tensors) if tensor.is_variable}
     producer: dict[int, int] = {}
     for i, op in enumerate(subgraph.operators):
         op_type = model.op_type(op)
         for t in op.outputs:
-            if t in producer or t in sources or op.outputs.count(t) > 1:
+            if t in producer or (t in sources - writable) or op.outputs.count(t) > 1:
                 what = (
                     f"operator {producer[t]}"
                     if t in producer

@@ -62,6 +62,9 @@ class Plan:
     reads: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, input pos) -> slot
     writes: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, output pos) -> slot
     weights: dict[int, object] = field(default_factory=dict)  # op -> LayerWeights (weights.py)
+    # The weight modes: (op, input position) -> NarrowWeight (weight_store.py), the narrow form
+    # a float op's constant weights are stored in.
+    narrow: dict[tuple[int, int], object] = field(default_factory=dict)
 
     def requantized(self, model: Model) -> list[tuple[int, int]]:
         """(op, input position) of every activation read through a private requantized copy."""

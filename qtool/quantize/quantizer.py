@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 
-from qtool.calibrate import CalibrationResult, Dataset
+from qtool.calibrate import Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
@@ -29,21 +29,24 @@ from qtool.errors import DataError, UsageError
 from qtool.model import Model, TensorType, model_to_bytes
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
-from qtool.prepare.canonical import RewrittenOp
-from qtool.prepare.fold import FoldedOp, StoredForm
+from qtool.prepare.fold import StoredForm
 from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
 from qtool.quantize.evaluation import LITERT, OutputAccuracy
 from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
 from qtool.quantize.planner import Planner, Recipe
+from qtool.quantize.result import FloatOp, QuantizeResult
 from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
-from qtool.quantize.search import Remedy, SearchResult, search, weight_limited_rounding
+from qtool.quantize.search import Remedy, search, weight_limited_rounding
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
+from qtool.quantize.weight_plan import FULL, WeightSettings
+from qtool.quantize.weight_quantizer import WeightRun, quantize_weight_mode, weight_options_problem
 from qtool.runtime.litert import litert_available
 from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
 from qtool.targets import load_target
+from qtool.weight_spec import default_min_weight_elements
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
 ACTIVATION_TYPES = tuple(mode.value for mode in QUANTIZED)  # what `activations` may be
@@ -75,8 +78,18 @@ class QuantizeOptions:
     target: str | None = None
     # Also store dense weights sparse (int8 behind a DENSIFY) where that is smaller.
     sparsify: bool = False
+    # full int8, or a weight mode (weight_quantizer.py): dynamic (hybrid kernels), weights
+    # (weight-only, DEQUANTIZE in front of float ops) or float16; the width of integer weights,
+    # int4 blocks, and the fewest weights an op needs to get integer ones (None: 1024).
+    mode: str = FULL
+    weight_bits: int = 8
+    block_size: int | None = None
+    min_weight_elements: int | None = None
 
     def __post_init__(self) -> None:
+        problem = weight_options_problem(self)
+        if problem:
+            raise UsageError(problem)
         if self.io not in IO_MODES:
             raise UsageError(f"io must be one of {', '.join(IO_MODES)}, not {self.io!r}")
         if self.activations not in ACTIVATION_TYPES:
@@ -110,59 +123,6 @@ class QuantizeOptions:
         int16x8."""
         specs = {INT8: load_spec(self.profiles), INT16: load_spec(self.profiles, INT16)}
         return Precision(specs, self.int16_patterns)
-
-
-@dataclass
-class FloatOp:
-    """An operator the quantized model keeps in float, and why (the planner's reason; may be
-    empty)."""
-
-    subgraph: int
-    index: int | None  # operator index in the input model
-    op_type: str
-    reason: str
-
-
-@dataclass
-class QuantizeResult:
-    """Everything a quantization produced and decided, for the report and the caller; keyed by
-    subgraph index where per subgraph.
-
-    Attributes:
-        plans: the plan each calibrated subgraph was rewritten from.
-        folded: the constant operators folded before calibration.
-        float_ops: the operators left in float, and why.
-        notes: what the rewriter noted (warnings, weight scales enlarged for the bias).
-        statistics: the calibration statistics the plans were fitted on (what `qtool calibrate`
-            saves).
-        accuracy_source: how and on which samples `accuracy` was measured, as text ("" when it was
-            not).
-        warnings: what the user should know about the result (synthetic data, uncalibrated
-            subgraphs, ...).
-    """
-
-    model: Model  # the quantized model
-    float_model: Model  # the float model after preparation (what was calibrated)
-    calibrations: dict[int, CalibrationResult]  # per quantized subgraph
-    plans: dict[int, Plan]
-    folded: list[FoldedOp]
-    float_ops: list[FloatOp]
-    notes: RewriteNotes
-    rewritten: dict[tuple[int, int], RewrittenOp]  # (subgraph, input-model op) -> rewrite
-    statistics: CalibrationStatistics
-    method: str  # the calibration method used
-    method_scores: dict[str, float] = field(default_factory=dict)  # auto: worst SQNR of each
-    recipes: dict[int, Recipe] = field(default_factory=dict)  # the choices, per subgraph
-    rounded: dict[int, list[Remedy]] = field(default_factory=dict)  # optimize_rounding's layers
-    searches: dict[int, SearchResult] = field(default_factory=dict)  # with a target SQNR
-    baseline_size: int | None = None  # with a target: bytes of the model without remedies
-    diagnosis: Diagnosis | None = None  # where the error comes from, when asked for
-    accuracy: list[OutputAccuracy] = field(default_factory=list)  # held-out (accuracy_source)
-    accuracy_source: str = ""
-    warnings: list[str] = field(default_factory=list)
-    # When asked for: per subgraph, each quantized activation's SQNR (dB) against the float
-    # tensor along the simulated model, in graph order, on held-out samples.
-    layer_sqnr: dict[int, dict[int, float]] = field(default_factory=dict)
 
 
 def _computes_in_float(model: Model, subgraph_index: int) -> bool:
@@ -308,6 +268,10 @@ def quantize_loaded(
     accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
     warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures).
     """
+    if options.mode != FULL:
+        return quantize_weight_mode(
+            model, _as_datasets(data), weight_run(options), _as_datasets(holdout)
+        )
     calibrated = calibrate_loaded(model, data, options, progress, holdout, statistics)
     diagnosis = diagnose_calibrated(calibrated) if analyze else None
     prepared, collected, planners = calibrated.prepared, calibrated.collected, calibrated.planners
@@ -408,6 +372,21 @@ def quantize_loaded(
         warnings=_warnings(work, collected, calibrated.datasets, notes),
         layer_sqnr=layers,
     )
+
+
+def weight_run(options: QuantizeOptions, seed: int = 0) -> WeightRun:
+    """What a weight mode is asked by the options."""
+    settings = WeightSettings(
+        options.mode,
+        options.weight_bits,
+        options.block_size,
+        options.min_weight_elements
+        if options.min_weight_elements is not None
+        else default_min_weight_elements(),
+        options.per_tensor_fc,
+        options.keep_float,
+    )
+    return WeightRun(settings, options.target_sqnr, options.allow_float, seed)
 
 
 def _stored_forms(prepared: FloatModel, target: str | None) -> dict[int, dict[str, StoredForm]]:

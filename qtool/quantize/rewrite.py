@@ -30,8 +30,10 @@ from qtool.numerics import AffineParams, activation_params, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.prepare.fold import StoredForm
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
+from qtool.quantize.weight_store import WeightStore
 from qtool.quantize.weights import LayerWeights
 from qtool.spec import Mode, QuantSpec, sparse_int8_consumers
+from qtool.weight_spec import dequantize_version
 
 UINT8 = Mode.UINT8
 IO_TYPES = (FLOAT, INT8, UINT8)
@@ -82,7 +84,7 @@ class _Version:
         )
 
 
-class _Rewriter:
+class _Rewriter(WeightStore):
     def __init__(
         self,
         model: Model,
@@ -345,18 +347,20 @@ class _Rewriter:
         self._renamable(dense, original.name)
         return dense
 
-    def _storage_op(self, op_type: str, source: int, target: int) -> Operator:
+    def _storage_op(self, op_type: str, source: int, target: int, version: int = 1) -> Operator:
         return Operator(
-            opcode_index=self.model.opcode_for(op_type), inputs=[source], outputs=[target]
+            opcode_index=self.model.opcode_for(op_type, version), inputs=[source], outputs=[target]
         )
 
-    def _restored_float(self, t: int) -> int:
+    def _restored_float(self, t: int, form: StoredForm | None = None) -> int:
         """A folded float32 constant that a float operator reads, stored again as the source
-        stored it (float16 behind a DEQUANTIZE, sparse behind a DENSIFY): never wider."""
+        stored it (float16 behind a DEQUANTIZE, sparse behind a DENSIFY): never wider; or as
+        `form` says (`--mode float16`: every float constant float16)."""
         if t in self.restored:
             return self.restored[t]
         original = self.subgraph.tensors[t]
-        form = self.stored_forms.get(original.name)
+        explicit = form is not None
+        form = form or self.stored_forms.get(original.name)
         if form is None or form.dtype != TensorType.FLOAT16:
             return t
         values = self.model.tensor_data(original).astype(np.float16)
@@ -393,7 +397,10 @@ class _Rewriter:
                 name=self.names(original.name), shape=list(original.shape), dtype=TensorType.FLOAT32
             )
         )
-        self._emit(self._storage_op("DEQUANTIZE", source, widened), None)
+        # The version TensorFlow's converter gives a float16 DEQUANTIZE, in the float16 mode
+        # (elsewhere the source's DEQUANTIZE comes back as it was).
+        version = dequantize_version("float16") if explicit else 1
+        self._emit(self._storage_op("DEQUANTIZE", source, widened, version), None)
         self.restored[t] = widened
         return widened
 
@@ -422,13 +429,16 @@ class _Rewriter:
             else:
                 op.inputs[position] = self.need(t, slot, self._slot_version(slot))
 
-    def _rewrite_float(self, op: Operator) -> None:
+    def _rewrite_float(self, i: int, op: Operator) -> None:
         tensors = self.subgraph.tensors
         for position, t in enumerate(op.inputs):
             if t < 0 or tensors[t].dtype != TensorType.FLOAT32:
                 continue
+            narrow = self.plan.narrow.get((i, position))
             if t in self.home:
                 op.inputs[position] = self.need(t, self._float_key(t), _Version(FLOAT, None))
+            elif narrow is not None:  # the weight modes (weight_store.py)
+                op.inputs[position] = self.store_narrow(op, t, narrow)
             elif self.model.is_constant(tensors[t]):
                 op.inputs[position] = self._restored_float(t)
 
@@ -439,7 +449,7 @@ class _Rewriter:
             if mode in QUANTIZED:
                 self._rewrite_quantized(i, op, mode)
             elif mode == FLOAT:
-                self._rewrite_float(op)
+                self._rewrite_float(i, op)
             boundary_outputs = []
             for position, t in enumerate(op.outputs):
                 if t not in self.home:

@@ -1,0 +1,156 @@
+"""A weight mode end to end (`quantize_loaded` with `mode` dynamic, weights or float16): the
+plans, the target search, the written model, the measured accuracy, as a `QuantizeResult`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from qtool.calibrate import Dataset
+from qtool.errors import UsageError
+from qtool.model import Model, model_to_bytes
+from qtool.quantize.result import FloatOp, QuantizeResult
+from qtool.quantize.weight_modes import (
+    SYNTHETIC_WARNING,
+    WeightModel,
+    empty_statistics,
+    measured_accuracy,
+    measurement_samples,
+    weight_plans,
+)
+from qtool.quantize.weight_plan import (
+    DYNAMIC,
+    FLOAT16,
+    FULL,
+    WEIGHT_MODES,
+    WEIGHTS,
+    WeightSettings,
+    check_block_size,
+)
+from qtool.quantize.weight_search import FOR_TARGET, search_weights
+
+NO_CALIBRATION = "none"  # the report's method: the weight modes calibrate nothing
+
+
+@dataclass(frozen=True)
+class WeightRun:
+    """What a weight mode is asked: its settings, and the accuracy it must reach."""
+
+    settings: WeightSettings
+    target_sqnr: float | None = None
+    allow_float: bool = False
+    seed: int = 0
+
+
+def quantize_weight_mode(
+    model: Model,
+    data: Mapping[int, Dataset],
+    run: WeightRun,
+    holdout: Mapping[int, Dataset] | None = None,
+) -> QuantizeResult:
+    """Quantize `model`'s weights as `run` says; `data` and `holdout` (per subgraph, only
+    subgraph 0's are read) give the samples the accuracy is measured on (synthetic without
+    them) and a target search fits on."""
+    holdout = holdout or {}
+    prepared, plans = weight_plans(model, run.settings)
+    weights = WeightModel(prepared, plans)
+    search = run.target_sqnr is not None
+    samples = measurement_samples(prepared.model, data, holdout, search, run.seed)
+    searches = {}
+    baseline_size = None
+    if search:
+        if samples.synthetic:
+            raise UsageError("a target SQNR needs real samples: give data or held-out samples")
+        baseline_size = _size(weights)
+        searches[0] = search_weights(weights, samples.fitting, run.target_sqnr, run.allow_float)
+    written, notes = weights.write()
+    accuracy, source = measured_accuracy(weights, written, samples)
+    warnings = list(notes.warnings)
+    if samples.synthetic:
+        warnings.insert(0, SYNTHETIC_WARNING)
+    return QuantizeResult(
+        model=written,
+        float_model=prepared.model,
+        calibrations={},
+        plans=weights.int_plans(),
+        folded=prepared.folded,
+        float_ops=_float_ops(weights),
+        notes=notes,
+        rewritten=prepared.rewritten,
+        statistics=empty_statistics(prepared),
+        method=NO_CALIBRATION,
+        searches=searches,
+        baseline_size=baseline_size,
+        accuracy=accuracy,
+        accuracy_source=source,
+        warnings=warnings,
+        mode=run.settings.mode,
+        weight_plans=dict(weights.plans),
+        synthetic=samples.synthetic,
+    )
+
+
+def _size(weights: WeightModel) -> int:
+    """The bytes of the model with every op on its first rung."""
+    return len(model_to_bytes(weights.write()[0]))
+
+
+def _float_ops(weights: WeightModel) -> list[FloatOp]:
+    """The ops whose weights stay float, and why."""
+    found = []
+    for op in weights.ops:
+        if op.form is not None:
+            continue
+        reason = op.kept_float or FOR_TARGET
+        found.append(FloatOp(op.subgraph, op.source_index, op.op_type, reason))
+    return found
+
+
+MODES = (FULL, *WEIGHT_MODES)
+WEIGHT_BITS = (8, 4)
+# Options of the full int8 pipeline that a weight mode (no calibration, float activations)
+# has no use for: (attribute, value meaning "not given", option name).
+_FULL_ONLY = (
+    ("io", "float", "io"),
+    ("activations", "int8", "activations"),
+    ("int16", (), "int16"),
+    ("calibration", "auto", "calibration"),
+    ("bias_correction", None, "bias_correction"),
+    ("optimize_rounding", False, "optimize_rounding"),
+    ("sparsify", False, "sparsify"),
+    ("target", None, "target"),
+)
+
+
+def weight_options_problem(options) -> str | None:
+    """Why the mode, weight width, block size and minimum element count of `QuantizeOptions`
+    do not go together (None: they do)."""
+    mode, bits, block = options.mode, options.weight_bits, options.block_size
+    if mode not in MODES:
+        return f"mode must be one of {', '.join(MODES)}, not {mode!r}"
+    if bits not in WEIGHT_BITS:
+        return f"weight_bits must be 8 or 4, not {bits!r}"
+    if mode == FLOAT16 and bits != 8:
+        return "the float16 mode stores float16 weights: weight_bits does not apply"
+    if mode == FULL and bits != 8:
+        return "int4 weights are written by the weight modes: use mode dynamic or weights"
+    if block is not None:
+        if bits != 4 or mode != DYNAMIC:
+            return (
+                "block_size asks for blockwise int4 weights, which only hybrid kernels read: "
+                "use mode dynamic with weight_bits 4"
+            )
+        problem = check_block_size(block)
+        if problem:
+            return problem
+    minimum = options.min_weight_elements
+    if minimum is not None and (not isinstance(minimum, int) or minimum < 0):
+        return f"min_weight_elements must be a whole number >= 0, not {minimum!r}"
+    if minimum is not None and mode not in (DYNAMIC, WEIGHTS):
+        return "min_weight_elements applies to the dynamic and weights modes"
+    if mode == FULL:
+        return None
+    for name, unset, option in _FULL_ONLY:
+        if getattr(options, name) != unset:
+            return f"{option} applies to mode full (int8 activations), not to mode {mode}"
+    return None
