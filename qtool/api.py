@@ -38,6 +38,7 @@ from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model import load_model as _load_path
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.quantizer import analyze_loaded
+from qtool.quantize.weight_plan import FULL
 from qtool.report.analysis_report import analysis_section
 from qtool.spec import spec_profiles
 
@@ -125,7 +126,9 @@ def quantize_model(
 
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
     optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
-    target, engine. `layer_sqnr` also measures each quantized activation's SQNR along the graph
+    target, engine, mode (full, dynamic, weights, float16), weight_bits, block_size,
+    min_weight_elements. The weight modes need no data: without it their accuracy is measured
+    on synthetic samples (a warning says so). `layer_sqnr` also measures each quantized activation's SQNR along the graph
     (simulated on the held-out samples, for `Quantized.html()`). `max_size` (bytes, or a
     ratio of the input's size as "0.5x") refuses a bigger result. Raises QtoolError
     subclasses for bad input; `strict`, `max_size` and an unreachable `target_sqnr` raise too
@@ -137,7 +140,7 @@ def quantize_model(
     settings = QuantizeOptions(**options)
     if isinstance(statistics, str | os.PathLike):
         statistics = CalibrationStatistics.load(statistics)
-    if data is None and statistics is None:
+    if data is None and statistics is None and settings.mode == FULL:
         raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
     datasets = {} if data is None else entry_datasets(loaded, data, samples)
     holdouts = {} if holdout is None else entry_datasets(loaded, holdout)

@@ -32,6 +32,7 @@ from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
 from qtool.quantize.quantizer import calibrate_loaded
+from qtool.quantize.weight_plan import FULL
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
@@ -186,8 +187,9 @@ class QuantizeOutcome:
 
 def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     """The output model and report paths of a quantize job: as given, else `<model>_int8.tflite`
-    beside the input and `<output>.report.json` beside the output; UsageError for a path given as
-    '' or ending in a separator."""
+    (`_dynamic`, `_weights`, `_float16`, `_dynamic_int4`... in the weight modes) beside the
+    input and `<output>.report.json` beside the output; UsageError for a path given as '' or
+    ending in a separator."""
     for what, given in (("output path", job.output_path), ("report path", job.report_path)):
         if given is not None and (given == "" or given.endswith(("/", os.sep))):
             raise UsageError(f"{what} {given!r} is not a file name")
@@ -195,7 +197,7 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     output = (
         Path(job.output_path)
         if job.output_path is not None
-        else source.with_name(f"{source.stem}_int8.tflite")
+        else source.with_name(f"{source.stem}_{output_suffix(job.options)}.tflite")
     )
     report = (
         Path(job.report_path)
@@ -203,6 +205,14 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
         else output.with_name(f"{output.stem}.report.json")
     )
     return output, report
+
+
+def output_suffix(options: QuantizeOptions) -> str:
+    """What the default output name adds to the input's stem: int8, or the weight mode (with
+    int4 when its weights are)."""
+    if options.mode == FULL:
+        return "int8"
+    return options.mode + ("_int4" if options.weight_bits == 4 else "")
 
 
 def _job_inputs(job: ModelJob) -> list[str]:
@@ -231,9 +241,13 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
         datasets = source_datasets(model, job.data, job.samples)
     elif job.statistics:
         datasets = {}
-    elif job.synthetic:
+    elif job.synthetic or (job.options.mode != FULL and not job.holdout):
+        # The weight modes calibrate nothing: synthetic samples only measure them (a warning
+        # says so).
         count = job.samples or DEFAULT_SYNTHETIC_SAMPLES
         datasets = {s: synthetic_dataset(model_inputs(model, s), count, job.seed) for s in entries}
+    elif job.options.mode != FULL:
+        datasets = {}
     else:
         raise UsageError(
             "calibration needs data: give `data`, or `statistics` from qtool calibrate (or "

@@ -37,6 +37,7 @@ class Operand:
     index: int  # tensor index in the subgraph
     tensor: Tensor
     rule: OperandRule | None  # None: the op table says nothing about this operand
+    constant: bool = False  # the tensor holds constant data
 
     @property
     def role(self) -> str:
@@ -85,9 +86,10 @@ def _compute_mode(
     inputs: tuple[Operand, ...], outputs: tuple[Operand, ...], rule: OpRule | None, scheme: Mode
 ) -> Mode:
     # Weights and biases do not decide the mode: a float op with int8 weights is a hybrid
-    # (dynamic-range) op, which computes in float.
+    # (dynamic-range) op, which computes in float. Without the op table's roles, constants
+    # are taken for weights (a hybrid LSTM's twelve int8 weight tensors).
     if rule is None:
-        deciding = inputs + outputs
+        deciding = tuple(o for o in inputs if not o.constant) + outputs
     else:
         deciding = tuple(o for o in inputs if o.rule and o.rule.role == "activation")
         deciding += tuple(o for o in outputs if o.rule)
@@ -138,7 +140,14 @@ class AuditContext:
         def operands(kind: str, indices: list[int]) -> tuple[Operand, ...]:
             lookup = (rule.input_rule if kind == "input" else rule.output_rule) if rule else None
             return tuple(
-                Operand(kind, p, t, tensors[t], lookup(p) if lookup else None)
+                Operand(
+                    kind,
+                    p,
+                    t,
+                    tensors[t],
+                    lookup(p) if lookup else None,
+                    self.model.is_constant(tensors[t]),
+                )
                 for p, t in enumerate(indices)
                 if t >= 0
             )
@@ -183,6 +192,8 @@ class AuditContext:
         for operand in op.operands:
             if operand.rule is None:
                 continue
+            if op.boundary and operand.kind == "input" and operand.constant:
+                continue  # a DEQUANTIZE of constant weights (weight-only): weight_rules.py
             if op.boundary and (
                 operand.tensor.dtype in FLOAT_TYPES
                 or self.is_legacy(operand)

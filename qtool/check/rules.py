@@ -9,7 +9,7 @@ its id, default severity and help; this module only puts the declarations in ord
 
 from __future__ import annotations
 
-from qtool.check import gates, graph_rules, operands, qparams, risk, validity
+from qtool.check import gates, graph_rules, operands, qparams, risk, validity, weight_rules
 from qtool.check.rulebook import RuleInfo, catalogue
 
 RULES: dict[str, RuleInfo] = catalogue(
@@ -39,6 +39,12 @@ RULES: dict[str, RuleInfo] = catalogue(
     graph_rules.LEGACY_UINT8,
     graph_rules.OP_UNCOVERED,
     graph_rules.OP_EXTENDED,
+    # the weight modes: hybrid, weight-only, float16 and int4 weights
+    weight_rules.HYBRID_KERNEL,
+    weight_rules.HYBRID_PARAMS,
+    weight_rules.BLOCKWISE_RULE,
+    weight_rules.BLOCK_SCALE,
+    weight_rules.BLOCK_SIZE,
     # numerical risks
     risk.BIAS_SATURATED,
     risk.RANGE_UNDERUSED,

@@ -19,6 +19,7 @@ from qtool.cli.render import print_fields, print_json, print_table, progress, st
 from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
+from qtool.quantize.weight_quantizer import MODES
 from qtool.report import summary_counts
 from qtool.targets import target_names
 
@@ -51,6 +52,37 @@ from qtool.targets import target_names
     default="float",
     show_default=True,
     help="Type of the model's inputs and outputs.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="full",
+    show_default=True,
+    help="full: int8 activations and weights. dynamic: int8 weights read by LiteRT's hybrid "
+    "kernels, activations float (no data needed). weights: int8 weights expanded by a "
+    "DEQUANTIZE in front of float ops. float16: float16 weights behind a DEQUANTIZE.",
+)
+@click.option(
+    "--weight-bits",
+    type=click.Choice(["8", "4"]),
+    default="8",
+    show_default=True,
+    help="4: int4 weights where LiteRT has the kernel (--mode dynamic or weights; int8 "
+    "elsewhere, said in the report).",
+)
+@click.option(
+    "--block-size",
+    type=int,
+    metavar="N",
+    help="int4 weights in blocks of N inputs, one float16 scale each (--mode dynamic "
+    "--weight-bits 4; FULLY_CONNECTED and EMBEDDING_LOOKUP; N a multiple of 32).",
+)
+@click.option(
+    "--min-weight-elements",
+    type=int,
+    metavar="N",
+    help="In --mode dynamic and weights, weights with fewer elements stay float (default "
+    "1024, as TensorFlow's converter).",
 )
 @click.option(
     "--per-tensor-fc",
@@ -119,6 +151,10 @@ def quantize_command(
     synthetic: bool,
     samples: int | None,
     io_mode: str,
+    mode: str,
+    weight_bits: str,
+    block_size: int | None,
+    min_weight_elements: int | None,
     per_tensor_fc: bool,
     target: str | None,
     keep_float: tuple[str, ...],
@@ -137,7 +173,8 @@ def quantize_command(
     force: bool,
     **planning,
 ) -> None:
-    """Quantize a float .tflite MODEL to int8 following the TFLite int8 spec.
+    """Quantize a float .tflite MODEL to int8 following the TFLite int8 spec, or only its
+    weights (--mode dynamic, weights or float16; int4 with --weight-bits 4).
 
     Exit codes: 0 written and compliant; 1 impossible under the options (--strict, an
     unreachable --target-sqnr), or the written model fails the audit or its read-back (nothing
@@ -167,16 +204,27 @@ def quantize_command(
             engine=engine,
             target=target,
             sparsify=sparsify,
+            mode=mode,
+            weight_bits=int(weight_bits),
+            block_size=block_size,
+            min_weight_elements=min_weight_elements,
             **options_from(planning),
         ),
     )
-    if synthetic and not data:
+    if mode != "full" and not (data or holdout):
+        stderr.print(
+            "[bold yellow]qtool: warning:[/] no --data or --holdout: the accuracy is measured "
+            "on SYNTHETIC random data and does not reflect real inputs",
+            soft_wrap=True,
+        )
+    elif synthetic and not data:
         stderr.print(
             "[bold yellow]qtool: warning:[/] calibrating on SYNTHETIC random data: the "
             "activation ranges are not meaningful and accuracy will be poor",
             soft_wrap=True,
         )
-    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
+    calibrating = not (quiet or as_json) and mode == "full"
+    with progress(stderr, "calibrating", enabled=calibrating) as (advance, on_total):
         outcome = quantize_file(job, progress=advance, on_total=on_total)
     if as_json:
         print_json(outcome.report)
@@ -200,7 +248,8 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
         return []
     remedies = [r for s in target["subgraphs"] for r in s["remedies"]]
     kinds = {
-        kind: sum(r["kind"] == kind for r in remedies) for kind in ("rounding", "int16", "float")
+        kind: sum(r["kind"] == kind for r in remedies)
+        for kind in ("rounding", "int16", "int8", "float")
     }
     size = report["output_model"]["size_bytes"]
     baseline = target["size_without_remedies_bytes"]
@@ -209,9 +258,33 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
         (
             "target",
             f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
-            f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
-            f"remedies{cost}",
+            + (
+                f"{kinds['int8']} int8, {kinds['float']} float weights"
+                if report["settings"]["mode"] != "full"
+                else f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
+                "remedies"
+            )
+            + cost,
         )
+    ]
+
+
+def _weight_mode_fields(report: dict, counts: dict[str, int]) -> list[tuple[str, str]]:
+    """The summary lines of a weight mode: what it stored, and how the ops read it."""
+    settings = report["settings"]
+    forms: dict[str, int] = {}
+    for row in report["ops"]:
+        if "weights" in row:
+            forms[row["weights"]] = forms.get(row["weights"], 0) + 1
+    stored = ", ".join(f"{n} {form}" for form, n in sorted(forms.items())) or "none"
+    return [
+        ("mode", f"{settings['mode']}: weights {stored}"),
+        (
+            "operators",
+            f"{counts['hybrid']} hybrid, {counts['weight-only']} weight-only, "
+            f"{counts['float16']} float16 weights, {counts['float']} float, "
+            f"{counts['folded']} folded",
+        ),
     ]
 
 
@@ -240,19 +313,25 @@ def render_summary(outcome: QuantizeOutcome) -> None:
                 f"{report['input_model']['size_bytes']:,} -> "
                 f"{report['output_model']['size_bytes']:,} bytes",
             ),
-            (
-                "calibration",
-                f"{samples} samples, {engines} engine, {seconds:.2f} s, "
-                f"{report['accuracy']['method']} ranges"
-                + (" (synthetic)" if synthetic else "")
-                + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
-            ),
-            (
-                "operators",
-                f"{counts['int8']} int8, "
-                + (f"{counts['int16']} int16, " if counts["int16"] else "")
-                + f"{counts['float']} float, "
-                f"{counts['integer']} integer, {counts['folded']} folded",
+            *(
+                _weight_mode_fields(report, counts)
+                if report["settings"]["mode"] != "full"
+                else [
+                    (
+                        "calibration",
+                        f"{samples} samples, {engines} engine, {seconds:.2f} s, "
+                        f"{report['accuracy']['method']} ranges"
+                        + (" (synthetic)" if synthetic else "")
+                        + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
+                    ),
+                    (
+                        "operators",
+                        f"{counts['int8']} int8, "
+                        + (f"{counts['int16']} int16, " if counts["int16"] else "")
+                        + f"{counts['float']} float, "
+                        f"{counts['integer']} integer, {counts['folded']} folded",
+                    ),
+                ]
             ),
             *_target_fields(report),
             ("audit", status + f": {audit['errors']} errors, {audit['warnings']} warnings"),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from qtool.calibrate import Dataset
 from qtool.errors import UsageError
 from qtool.model import Model, model_to_bytes
+from qtool.quantize.planner import FOR_TARGET
 from qtool.quantize.result import FloatOp, QuantizeResult
 from qtool.quantize.weight_modes import (
     SYNTHETIC_WARNING,
@@ -27,7 +28,7 @@ from qtool.quantize.weight_plan import (
     WeightSettings,
     check_block_size,
 )
-from qtool.quantize.weight_search import FOR_TARGET, search_weights
+from qtool.quantize.weight_search import search_weights
 
 NO_CALIBRATION = "none"  # the report's method: the weight modes calibrate nothing
 

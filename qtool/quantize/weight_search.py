@@ -27,7 +27,6 @@ from qtool.weight_spec import BLOCKWISE, PER_AXIS
 MARGIN_DB = 1.0  # a few dozen samples estimate an SQNR to about a dB
 MAX_ROUNDS = 8
 MAX_UNDO_TRIES = 8
-FOR_TARGET = "kept in float to reach the target SQNR"
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,8 @@ class WeightStore:
             )
         )
         self.constant_copies[key] = stored
-        self._renamable(stored, original.name)
+        if narrow.form.kind == HYBRID:  # the op reads it: it takes the float original's name
+            self._renamable(stored, original.name)
         return stored
 
     def _dequantized(self, t: int, stored: int, narrow: NarrowWeight) -> int:
@@ -127,7 +128,7 @@ class WeightStore:
         original = self.subgraph.tensors[t]
         widened = self.subgraph.add_tensor(
             Tensor(
-                name=self.names(original.name),
+                name=self.names(f"{original.name}_dequantized"),
                 shape=list(original.shape),
                 dtype=TensorType.FLOAT32,
             )
@@ -135,6 +136,7 @@ class WeightStore:
         form = (f"int{narrow.form.bits}", narrow.form.granularity)
         self._emit(self._storage_op("DEQUANTIZE", stored, widened, dequantize_version(*form)), None)
         self.constant_copies[key] = widened
+        self._renamable(widened, original.name)
         return widened
 
     def _hybrid_op(self, op: Operator, narrow: NarrowWeight) -> None:

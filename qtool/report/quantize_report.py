@@ -11,6 +11,9 @@ from qtool.model import Model, dtype_name
 from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
+from qtool.quantize.planner import FOR_TARGET
+from qtool.quantize.weight_plan import FULL
+from qtool.quantize.weight_store import DEQUANTIZED, FLOAT16, HYBRID
 from qtool.report.analysis_report import analysis_section
 from qtool.report.size_report import size_section, size_warning
 from qtool.spec import Mode
@@ -19,7 +22,13 @@ from qtool.version import __version__
 REPORT_VERSION = 3
 FOLDED = "folded"  # an op of the float model computed at build time: no operator remains
 INSERTED = "inserted"  # a QUANTIZE qtool added between differently quantized tensors
-REPORTED_MODES = (*(m.value for m in (Mode.INT8, Mode.INT16, Mode.FLOAT, Mode.INTEGER)), FOLDED)
+# How an op of a weight mode reads its weights (`qtool.quantize.weight_store`).
+WEIGHT_READS = (HYBRID, DEQUANTIZED, FLOAT16)
+REPORTED_MODES = (
+    *(m.value for m in (Mode.INT8, Mode.INT16, Mode.FLOAT, Mode.INTEGER)),
+    FOLDED,
+    *WEIGHT_READS,
+)
 
 
 def file_facts(path: str | Path | None, data: bytes | None = None) -> dict[str, Any]:
@@ -50,6 +59,9 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
             "mode": FOLDED,
             "reason": "constant inputs: evaluated once and stored as a float constant",
         }
+    if result.mode != FULL:
+        rows.update(_weight_op_rows(result, source))
+        return [rows[key] for key in sorted(rows)]
     inserted: dict[int, int] = {}
     for s, plan in result.plans.items():
         inserted[s] = len(plan.requantized(result.float_model))
@@ -80,6 +92,32 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
             }
         )
     return ordered
+
+
+def _weight_op_rows(result: QuantizeResult, source: Model) -> dict[tuple[int, int], dict]:
+    """The weight modes: every op computes in float; those with weights say how they read
+    them (hybrid, weight-only, float16) and in which form, or why they keep float ones."""
+    rows = {}
+    for s, plan in result.plans.items():
+        for decision in plan.decisions:
+            op = source.subgraphs[s].operators[decision.source_index]
+            rows[(s, decision.source_index)] = {
+                "subgraph": s,
+                "index": decision.source_index,
+                "op": source.op_type(op),
+                "mode": Mode.FLOAT.value,
+                "reason": None,
+            }
+    for s, plan in result.weight_plans.items():
+        for op in plan.ops:
+            row = rows[(s, op.source_index)]
+            if op.form is None:
+                row["reason"] = op.kept_float or FOR_TARGET
+                continue
+            row["mode"] = op.form.kind
+            row["weights"] = op.form.label()
+            row["reason"] = op.note
+    return rows
 
 
 def _tensor_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
@@ -169,8 +207,12 @@ def build_report(
             "optimize_rounding": options.optimize_rounding,
             "target_sqnr": options.target_sqnr,
             "allow_float": options.allow_float,
+            "mode": options.mode,
+            "weight_bits": options.weight_bits,
+            "block_size": options.block_size,
+            "min_weight_elements": options.min_weight_elements,
             "data": data_sources,
-            "synthetic": any(c.synthetic for c in result.calibrations.values()),
+            "synthetic": result.synthetic or any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
             "seed": seed,
         },
@@ -180,7 +222,7 @@ def build_report(
         "calibration": _calibration_rows(result, source),
         "io": [
             {"subgraph": s, **row}
-            for s in sorted(result.calibrations)
+            for s in sorted(result.calibrations or _measured(result))
             for row in io_details(result.model, s)
         ],
         "ops": _op_rows(result, source),
@@ -206,6 +248,11 @@ def build_report(
             for e in layer_errors
         ],
     }
+
+
+def _measured(result: QuantizeResult) -> set[int]:
+    """The subgraphs whose accuracy was measured (the weight modes calibrate none)."""
+    return {a.subgraph for a in result.accuracy}
 
 
 def _names(result: QuantizeResult, s: int, tensors=(), ops=()) -> list[str]:
@@ -237,6 +284,8 @@ def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str
     remedies applied; None without a target."""
     if options.target_sqnr is None:
         return None
+    if result.mode != FULL:
+        return weight_target_section(result, options)
     return {
         "sqnr_db": options.target_sqnr,
         "allow_float": options.allow_float,
@@ -259,6 +308,39 @@ def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str
                         "alone_sqnr_db": _db(remedy.share_db),
                     }
                     for remedy in search.remedies
+                ],
+            }
+            for s, search in sorted(result.searches.items())
+        ],
+    }
+
+
+def weight_target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any]:
+    """The target section of a weight mode: the ops the search gave wider weights (int8) or
+    float ones, in the same shape as the full mode's remedies."""
+    return {
+        "sqnr_db": options.target_sqnr,
+        "allow_float": options.allow_float,
+        "reached": all(search.reached for search in result.searches.values()),
+        "size_without_remedies_bytes": result.baseline_size,
+        "subgraphs": [
+            {
+                "subgraph": s,
+                "reached": search.reached,
+                "output_sqnr_db": [_db(v) for v in search.output_sqnr],
+                "remedies": [
+                    {
+                        "kind": change.kind,
+                        "place": "weights",
+                        "op_index": change.op_index,
+                        "op": change.op_type,
+                        "tensor": change.tensor,
+                        "alone_sqnr_db": _db(change.alone_sqnr_db),
+                        "subgraph": change.subgraph,
+                        "asked": change.asked,
+                        "chosen": change.chosen,
+                    }
+                    for change in search.changes
                 ],
             }
             for s, search in sorted(result.searches.items())
