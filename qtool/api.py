@@ -215,6 +215,8 @@ class CheckResult:
     target: dict[str, Any] | None = None
     accuracy: dict[str, Any] | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    # How the model stores narrow weights (hybrid, weight-only, float16), by form; None: none.
+    weights: dict[str, dict[str, int]] | None = None
 
     @property
     def passed(self) -> bool:
@@ -233,8 +235,8 @@ class CheckResult:
         return [f for f in self.findings if f.severity == "warning"]
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-ready data: verdict, counts, findings, and the target and accuracy
-        sections (None when not asked for)."""
+        """The result as JSON-ready data: verdict, counts, findings, the target and accuracy
+        sections (None when not asked for), and the narrow weights (None without)."""
         return {
             "passed": self.passed,
             "fail_on": self.fail_on,
@@ -242,6 +244,7 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "target": self.target,
             "accuracy": self.accuracy,
+            "weights": self.weights,
         }
 
 
@@ -279,4 +282,11 @@ def check_model(
         gate,
         path=str(model) if isinstance(model, str | os.PathLike) else "model",
     )
-    return CheckResult(audited.findings, fail_on, audited.target, audited.accuracy, audited.summary)
+    return CheckResult(
+        audited.findings,
+        fail_on,
+        audited.target,
+        audited.accuracy,
+        audited.summary,
+        audited.weights,
+    )

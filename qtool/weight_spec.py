@@ -43,7 +43,10 @@ class WeightOpRule:
         hybrid: weight type ("int8", "int4") -> the granularities its hybrid kernel reads.
         hybrid_options: builtin options the converter sets on a hybrid op.
         int4_with_int8_activations: granularities of int4 weights its int8 kernel reads.
+        int4_without_minus_8: granularities of hybrid int4 weights whose kernel misreads -8.
         all_or_none: every weight operand quantized, or none (the LSTM kernels).
+        weights_are_outputs: the op outputs rows of its weights (a lookup): their squared error
+            is the output's, and the scales may clip.
         per_axis_requires: builtin options per-axis hybrid weights need (BATCH_MATMUL's
             adj_y false).
         versions: the operator version of each form ("hybrid int8 per-axis", "hybrid int8",
@@ -56,8 +59,10 @@ class WeightOpRule:
     hybrid: dict[str, tuple[str, ...]]
     hybrid_options: dict[str, Any]
     int4_with_int8_activations: tuple[str, ...]
+    int4_without_minus_8: tuple[str, ...]
     blockwise: BlockwiseRule | None
     all_or_none: bool
+    weights_are_outputs: bool
     per_axis_requires: dict[str, Any]
     versions: dict[str, int]
     source: str
@@ -113,8 +118,10 @@ def weight_rules() -> dict[str, WeightOpRule]:
             hybrid={kind: tuple(found) for kind, found in raw["hybrid"].items()},
             hybrid_options=dict(raw.get("hybrid_options", {})),
             int4_with_int8_activations=tuple(raw.get("int4_with_int8_activations", ())),
+            int4_without_minus_8=tuple(raw.get("int4_without_minus_8", ())),
             blockwise=None if block is None else BlockwiseRule(**block),
             all_or_none=raw.get("all_or_none", False),
+            weights_are_outputs=raw.get("weights_are_outputs", False),
             per_axis_requires=dict(raw.get("per_axis_requires", {})),
             versions=dict(raw.get("versions", {})),
             source=raw["source"],

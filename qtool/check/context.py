@@ -19,6 +19,7 @@ from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.model.types import tensor_types
 from qtool.op_facts import type_class
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
+from qtool.weight_spec import weight_rule
 
 FLOAT_TYPES = tensor_types(type_class("floating"))
 # Integer types that only quantized tensors use; their presence makes an op an int8 op.
@@ -225,9 +226,15 @@ class AuditContext:
         )
 
     def dtype_ok(self, op: OpView, operand: Operand) -> bool:
-        """The rule's dtype, or its legacy form when the whole op uses the legacy form."""
+        """The rule's dtype, its legacy form when the whole op uses the legacy form, or int4
+        weights where the op's int8 kernel reads them (`schemas/weight_modes.json`)."""
         if self.is_dtype(operand.tensor, operand.rule.dtype):
             return True
+        if operand.rule.role == "weight" and operand.tensor.dtype == TensorType.INT4:
+            weights = weight_rule(op.type)
+            q = operand.tensor.quantization
+            granularity = "per-axis" if q is not None and q.per_axis else "per-tensor"
+            return weights is not None and granularity in weights.int4_with_int8_activations
         return self.is_legacy(operand) and all(
             self.is_legacy(o)
             for o in self.checked_operands(op)

@@ -20,7 +20,7 @@ from qtool.check.context import AuditContext, Operand, OpView
 from qtool.check.findings import Finding
 from qtool.check.rulebook import family, rule
 from qtool.model import TensorType, dtype_name
-from qtool.model.lowbit import blockwise_of, blockwise_scales
+from qtool.model.lowbit import blockwise_of, blockwise_scales, constant_values
 from qtool.numerics.lowbit import FLOAT16_TINY, round_to_mantissa
 from qtool.spec import Mode
 from qtool.weight_spec import (
@@ -185,7 +185,7 @@ def check_hybrid_weights(ctx: AuditContext) -> Iterator[Finding]:
     for read in narrow_reads(ctx):
         if read.how != HYBRID or blockwise_of(read.operand.tensor) is not None:
             continue
-        found = _hybrid_problem(read)
+        found = _hybrid_problem(ctx, read)
         if found is not None:
             about, message = found
             rule_info = HYBRID_KERNEL if about == KERNEL else HYBRID_PARAMS
@@ -226,7 +226,7 @@ def check_blockwise_weights(ctx: AuditContext) -> Iterator[Finding]:
             )
 
 
-def _hybrid_problem(read: NarrowRead) -> tuple[str, str] | None:
+def _hybrid_problem(ctx: AuditContext, read: NarrowRead) -> tuple[str, str] | None:
     """(KERNEL or PARAMS, message) when LiteRT's hybrid kernel does not read these weights, or
     reads them wrong; None when it reads them."""
     op, operand = read.op, read.operand
@@ -263,6 +263,14 @@ def _hybrid_problem(read: NarrowRead) -> tuple[str, str] | None:
             f"{operand.label} has zero point {first}: LiteRT's hybrid {op.type} assumes "
             "symmetric weights (zero point 0)"
         )
+    if weight_type == "int4" and kind in weights.int4_without_minus_8:
+        values = constant_values(ctx.model, operand.tensor)
+        if values is not None and values.size and int(values.min()) == -8:
+            count = int(np.count_nonzero(values == -8))
+            return PARAMS, (
+                f"{operand.label} holds -8 ({count} values): LiteRT's optimized 4-bit {op.type} "
+                "misreads it (write int4 weights in [-7, 7])"
+            )
     return None
 
 

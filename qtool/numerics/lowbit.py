@@ -1,13 +1,13 @@
-"""Symmetric weight quantization to few bits: per tensor, per axis or in blocks, with the scale of
-each group chosen for the least squared error.
+"""Symmetric weight quantization to few bits: per tensor, per axis or in blocks.
 
-At 8 bits the largest magnitude sets the scale (what TensorFlow's converter does: the rounding
-error dominates and clipping gains nothing). At 4 bits a scale that clips the largest values a
-little halves the rounding step of all the others: each group's scale is the best of a grid of
-candidates between half and all of its largest magnitude, judged by the group's squared error,
-and the group may use the type's most negative value (-8) when its extreme is negative. Block
-scales are stored float16 with only the mantissa bits bfloat16 has (XNNPACK reads them as
-bfloat16): the candidates are rounded so before they are judged.
+The largest magnitude of each group sets its scale (what TensorFlow's converter and
+ai-edge-quantizer do), the values are symmetric and narrow: [-127, 127] at 8 bits, [-7, 7] at 4
+(LiteRT's optimized 4-bit FULLY_CONNECTED misreads -8). Block scales are stored float16 with only
+the mantissa bits bfloat16 has (XNNPACK reads them as bfloat16). Where the weights themselves are
+the output (an embedding table), `search` picks each group's scale among clipped candidates for
+the least squared error; elsewhere clipping the largest weights costs more at the layer's output
+than it saves (measured: 10 dB on a token MLP) and the rounding of each weight is what to
+optimise (`qtool.quantize.adaround`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from qtool.numerics.dtypes import int_type
 
 # Clipping ratios tried at few bits, from no clipping down to half the largest magnitude.
 CLIP_RATIOS = np.linspace(1.0, 0.5, 21)
-MSE_BELOW_BITS = 8  # the scale search runs below this many bits
 FLOAT16_TINY = float(np.finfo(np.float16).tiny)  # the smallest normal float16
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 _CHUNK_VALUES = 1 << 22  # groups are searched in chunks of about this many values
@@ -72,42 +71,38 @@ def _groups_error(groups: np.ndarray, scales: np.ndarray, qmin: int, qmax: int) 
     return np.sum(np.square(q * scales - values), axis=2, dtype=np.float64)
 
 
-def _candidates(groups: np.ndarray, qmin: int, qmax: int) -> np.ndarray:
-    """Candidate scales per group: clipped fractions of the largest magnitude over qmax, and,
-    for a group whose extreme is negative, of that magnitude over -qmin."""
+def _candidates(groups: np.ndarray, qmax: int) -> np.ndarray:
+    """Candidate scales per group: clipped fractions of the largest magnitude over qmax."""
     top = np.abs(groups).max(axis=1)
-    low = -groups.min(axis=1)
-    positive = top[:, None] * CLIP_RATIOS[None, :] / qmax
-    if qmin == -qmax:
-        return positive
-    # The negative extreme on qmin (where it is the group's largest magnitude, else the
-    # positive candidates again).
-    negative = np.where(low >= top, low / -qmin, top / qmax)[:, None] * CLIP_RATIOS[None, :]
-    return np.concatenate([positive, negative], axis=1)
+    return top[:, None] * CLIP_RATIOS[None, :] / qmax
+
+
+def qrange_of(bits: int) -> tuple[int, int]:
+    """The symmetric, narrow range of `bits`-bit weights: [-127, 127] or [-7, 7]."""
+    if bits not in (4, 8):
+        raise UsageError(f"weights are quantized to 8 or 4 bits, not {bits}")
+    kind = int_type(f"int{bits}")
+    return kind.qmin + 1, kind.qmax
 
 
 def best_scales(
-    groups: np.ndarray, bits: int, mantissa_bits: int | None = None, search: bool = True
+    groups: np.ndarray, bits: int, mantissa_bits: int | None = None, search: bool = False
 ) -> np.ndarray:
-    """One scale per row of `groups`: the candidate with the least squared error (or the largest
-    magnitude over qmax without `search`), rounded to `mantissa_bits` when given, never below
+    """One scale per row of `groups`: the largest magnitude over qmax, or with `search` the
+    clipped candidate of least squared error; rounded to `mantissa_bits` when given, never below
     the smallest normal float16 when rounded so. An all-zero group gets scale 1."""
-    kind = int_type(f"int{bits}") if bits in (4, 8) else None
-    if kind is None:
-        raise UsageError(f"weights are quantized to 8 or 4 bits, not {bits}")
-    qmin, qmax = (kind.qmin + 1, kind.qmax) if bits == 8 else (kind.qmin, kind.qmax)
+    qmin, qmax = qrange_of(bits)
     groups = np.asarray(groups, np.float64)
     if not np.isfinite(groups).all():
         raise DataError("weights contain inf or NaN, which have no scale")
     top = np.abs(groups).max(axis=1) if groups.shape[1] else np.zeros(groups.shape[0])
     scales = np.empty(groups.shape[0], np.float64)
-    rows = max(1, _CHUNK_VALUES // max(1, groups.shape[1] * 2 * CLIP_RATIOS.size))
+    rows = max(1, _CHUNK_VALUES // max(1, groups.shape[1] * CLIP_RATIOS.size))
     for start in range(0, groups.shape[0], rows):
         part = groups[start : start + rows]
-        if search:
-            candidates = _candidates(part, qmin, qmax)
-        else:
-            candidates = (np.abs(part).max(axis=1) / qmax)[:, None]
+        candidates = (
+            _candidates(part, qmax) if search else (np.abs(part).max(axis=1) / qmax)[:, None]
+        )
         if mantissa_bits is not None:
             candidates = _storable(candidates, mantissa_bits)
         candidates = np.where(candidates > 0, candidates, 1.0)  # an all-zero group
@@ -135,17 +130,15 @@ def quantize_weights(
     axis: int | None = None,
     block_size: int | None = None,
     mantissa_bits: int | None = None,
+    search: bool = False,
 ) -> LowBitWeights:
     """Symmetric (zero point 0) weights of `bits` bits: per tensor (axis None), per slice of
     `axis`, or in blocks of `block_size` along the last dimension of 2-D weights (scales
-    rounded to `mantissa_bits`). 8-bit weights use [-127, 127] and the largest magnitude; 4-bit
-    weights [-8, 7] and the scale search."""
+    rounded to `mantissa_bits`); `search`: scales of least squared error (see the module)."""
     w = np.asarray(weights, np.float32)
     if w.size == 0:
         raise DataError(f"cannot quantize empty weights of shape {list(w.shape)}")
-    search = bits < MSE_BELOW_BITS
-    kind = int_type(f"int{bits}")
-    qmin, qmax = (kind.qmin + 1, kind.qmax) if bits == 8 else (kind.qmin, kind.qmax)
+    qmin, qmax = qrange_of(bits)
     if block_size is not None:
         if w.ndim != 2 or w.shape[1] % block_size:
             raise UsageError(f"blocks of {block_size} do not tile weights of shape {list(w.shape)}")
@@ -168,3 +161,15 @@ def quantize_weights(
         shape[axis] = -1
     values = np.clip(round_half_away(w / scale.reshape(shape)), qmin, qmax)
     return LowBitWeights(values.astype(np.int8), scale, axis)
+
+
+def element_scales(weights: LowBitWeights) -> np.ndarray:
+    """The scale of every weight (the weights' shape): what rounding optimisation needs for
+    blockwise weights."""
+    if weights.block_size is not None:
+        return np.repeat(weights.scale, weights.block_size, axis=1)
+    if weights.axis is None:
+        return np.full(weights.values.shape, weights.scale[0], np.float32)
+    shape = [1] * weights.values.ndim
+    shape[weights.axis] = -1
+    return np.broadcast_to(weights.scale.reshape(shape), weights.values.shape)

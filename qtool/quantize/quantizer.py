@@ -386,7 +386,9 @@ def weight_run(options: QuantizeOptions, seed: int = 0) -> WeightRun:
         options.per_tensor_fc,
         options.keep_float,
     )
-    return WeightRun(settings, options.target_sqnr, options.allow_float, seed)
+    return WeightRun(
+        settings, options.target_sqnr, options.allow_float, seed, options.optimize_rounding
+    )
 
 
 def _stored_forms(prepared: FloatModel, target: str | None) -> dict[int, dict[str, StoredForm]]:

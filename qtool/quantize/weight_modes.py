@@ -16,18 +16,21 @@ alone and without calibration.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from qtool.calibrate import Dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.collect import first_samples, fold_inputs
 from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
-from qtool.errors import DataError
-from qtool.model import Model
+from qtool.errors import DataError, UnsupportedOpError
+from qtool.model import Model, Operator, Subgraph
 from qtool.model.edit import clone_model
 from qtool.numerics import sqnr_db
+from qtool.numerics.lowbit import LowBitWeights, element_scales, qrange_of
 from qtool.prepare import FloatModel, prepare_float_model
+from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
+from qtool.quantize.adaround import supported as rounding_supported
 from qtool.quantize.evaluation import LITERT, SIMULATION, OutputAccuracy
 from qtool.quantize.litert_worker import submit_model
 from qtool.quantize.plan import FLOAT, OpDecision, Plan
@@ -45,6 +48,7 @@ from qtool.runtime.litert import litert_available
 from qtool.spec import QUANTIZED, load_spec
 
 SYNTHETIC_SAMPLES = 64
+MOMENT_CHUNK = 16  # samples a pass of the numpy engine observes for the second moments
 SYNTHETIC_WARNING = (
     "accuracy measured on synthetic random data: it does not reflect real inputs (give data or "
     "held-out samples)"
@@ -103,11 +107,18 @@ def measurement_samples(
 
 class WeightModel:
     """The prepared float model, its weight plans, and the model they write: each op on its
-    current rung."""
+    current rung. Where the second moments of an op's inputs are known (`moments`, by
+    (subgraph, op)), its integer weights are rounded to minimise its output error."""
 
-    def __init__(self, prepared: FloatModel, plans: Mapping[int, WeightPlan]) -> None:
+    def __init__(
+        self,
+        prepared: FloatModel,
+        plans: Mapping[int, WeightPlan],
+        moments: Mapping[tuple[int, int], np.ndarray] | None = None,
+    ) -> None:
         self.prepared = prepared
         self.plans = dict(plans)
+        self.moments = dict(moments or {})
         self._values: dict[tuple, NarrowWeight] = {}
 
     @property
@@ -141,6 +152,9 @@ class WeightModel:
             subgraph = model.subgraphs[ops.subgraph]
             op = subgraph.operators[ops.index]
             values = stored_values(model, subgraph, op, ops, position)
+            moment = self.moments.get((ops.subgraph, ops.index))
+            if values is not None and moment is not None:
+                values = _rounded(model, subgraph, op, position, values, moment, ops.form.bits)
             self._values[key] = NarrowWeight(ops.form, ops.op_type, values)
         return self._values[key]
 
@@ -168,6 +182,52 @@ class WeightModel:
                     real = narrow.values.real()
                 work.set_tensor_data(subgraph, t, np.asarray(real, np.float32))
         return work
+
+
+def _rounded(
+    model: Model,
+    subgraph: Subgraph,
+    op: Operator,
+    position: int,
+    values: LowBitWeights,
+    moment: np.ndarray,
+    bits: int,
+) -> LowBitWeights:
+    """`values` with each weight rounded up or down to minimise the op's output error under
+    the second moment of its inputs (the scales stay)."""
+    weights = np.asarray(model.tensor_data(subgraph.tensors[op.inputs[position]]), np.float32)
+    scale = element_scales(values) if values.block_size is not None else values.scale
+    rounded = optimise_rounding(weights, scale, moment, layer_layout(model, op), qrange_of(bits)[1])
+    return replace(values, values=rounded)
+
+
+def input_moments(
+    model: Model, plans: Mapping[int, WeightPlan], samples: Sequence[np.ndarray]
+) -> dict[tuple[int, int], np.ndarray]:
+    """The second moments of the inputs of subgraph 0's ops whose integer weights rounding
+    optimisation can improve (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D), over `samples`
+    run by the numpy engine; none where it cannot run the model."""
+    plan = plans.get(0)
+    if plan is None or not samples or not samples[0].shape[0]:
+        return {}
+    subgraph = model.subgraphs[0]
+    ops = [
+        o.index
+        for o in plan.ops
+        if any(form is not None and form.bits is not None for form in o.ladder)
+        and rounding_supported(model, subgraph, subgraph.operators[o.index])
+    ]
+    if not ops:
+        return {}
+    chunks = [
+        [x[i : i + MOMENT_CHUNK] for x in samples] for i in range(0, len(samples[0]), MOMENT_CHUNK)
+    ]
+    try:
+        gathered = gather_moments(model, 0, ops, chunks)
+    except UnsupportedOpError:
+        return {}
+    found = {(0, i): gathered.moment(i) for i in ops}
+    return {key: moment for key, moment in found.items() if moment is not None}
 
 
 def model_outputs(model: Model, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], str]:

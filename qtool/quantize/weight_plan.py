@@ -61,6 +61,7 @@ class OpWeights:
     rung: int = 0
     note: str | None = None
     kept_float: str | None = None  # why the op keeps float weights from the start
+    rounded: bool = False  # its integer weights' rounding minimises its output error
 
     @property
     def form(self) -> WeightForm | None:
@@ -241,12 +242,12 @@ def stored_values(
     tensor = subgraph.tensors[op.inputs[position]]
     weights = np.asarray(model.tensor_data(tensor), np.float32)
     rule = weight_rule(ops.op_type)
+    search = rule.weights_are_outputs  # a lookup: the table's error is the output's
     if form.granularity == BLOCKWISE:  # blocks along the last dimension (the data's block_axis)
-        return quantize_weights(
-            weights, 4, block_size=form.block_size, mantissa_bits=block_scales().mantissa_bits
-        )
+        mantissa = block_scales().mantissa_bits
+        return quantize_weights(weights, 4, None, form.block_size, mantissa, search)
     axis = rule.axis_for(weights.ndim) if form.granularity == PER_AXIS else None
-    return quantize_weights(weights, form.bits, axis)
+    return quantize_weights(weights, form.bits, axis, search=search)
 
 
 def check_block_size(block_size: int | None) -> str | None:

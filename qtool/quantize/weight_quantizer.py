@@ -15,6 +15,7 @@ from qtool.quantize.weight_modes import (
     SYNTHETIC_WARNING,
     WeightModel,
     empty_statistics,
+    input_moments,
     measured_accuracy,
     measurement_samples,
     weight_plans,
@@ -41,6 +42,7 @@ class WeightRun:
     target_sqnr: float | None = None
     allow_float: bool = False
     seed: int = 0
+    optimize_rounding: bool = False  # int8 weights too (int4 ones whenever there is data)
 
 
 def quantize_weight_mode(
@@ -54,14 +56,23 @@ def quantize_weight_mode(
     them) and a target search fits on."""
     holdout = holdout or {}
     prepared, plans = weight_plans(model, run.settings)
-    weights = WeightModel(prepared, plans)
     search = run.target_sqnr is not None
-    samples = measurement_samples(prepared.model, data, holdout, search, run.seed)
+    real_data = 0 in data and not data[0].synthetic
+    rounding = run.optimize_rounding or (run.settings.bits == 4 and real_data)
+    if (search or run.optimize_rounding) and not real_data:
+        raise UsageError(
+            "a target SQNR and rounding optimisation need data to fit on (give data, not only "
+            "held-out samples)"
+        )
+    samples = measurement_samples(prepared.model, data, holdout, search or rounding, run.seed)
+    moments = input_moments(prepared.model, plans, samples.fitting) if rounding else {}
+    for plan in plans.values():
+        for op in plan.ops:
+            op.rounded = (op.subgraph, op.index) in moments
+    weights = WeightModel(prepared, plans, moments)
     searches = {}
     baseline_size = None
     if search:
-        if samples.synthetic:
-            raise UsageError("a target SQNR needs real samples: give data or held-out samples")
         baseline_size = _size(weights)
         searches[0] = search_weights(weights, samples.fitting, run.target_sqnr, run.allow_float)
     written, notes = weights.write()
@@ -117,7 +128,6 @@ _FULL_ONLY = (
     ("int16", (), "int16"),
     ("calibration", "auto", "calibration"),
     ("bias_correction", None, "bias_correction"),
-    ("optimize_rounding", False, "optimize_rounding"),
     ("sparsify", False, "sparsify"),
     ("target", None, "target"),
 )

@@ -115,7 +115,7 @@ def _weight_op_rows(result: QuantizeResult, source: Model) -> dict[tuple[int, in
                 row["reason"] = op.kept_float or FOR_TARGET
                 continue
             row["mode"] = op.form.kind
-            row["weights"] = op.form.label()
+            row["weights"] = op.form.label() + (", rounding optimised" if op.rounded else "")
             row["reason"] = op.note
     return rows
 

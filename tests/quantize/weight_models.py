@@ -266,3 +266,31 @@ def int8_model(spec: OneOp, values: np.ndarray, scale: np.ndarray, bits: int) ->
     if spec.op_type == "FULLY_CONNECTED":
         op.options = {}
     return b.finish([y])
+
+
+def fc_model(depth: int = 128, hidden: int = 64, classes: int = 10) -> Model:
+    """Two FULLY_CONNECTED layers (RELU between) on a [1, depth] input, with biases."""
+    b = GraphBuilder()
+    x = b.input("x", [1, depth])
+    weights = RNG.normal(0, 0.1, (hidden, depth))
+    h = b.fully_connected(x, weights, RNG.normal(0, 0.1, hidden), "fc1", activation=1)
+    y = b.fully_connected(h, RNG.normal(0, 0.1, (classes, hidden)), None, "fc2")
+    return b.finish([y])
+
+
+def depthwise_fc_model() -> Model:
+    """DEPTHWISE_CONV_2D (RELU6), RESHAPE to a vector, FULLY_CONNECTED: [1, 8, 8, 8] -> [1, 16]."""
+    b = GraphBuilder()
+    x = b.input("x", [1, 8, 8, 8])
+    spec = OneOp("DEPTHWISE_CONV_2D", RNG.normal(0, 0.3, (1, 3, 3, 8)).astype(np.float32), 3, x)
+    w = b.constant("dw/weights", spec.weights)
+    h = _depthwise(b, x, w, spec)
+    flat = b.op(
+        "RESHAPE",
+        [h, b.constant("shape", np.array([1, 512], np.int32))],
+        output_shape=[1, 512],
+        options_type="ReshapeOptions",
+        options={"new_shape": [1, 512]},
+    )
+    y = b.fully_connected(flat, RNG.normal(0, 0.05, (16, 512)), RNG.normal(0, 0.1, 16), "fc")
+    return b.finish([y])
