@@ -111,6 +111,10 @@ def target_failure(result) -> str | None:
     parts = []
     for s, search in missed.items():
         worst = min(search.output_sqnr)
+        if result.mode != FULL:  # the weight modes: the ops whose weights hold the most noise
+            places = ", ".join(f"{n.op_type} {n.tensor} ({n.chosen})" for n in search.noisiest)
+            parts.append(f"worst output {worst:.1f} dB; most of the noise comes from {places}")
+            continue
         places = ", ".join(f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5])
         parts.append(
             f"subgraph {s}: worst output {worst:.1f} dB after "

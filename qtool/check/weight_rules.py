@@ -185,7 +185,7 @@ def check_hybrid_weights(ctx: AuditContext) -> Iterator[Finding]:
     for read in narrow_reads(ctx):
         if read.how != HYBRID or blockwise_of(read.operand.tensor) is not None:
             continue
-        found = _hybrid_problem(ctx, read)
+        found = _hybrid_problem(ctx, read) or _hybrid_bias_problem(ctx, read)
         if found is not None:
             about, message = found
             rule_info = HYBRID_KERNEL if about == KERNEL else HYBRID_PARAMS
@@ -270,6 +270,29 @@ def _hybrid_problem(ctx: AuditContext, read: NarrowRead) -> tuple[str, str] | No
             return PARAMS, (
                 f"{operand.label} holds -8 ({count} values): LiteRT's optimized 4-bit {op.type} "
                 "misreads it (write int4 weights in [-7, 7])"
+            )
+    return None
+
+
+def _hybrid_bias_problem(ctx: AuditContext, read: NarrowRead) -> tuple[str, str] | None:
+    """A hybrid op whose other float inputs (its bias) come from a DEQUANTIZE of a constant:
+    XNNPACK fails to prepare it (`hybrid_bias` of the data file)."""
+    op = read.op
+    weights = weight_rule(op.type)
+    for operand in op.inputs:
+        if weights is None or operand.position in weights.weights or operand.position == 0:
+            continue
+        producer = next(
+            (o for o, use in ctx.uses(op.subgraph, operand.index) if use.kind == "output"), None
+        )
+        if (
+            producer is not None
+            and producer.type == "DEQUANTIZE"
+            and all(source.constant for source in producer.inputs)
+        ):
+            return KERNEL, (
+                f"{operand.label} of hybrid {op.type} comes from a DEQUANTIZE: LiteRT's XNNPACK "
+                "fails to prepare a hybrid op whose bias is not a float32 constant"
             )
     return None
 

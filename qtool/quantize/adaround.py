@@ -135,10 +135,7 @@ def optimise_rounding(
     CONV_2D: channel first), "depthwise" ([1, KH, KW, C]: channel last, one H per channel).
     `scale` is one per channel, or one per weight of the rows ([O, K]: blockwise weights).
     """
-    if layout == "depthwise":
-        w = weights.reshape(-1, weights.shape[-1]).T.astype(np.float64)  # [C, KH*KW]
-    else:
-        w = weights.reshape(weights.shape[0], -1).astype(np.float64)  # [O, K]
+    w = layer_rows(weights, layout)
     s = np.asarray(scale, np.float64)
     s = s.reshape(w.shape) if s.size == w.size and s.size > w.shape[0] else s.reshape(-1, 1)
     s = s * np.ones((w.shape[0], 1))
@@ -175,6 +172,22 @@ def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray, qmax: int = 127) 
         if not flips:
             break
     return q
+
+
+def layer_rows(weights: np.ndarray, layout: str) -> np.ndarray:
+    """The weights as the rows H multiplies (float64): [O, K] for "rows", [C, KH*KW] for
+    "depthwise"."""
+    if layout == "depthwise":
+        return weights.reshape(-1, weights.shape[-1]).T.astype(np.float64)
+    return weights.reshape(weights.shape[0], -1).astype(np.float64)
+
+
+def output_error(error_rows: np.ndarray, moment: np.ndarray) -> float:
+    """The layer's mean squared output error for weight errors `error_rows` (`layer_rows`'s
+    layout) under the second moment of its inputs ([K, K], or [C, K, K] per channel)."""
+    if moment.ndim == 2:
+        return float(np.sum((error_rows @ moment) * error_rows))
+    return float(np.einsum("ck,ckl,cl->", error_rows, moment, error_rows))
 
 
 def layer_layout(model: Model, op: Operator) -> str:

@@ -431,6 +431,7 @@ class _Rewriter(WeightStore):
 
     def _rewrite_float(self, i: int, op: Operator) -> None:
         tensors = self.subgraph.tensors
+        hybrid = self.is_hybrid(i, op)
         for position, t in enumerate(op.inputs):
             if t < 0 or tensors[t].dtype != TensorType.FLOAT32:
                 continue
@@ -439,7 +440,7 @@ class _Rewriter(WeightStore):
                 op.inputs[position] = self.need(t, self._float_key(t), _Version(FLOAT, None))
             elif narrow is not None:  # the weight modes (weight_store.py)
                 op.inputs[position] = self.store_narrow(op, t, narrow)
-            elif self.model.is_constant(tensors[t]):
+            elif self.model.is_constant(tensors[t]) and not hybrid:
                 op.inputs[position] = self._restored_float(t)
 
     def run(self) -> RewriteNotes:

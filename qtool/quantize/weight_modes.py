@@ -16,21 +16,18 @@ alone and without calibration.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
 from qtool.calibrate import Dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.collect import first_samples, fold_inputs
 from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
-from qtool.errors import DataError, UnsupportedOpError
-from qtool.model import Model, Operator, Subgraph
+from qtool.errors import DataError
+from qtool.model import Model
 from qtool.model.edit import clone_model
 from qtool.numerics import sqnr_db
-from qtool.numerics.lowbit import LowBitWeights, element_scales, qrange_of
 from qtool.prepare import FloatModel, prepare_float_model
-from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
-from qtool.quantize.adaround import supported as rounding_supported
 from qtool.quantize.evaluation import LITERT, SIMULATION, OutputAccuracy
 from qtool.quantize.litert_worker import submit_model
 from qtool.quantize.plan import FLOAT, OpDecision, Plan
@@ -42,13 +39,13 @@ from qtool.quantize.weight_plan import (
     plan_weights,
     stored_values,
 )
+from qtool.quantize.weight_rounding import LayerMoments, rounded
 from qtool.quantize.weight_store import FLOAT16, NarrowWeight
 from qtool.runtime import Engine
 from qtool.runtime.litert import litert_available
 from qtool.spec import QUANTIZED, load_spec
 
 SYNTHETIC_SAMPLES = 64
-MOMENT_CHUNK = 16  # samples a pass of the numpy engine observes for the second moments
 SYNTHETIC_WARNING = (
     "accuracy measured on synthetic random data: it does not reflect real inputs (give data or "
     "held-out samples)"
@@ -108,13 +105,14 @@ def measurement_samples(
 class WeightModel:
     """The prepared float model, its weight plans, and the model they write: each op on its
     current rung. Where the second moments of an op's inputs are known (`moments`, by
-    (subgraph, op)), its integer weights are rounded to minimise its output error."""
+    (subgraph, op)), its integer weights are rounded to minimise its output error
+    (`weight_rounding.py`)."""
 
     def __init__(
         self,
         prepared: FloatModel,
         plans: Mapping[int, WeightPlan],
-        moments: Mapping[tuple[int, int], np.ndarray] | None = None,
+        moments: Mapping[tuple[int, int], LayerMoments] | None = None,
     ) -> None:
         self.prepared = prepared
         self.plans = dict(plans)
@@ -152,9 +150,9 @@ class WeightModel:
             subgraph = model.subgraphs[ops.subgraph]
             op = subgraph.operators[ops.index]
             values = stored_values(model, subgraph, op, ops, position)
-            moment = self.moments.get((ops.subgraph, ops.index))
-            if values is not None and moment is not None:
-                values = _rounded(model, subgraph, op, position, values, moment, ops.form.bits)
+            moments = self.moments.get((ops.subgraph, ops.index))
+            if values is not None and moments is not None:
+                values = rounded(model, subgraph, op, position, values, moments, ops.form.bits)
             self._values[key] = NarrowWeight(ops.form, ops.op_type, values)
         return self._values[key]
 
@@ -184,52 +182,6 @@ class WeightModel:
         return work
 
 
-def _rounded(
-    model: Model,
-    subgraph: Subgraph,
-    op: Operator,
-    position: int,
-    values: LowBitWeights,
-    moment: np.ndarray,
-    bits: int,
-) -> LowBitWeights:
-    """`values` with each weight rounded up or down to minimise the op's output error under
-    the second moment of its inputs (the scales stay)."""
-    weights = np.asarray(model.tensor_data(subgraph.tensors[op.inputs[position]]), np.float32)
-    scale = element_scales(values) if values.block_size is not None else values.scale
-    rounded = optimise_rounding(weights, scale, moment, layer_layout(model, op), qrange_of(bits)[1])
-    return replace(values, values=rounded)
-
-
-def input_moments(
-    model: Model, plans: Mapping[int, WeightPlan], samples: Sequence[np.ndarray]
-) -> dict[tuple[int, int], np.ndarray]:
-    """The second moments of the inputs of subgraph 0's ops whose integer weights rounding
-    optimisation can improve (FULLY_CONNECTED, CONV_2D, DEPTHWISE_CONV_2D), over `samples`
-    run by the numpy engine; none where it cannot run the model."""
-    plan = plans.get(0)
-    if plan is None or not samples or not samples[0].shape[0]:
-        return {}
-    subgraph = model.subgraphs[0]
-    ops = [
-        o.index
-        for o in plan.ops
-        if any(form is not None and form.bits is not None for form in o.ladder)
-        and rounding_supported(model, subgraph, subgraph.operators[o.index])
-    ]
-    if not ops:
-        return {}
-    chunks = [
-        [x[i : i + MOMENT_CHUNK] for x in samples] for i in range(0, len(samples[0]), MOMENT_CHUNK)
-    ]
-    try:
-        gathered = gather_moments(model, 0, ops, chunks)
-    except UnsupportedOpError:
-        return {}
-    found = {(0, i): gathered.moment(i) for i in ops}
-    return {key: moment for key, moment in found.items() if moment is not None}
-
-
 def model_outputs(model: Model, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], str]:
     """Subgraph 0's outputs on `inputs` (samples stacked): run by LiteRT (in child processes)
     where it is installed and runs the model, else by the numpy engine; and which ran it."""
@@ -238,6 +190,18 @@ def model_outputs(model: Model, inputs: Sequence[np.ndarray]) -> tuple[list[np.n
         if found is not None:
             return found, LITERT
     return Engine(model).run(list(inputs)), SIMULATION
+
+
+def written_outputs(
+    weights: WeightModel, written: Model, inputs: Sequence[np.ndarray]
+) -> tuple[list[np.ndarray], str]:
+    """The written model's outputs, run by LiteRT; where it cannot be, the float model on the
+    weights the narrow ones stand for (the numpy engine has no hybrid kernels)."""
+    if litert_available():
+        found = submit_model(written, list(inputs)).result()
+        if found is not None:
+            return found, LITERT
+    return Engine(weights.simulated()).run(list(inputs)), SIMULATION
 
 
 def output_sqnr(reference: Sequence[np.ndarray], found: Sequence[np.ndarray]) -> list[float]:
@@ -254,9 +218,7 @@ def measured_accuracy(
     """Each output of subgraph 0 against the float model on the measured samples, and how it
     was measured (as the report says it)."""
     reference, _ = model_outputs(weights.prepared.model, samples.measured)
-    found, engine = model_outputs(written, samples.measured)
-    if engine != LITERT:  # the numpy engine has no hybrid kernels: the weights it stands for
-        found, engine = model_outputs(weights.simulated(), samples.measured)
+    found, engine = written_outputs(weights, written, samples.measured)
     subgraph = written.subgraphs[0]
     accuracy = [
         OutputAccuracy(0, subgraph.tensors[t].name, db, engine)

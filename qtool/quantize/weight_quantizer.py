@@ -15,7 +15,6 @@ from qtool.quantize.weight_modes import (
     SYNTHETIC_WARNING,
     WeightModel,
     empty_statistics,
-    input_moments,
     measured_accuracy,
     measurement_samples,
     weight_plans,
@@ -29,6 +28,7 @@ from qtool.quantize.weight_plan import (
     WeightSettings,
     check_block_size,
 )
+from qtool.quantize.weight_rounding import input_moments
 from qtool.quantize.weight_search import search_weights
 
 NO_CALIBRATION = "none"  # the report's method: the weight modes calibrate nothing

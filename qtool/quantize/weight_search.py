@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qtool.quantize.evaluation import LITERT
-from qtool.quantize.weight_modes import WeightModel, model_outputs, output_sqnr
+from qtool.quantize.weight_modes import WeightModel, model_outputs, output_sqnr, written_outputs
 from qtool.quantize.weight_plan import OpWeights
 from qtool.quantize.weight_store import WeightForm
 from qtool.weight_spec import BLOCKWISE, PER_AXIS
@@ -94,9 +93,7 @@ class _Search:
 
     def measure(self) -> list[float]:
         written, _ = self.weights.write()
-        found, engine = model_outputs(written, self.inputs)
-        if engine != LITERT:
-            found, _ = model_outputs(self.weights.simulated(), self.inputs)
+        found, _ = written_outputs(self.weights, written, self.inputs)
         return output_sqnr(self.reference, found)
 
     def measure_alone(self) -> None:

@@ -63,6 +63,16 @@ class WeightStore:
     """The rewriter's methods for narrow weights. They use the rewriter's model, subgraph,
     name allocator, emitted operators and constant cache (`rewrite._Rewriter`)."""
 
+    def is_hybrid(self, index: int, op: Operator) -> bool:
+        """Whether operator `index` reads hybrid weights: its other constants (the bias) stay
+        float32 (XNNPACK fails to prepare a hybrid op whose bias comes from a float16
+        DEQUANTIZE, measured)."""
+        return any(
+            (index, position) in self.plan.narrow
+            and self.plan.narrow[(index, position)].form.kind == HYBRID
+            for position in range(len(op.inputs))
+        )
+
     def store_narrow(self, op: Operator, t: int, narrow: NarrowWeight) -> int:
         """The tensor `op` reads in place of float constant `t`, stored as `narrow` says; a
         hybrid op also gets the options and version its hybrid kernel needs."""

@@ -21,11 +21,13 @@ from tests.quantize.weight_models import (
     RNG,
     Stored,
     accuracy,
+    int4_fc,
     int8_model,
     lstm_model,
     one_op,
     run,
     stored_weights,
+    with_float16_bias,
 )
 
 ONE_OP_TYPES = (
@@ -171,3 +173,29 @@ def test_int8_kernels_read_int4_weights_where_the_data_says(op_type, kernels) ->
         model = int8_model(spec, values, scale, bits)
         outputs.append(run(model_to_bytes(model), feed, kernels)[0].astype(np.int32))
     assert np.abs(outputs[0] - outputs[1]).max() <= 1
+
+
+def test_the_optimized_4bit_fully_connected_misreads_minus_8() -> None:
+    """Why int4 weights are written in [-7, 7]: with a -8 the builtin kernel's optimized 4-bit
+    path computes garbage; the reference kernel, XNNPACK and the blockwise path read it."""
+    spec = one_op("FULLY_CONNECTED")
+    values = RNG.integers(-8, 8, spec.weights.shape).astype(np.int8)
+    scale = np.full(spec.weights.shape[0], 0.01, np.float32)
+    for low, builtin in ((-8, False), (-7, True)):
+        weights = np.clip(values, low, 7)
+        blob = model_to_bytes(int4_fc(spec, weights, scale))
+        exact = spec.feed @ (weights * scale[:, None]).T
+        assert (sqnr_db(exact, run(blob, spec.feed, "builtin")[0]) > HYBRID_DB) == builtin
+        for kernels in ("reference", "xnnpack"):
+            assert sqnr_db(exact, run(blob, spec.feed, kernels)[0]) > HYBRID_DB
+
+
+@pytest.mark.parametrize("op_type", ["FULLY_CONNECTED", "CONV_2D"])
+def test_xnnpack_refuses_a_hybrid_op_whose_bias_is_a_float16_dequantize(op_type) -> None:
+    """Why the weight modes keep a hybrid op's bias float32 (`hybrid_bias`); the builtin
+    kernels run it."""
+    spec = one_op(op_type)
+    blob = model_to_bytes(with_float16_bias(spec, spec.model(Stored(8, PER_AXIS))))
+    assert run(blob, spec.feed, "builtin")[0].size
+    with pytest.raises(RuntimeError, match=r"XNNPACK|delegate"):
+        run(blob, spec.feed, "xnnpack")

@@ -294,3 +294,45 @@ def depthwise_fc_model() -> Model:
     )
     y = b.fully_connected(flat, RNG.normal(0, 0.05, (16, 512)), RNG.normal(0, 0.1, 16), "fc")
     return b.finish([y])
+
+
+def embedding_model(rows: int = 64, width: int = 64, classes: int = 16) -> Model:
+    """EMBEDDING_LOOKUP of 4 ids in a [rows, width] table, then FULLY_CONNECTED on the 4 rows."""
+    b = GraphBuilder()
+    ids = b.input("ids", [4], np.int32)
+    table = b.constant("table", RNG.normal(0, 1, (rows, width)).astype(np.float32))
+    looked = b.op("EMBEDDING_LOOKUP", [ids, table], output_shape=[4, width], name="rows")
+    weights = b.constant("head/weights", RNG.normal(0, 0.1, (classes, width)).astype(np.float32))
+    y = b.op(
+        "FULLY_CONNECTED",
+        [looked, weights, -1],
+        output_shape=[4, classes],
+        options_type="FullyConnectedOptions",
+        options={},
+        name="head",
+    )
+    return b.finish([y])
+
+
+def int4_fc(spec: OneOp, values: np.ndarray, scale: np.ndarray) -> Model:
+    """`spec`'s FULLY_CONNECTED reading `values` as per-axis int4 weights of `scale`."""
+    b = GraphBuilder()
+    x = b.input("x", list(spec.feed.shape))
+    data = b.model.add_buffer(pack_int4(values))
+    params = QuantParams.of(scale, 0, 0)
+    w = b.tensor("w_q", list(values.shape), TensorType.INT4, params, buffer=data)
+    return b.finish([_fc(b, x, w, spec)])
+
+
+def with_float16_bias(spec: OneOp, model: Model) -> Model:
+    """`model` (a one-op model of `spec`) with its op's bias a float16 constant behind a
+    DEQUANTIZE, the DEQUANTIZE first."""
+    graph = model.subgraphs[0]
+    channels = spec.weights.shape[spec.axis]
+    b = GraphBuilder(model)
+    stored = b.constant("bias_float16", np.full(channels, 0.1, np.float16))
+    bias = b.op("DEQUANTIZE", [stored], output_shape=[channels], name="bias_float32")
+    graph.operators.insert(0, graph.operators.pop())
+    op = graph.operators[-1]
+    op.inputs[2] = bias
+    return model
