@@ -32,8 +32,9 @@ from rich.table import Table
 from bench.cache import ROOT, cache_root
 from bench.corpus import load_manifest, run_tf
 from qtool.calibrate import Dataset
+from qtool.check import check_loaded
 from qtool.errors import QtoolError
-from qtool.model import load_model, model_to_bytes
+from qtool.model import load_model, model_to_bytes, parse_model
 from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
 
@@ -63,6 +64,7 @@ class Figures:
     sqnr: float | None = None
     latency: float | None = None
     failure: str = ""
+    findings: list[str] | None = None  # qtool check's errors and warnings on the model
 
     def cells(self) -> list[str]:
         if self.bytes is None:
@@ -133,12 +135,20 @@ def latency_ratio(float_blob: bytes, blob: bytes, samples: np.ndarray) -> float:
     return best[0] / best[1]
 
 
+def audited(blob: bytes) -> list[str]:
+    """`qtool check`'s errors and warnings on a model (what it says of TensorFlow's and
+    ai-edge-quantizer's outputs, and of qtool's own)."""
+    findings = check_loaded(parse_model(blob, validate=False)).findings
+    return [f"{f.rule} {f.op}" for f in findings if f.severity != "info"]
+
+
 def measured(blob: bytes, samples, reference, float_blob: bytes) -> Figures:
     try:
         return Figures(
             len(blob),
             worst_sqnr(reference, outputs(blob, samples)),
             latency_ratio(float_blob, blob, samples),
+            findings=audited(blob),
         )
     except (RuntimeError, ValueError) as error:
         return Figures(len(blob), failure=f"LiteRT: {str(error).splitlines()[0][:30]}")
@@ -268,7 +278,19 @@ def _model_rows(entry: dict, scratch: Path, table: Table) -> list[dict]:
 
 
 def _goals(rows: list[dict]) -> None:
-    """The issue's goals, each comparison printed with its verdict."""
+    """The issue's goals, each comparison printed with its verdict, and what `qtool check` said
+    of every model measured."""
+    for tool in ("qtool", "tf", "aeq"):
+        audits = [row[tool] for row in rows if row[tool].findings is not None]
+        flagged = [
+            f"{row['model']} {row['mode']}: {', '.join(row[tool].findings)}"
+            for row in rows
+            if row[tool].findings
+        ]
+        console.print(
+            f"qtool check on {len(audits)} {tool} outputs: {len(flagged)} with errors or "
+            "warnings" + "".join(f"\n  {line}" for line in flagged)
+        )
     for row in rows:
         ours, theirs, peer_figures = row["qtool"], row["tf"], row["aeq"]
         if row["model"].startswith("keras_") and theirs.bytes and ours.bytes:

@@ -241,6 +241,8 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
         load_custom_ops(job.custom_ops)
     model = load_model(job.model_path)
     entries = entry_subgraphs(model)
+    if job.options.mode != FULL:
+        _refuse_full_only(job)
     if job.data:
         datasets = source_datasets(model, job.data, job.samples)
     elif job.statistics:
@@ -259,6 +261,24 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
         )
     holdouts = source_datasets(model, job.holdout) if job.holdout else {}
     return model, datasets, holdouts
+
+
+def _refuse_full_only(job: ModelJob) -> None:
+    """What a weight mode (no calibration, float activations) has no use for."""
+    asked = [
+        name
+        for name, given in (
+            ("statistics", job.statistics),
+            ("layer_errors", getattr(job, "layer_errors", False)),
+            ("analyze", getattr(job, "analyze", False)),
+        )
+        if given
+    ]
+    if asked:
+        raise UsageError(
+            f"{', '.join(asked)} applies to mode full (int8 activations), not to mode "
+            f"{job.options.mode}"
+        )
 
 
 def merged_statistics(paths: tuple[str, ...]) -> CalibrationStatistics | None:

@@ -60,7 +60,7 @@ class Samples:
 
     fitting: list[np.ndarray]
     measured: list[np.ndarray]
-    source: str  # "held-out data", "calibration data", "synthetic data"
+    source: str  # "held-out data", "the data", "the data held out (the rest fitted)", "synthetic data"
     synthetic: bool
 
     @property
@@ -91,10 +91,10 @@ def measurement_samples(
         source = "held-out data"
     elif search:
         fitting, measured = fold_inputs(dataset)
-        source = "synthetic data" if dataset.synthetic else "calibration data held out"
+        source = "synthetic data" if dataset.synthetic else "the data held out (the rest fitted)"
     else:
         measured = first_samples(dataset)
-        source = "synthetic data" if dataset.synthetic else "calibration data"
+        source = "synthetic data" if dataset.synthetic else "the data"
     if not measured or not measured[0].shape[0]:
         raise DataError("no samples to measure the quantized model on")
     if search and (not fitting or not fitting[0].shape[0]):

@@ -1,0 +1,88 @@
+"""`qtool quantize --mode` and `qtool check` on its outputs, end to end on the command line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from tests.conftest import DATA, MODELS, ROOT
+from tests.quantize.test_cli import qtool
+
+SCHEMA = json.loads((ROOT / "schemas" / "report.schema.json").read_text())
+
+
+@pytest.fixture
+def cnn(tmp_path: Path) -> Path:
+    path = tmp_path / "cnn.tflite"
+    shutil.copy(MODELS / "cnn.tflite", path)
+    return path
+
+
+def test_dynamic_needs_no_data_and_says_what_it_measured_on(cnn: Path) -> None:
+    done = qtool("quantize", str(cnn), "--mode", "dynamic")
+    assert done.returncode == 0, done.stderr
+    assert "SYNTHETIC" in done.stderr
+    written = cnn.with_name("cnn_dynamic.tflite")
+    report = json.loads(cnn.with_name("cnn_dynamic.report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    assert report["settings"]["mode"] == "dynamic" and report["calibration"] == []
+    assert report["settings"]["synthetic"] and "synthetic" in report["accuracy"]["source"]
+    hybrid = [row for row in report["ops"] if row["mode"] == "hybrid"]
+    assert hybrid and {row["weights"] for row in hybrid} == {"int8 per-axis"}
+    assert {row["reason"].split(",")[0] for row in report["float_ops"]} <= {
+        f"{n} weights" for n in (144, 320, 384, 432)
+    }
+    assert "mode: dynamic: weights 2 int8 per-axis" in done.stdout
+    checked = qtool("check", str(written))
+    assert checked.returncode == 0 and "weights: hybrid 2 int8 per-axis" in checked.stdout
+
+
+def test_int4_blocks_with_data_measured_on_held_out_samples(cnn: Path) -> None:
+    done = qtool(
+        "quantize",
+        str(cnn),
+        "--mode",
+        "dynamic",
+        "--weight-bits",
+        "4",
+        "--block-size",
+        "32",
+        "--min-weight-elements",
+        "0",
+        "--data",
+        str(DATA / "cnn_calib.npz"),
+        "--holdout",
+        str(DATA / "cnn_holdout.npz"),
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    jsonschema.validate(report, SCHEMA)
+    assert Path(report["output_model"]["path"]).name == "cnn_dynamic_int4.tflite"
+    forms = {row["op"]: row.get("weights") for row in report["ops"] if row["mode"] == "hybrid"}
+    assert forms["FULLY_CONNECTED"].startswith("int4 blockwise 32")
+    assert forms["DEPTHWISE_CONV_2D"].startswith("int8 per-axis")  # no int4 hybrid kernel
+    assert report["accuracy"]["source"].startswith("measured in LiteRT on 32 samples of held-out")
+    assert report["audit"]["errors"] == 0 and report["audit"]["warnings"] == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "float16", "--weight-bits", "4"], "weight_bits does not apply"),
+        (["--mode", "dynamic", "--block-size", "32"], "weight_bits 4"),
+        (["--mode", "weights", "--io", "int8"], "io applies to mode full"),
+        (["--mode", "dynamic", "--layer-errors"], "layer_errors applies to mode full"),
+        (["--mode", "dynamic", "--target-sqnr", "30"], "need data to fit on"),
+    ],
+)
+def test_weight_mode_options_that_do_not_go_together(cnn: Path, args, message) -> None:
+    done = qtool("quantize", str(cnn), *args)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("qtool: error:")
+    assert message in done.stderr
+    assert not list(cnn.parent.glob("cnn_*.tflite"))
