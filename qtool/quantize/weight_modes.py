@@ -60,7 +60,9 @@ class Samples:
 
     fitting: list[np.ndarray]
     measured: list[np.ndarray]
-    source: str  # "held-out data", "the data", "the data held out (the rest fitted)", "synthetic data"
+    source: (
+        str  # "held-out data", "the data", "the data held out (the rest fitted)", "synthetic data"
+    )
     synthetic: bool
 
     @property
