@@ -122,7 +122,7 @@ class QuantizeOptions:
         """The int8 and int16x8 spec tables under `profiles`, with the operators asked to run in
         int16x8."""
         specs = {INT8: load_spec(self.profiles), INT16: load_spec(self.profiles, INT16)}
-        return Precision(specs, self.int16_patterns)
+        return Precision(specs, self.int16_patterns, self.weight_bits)
 
 
 def _computes_in_float(model: Model, subgraph_index: int) -> bool:

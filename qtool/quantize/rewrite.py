@@ -26,14 +26,14 @@ import numpy as np
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model, remove_unused
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes, stored_values
-from qtool.numerics import AffineParams, activation_params, qrange, quantize
+from qtool.numerics import AffineParams, activation_params, pack_int4, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.prepare.fold import StoredForm
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
 from qtool.quantize.weight_store import WeightStore
 from qtool.quantize.weights import LayerWeights
 from qtool.spec import Mode, QuantSpec, sparse_int8_consumers
-from qtool.weight_spec import dequantize_version
+from qtool.weight_spec import dequantize_version, weight_rule
 
 UINT8 = Mode.UINT8
 IO_TYPES = (FLOAT, INT8, UINT8)
@@ -222,12 +222,13 @@ class _Rewriter(WeightStore):
         if cache_key in self.constant_copies:
             return self.constant_copies[cache_key]
         original = self.subgraph.tensors[t]
+        stored = pack_int4(values) if dtype == TensorType.INT4 else values
         copy = self.subgraph.add_tensor(
             Tensor(
                 name=self.names(f"{original.name}{suffix}"),
                 shape=list(values.shape),
                 dtype=dtype,
-                buffer=self.model.add_buffer(values),
+                buffer=self.model.add_buffer(stored),
                 quantization=params,
             )
         )
@@ -262,14 +263,19 @@ class _Rewriter(WeightStore):
         source_sparsity = None if form is None else form.sparsity
         dense = None
         if (source_sparsity is not None or self.sparsify) and (
-            self.model.op_type(op) in sparse_int8_consumers()
+            self.model.op_type(op) in sparse_int8_consumers() and layer.bits == 8
         ):
             dense = self._sparse_weights(t, key, layer.values, params, source_sparsity)
+        kind, suffix = (TensorType.INT4, "_int4") if layer.bits == 4 else (TensorType.INT8, "_int8")
         op.inputs[layer.weight_position] = (
             dense
             if dense is not None
-            else self._constant_copy(t, key, layer.values, TensorType.INT8, params, "_int8")
+            else self._constant_copy(t, (*key, layer.bits), layer.values, kind, params, suffix)
         )
+        if layer.bits == 4:  # the version TensorFlow's converter gives int4 weights
+            version = weight_rule(self.model.op_type(op)).version("int8 activations int4")
+            code = self.model.operator_codes[op.opcode_index]
+            code.version = max(code.version, version)
         if layer.enlarged_channels:
             source = self.plan.decisions[op_index].source_index
             self.notes.enlarged_weight_scales.append(

@@ -143,8 +143,6 @@ def weight_options_problem(options) -> str | None:
         return f"weight_bits must be 8 or 4, not {bits!r}"
     if mode == FLOAT16 and bits != 8:
         return "the float16 mode stores float16 weights: weight_bits does not apply"
-    if mode == FULL and bits != 8:
-        return "int4 weights are written by the weight modes: use mode dynamic or weights"
     if block is not None:
         if bits != 4 or mode != DYNAMIC:
             return (

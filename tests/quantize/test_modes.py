@@ -12,7 +12,7 @@ from qtool.calibrate import Dataset, load_dataset, model_inputs
 from qtool.check import check_loaded
 from qtool.errors import UsageError
 from qtool.jobs import TargetNotReachedError, finish_quantization
-from qtool.model import Model, load_model, model_to_bytes, parse_model
+from qtool.model import Model, TensorType, load_model, model_to_bytes, parse_model
 from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.quantize.weight_modes import SYNTHETIC_WARNING
@@ -164,7 +164,6 @@ def test_float16_keeps_float32_constants_float16_cannot_hold() -> None:
     ("options", "message"),
     [
         ({"mode": "float16", "weight_bits": 4}, "weight_bits does not apply"),
-        ({"mode": "full", "weight_bits": 4}, "use mode dynamic"),
         ({"mode": "dynamic", "block_size": 32}, "weight_bits 4"),
         ({"mode": "weights", "weight_bits": 4, "block_size": 32}, "only hybrid kernels"),
         ({"mode": "dynamic", "weight_bits": 4, "block_size": 48}, "multiple of 32"),
@@ -201,3 +200,25 @@ def test_target_sqnr_puts_int4_where_it_holds_and_int8_elsewhere() -> None:
     floated = QuantizeOptions(**base, target_sqnr=200.0, allow_float=True)
     result = quantize_loaded(model, {0: data}, floated, holdout={0: holdout})
     assert {f.reason for f in result.float_ops} == {"kept in float to reach the target SQNR"}
+
+
+@pytest.mark.parametrize("name", ["cnn", "mlp", "spec_ops"])
+def test_int4_weights_with_int8_activations(name) -> None:
+    """The full mode with `weight_bits` 4: FULLY_CONNECTED, CONV_2D and DEPTHWISE_CONV_2D read
+    int4 weights (their int8 kernels do), the other ops int8; LiteRT runs it with the builtin
+    kernels and XNNPACK, and the audit finds nothing."""
+    model, calibration, holdout = fixture(name)
+    result = quantize_loaded(model, calibration, QuantizeOptions(weight_bits=4), holdout=holdout)
+    assert min(a.sqnr_db for a in result.accuracy) > 12.0
+    graph = result.model.subgraphs[0]
+    int4 = {
+        result.model.op_type(op)
+        for op in graph.operators
+        if any(t >= 0 and graph.tensors[t].dtype == TensorType.INT4 for t in op.inputs)
+    }
+    assert int4 and int4 <= {"FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D"}
+    assert [f for f in audited(result.model).findings if f.severity != "info"] == []
+    feeds = next(holdout.iter_chunks(4))
+    if len(feeds) == 1:
+        for kernels in ("builtin", "xnnpack"):
+            assert litert_sqnr(model, model_to_bytes(result.model), feeds, kernels) > 10.0
