@@ -79,6 +79,9 @@ class SecondMoments:
         self.rng = np.random.default_rng(0)
 
     def __call__(self, t: int, value: np.ndarray) -> None:
+        declared = self.subgraph.tensors[t].shape[1:]
+        if list(np.shape(value)[1:]) != list(declared):
+            return  # a dynamic shape run at another size: the patches follow the declared one
         for i in self.by_input.get(t, ()):
             rows = self._rows(i, value)  # [P, K]: one H for all channels; [P, C, K]: one each
             moment = rows.T @ rows if rows.ndim == 2 else np.einsum("pck,pcl->ckl", rows, rows)
