@@ -281,11 +281,11 @@ def recipe_section(result: QuantizeResult) -> list[dict[str, Any]]:
 
 def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:
     """The report's target SQNR section: the target, whether each subgraph reached it, and the
-    remedies applied; None without a target."""
+    remedies applied (in a weight mode, the ops given wider weights than asked, or float ones);
+    None without a target."""
     if options.target_sqnr is None:
         return None
-    if result.mode != FULL:
-        return weight_target_section(result, options)
+    remedies = _remedy_rows if result.mode == FULL else _weight_remedy_rows
     return {
         "sqnr_db": options.target_sqnr,
         "allow_float": options.allow_float,
@@ -296,56 +296,44 @@ def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str
                 "subgraph": s,
                 "reached": search.reached,
                 "output_sqnr_db": [_db(v) for v in search.output_sqnr],
-                "remedies": [
-                    {
-                        "kind": remedy.kind,
-                        "place": remedy.place.kind,
-                        "op_index": result.plans[s].decisions[remedy.place.op_index].source_index
-                        if remedy.place.op_index >= 0
-                        else None,
-                        "op": remedy.op_type,
-                        "tensor": remedy.name,
-                        "alone_sqnr_db": _db(remedy.share_db),
-                    }
-                    for remedy in search.remedies
-                ],
+                "remedies": remedies(result, s, search),
             }
             for s, search in sorted(result.searches.items())
         ],
     }
 
 
-def weight_target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any]:
-    """The target section of a weight mode: the ops the search gave wider weights (int8) or
-    float ones, in the same shape as the full mode's remedies."""
-    return {
-        "sqnr_db": options.target_sqnr,
-        "allow_float": options.allow_float,
-        "reached": all(search.reached for search in result.searches.values()),
-        "size_without_remedies_bytes": result.baseline_size,
-        "subgraphs": [
-            {
-                "subgraph": s,
-                "reached": search.reached,
-                "output_sqnr_db": [_db(v) for v in search.output_sqnr],
-                "remedies": [
-                    {
-                        "kind": change.kind,
-                        "place": "weights",
-                        "op_index": change.op_index,
-                        "op": change.op_type,
-                        "tensor": change.tensor,
-                        "alone_sqnr_db": _db(change.alone_sqnr_db),
-                        "subgraph": change.subgraph,
-                        "asked": change.asked,
-                        "chosen": change.chosen,
-                    }
-                    for change in search.changes
-                ],
-            }
-            for s, search in sorted(result.searches.items())
-        ],
-    }
+def _remedy_rows(result: QuantizeResult, s: int, search) -> list[dict[str, Any]]:
+    return [
+        {
+            "kind": remedy.kind,
+            "place": remedy.place.kind,
+            "op_index": result.plans[s].decisions[remedy.place.op_index].source_index
+            if remedy.place.op_index >= 0
+            else None,
+            "op": remedy.op_type,
+            "tensor": remedy.name,
+            "alone_sqnr_db": _db(remedy.share_db),
+        }
+        for remedy in search.remedies
+    ]
+
+
+def _weight_remedy_rows(result: QuantizeResult, s: int, search) -> list[dict[str, Any]]:
+    return [
+        {
+            "kind": change.kind,
+            "place": "weights",
+            "op_index": change.op_index,
+            "op": change.op_type,
+            "tensor": change.tensor,
+            "alone_sqnr_db": _db(change.alone_sqnr_db),
+            "subgraph": change.subgraph,
+            "asked": change.asked,
+            "chosen": change.chosen,
+        }
+        for change in search.changes
+    ]
 
 
 def accuracy_section(result: QuantizeResult) -> dict[str, Any]:
