@@ -222,3 +222,15 @@ def test_int4_weights_with_int8_activations(name) -> None:
     if len(feeds) == 1:
         for kernels in ("builtin", "xnnpack"):
             assert litert_sqnr(model, model_to_bytes(result.model), feeds, kernels) > 10.0
+
+
+def test_keep_float_and_min_weight_elements_say_why_an_op_keeps_float_weights() -> None:
+    model = depthwise_fc_model()
+    options = QuantizeOptions(mode="weights", keep_float=("DEPTHWISE*",))
+    result = quantize_loaded(model, None, options)
+    assert [(f.op_type, f.reason) for f in result.float_ops] == [
+        ("DEPTHWISE_CONV_2D", "kept in float by keep-float pattern 'DEPTHWISE*'")
+    ]
+    options = QuantizeOptions(mode="dynamic", min_weight_elements=10_000)
+    reasons = [f.reason for f in quantize_loaded(model, None, options).float_ops]
+    assert len(reasons) == 2 and all("fewer than 10000" in r for r in reasons)
