@@ -39,7 +39,7 @@ from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
 
 console = Console(width=190)
-HOLDOUT_SAMPLES = 32
+HOLDOUT_SAMPLES = 128
 TIMED_SAMPLES = 16
 ROUNDS = 5
 MODES = {  # name -> (QuantizeOptions fields, TensorFlow baseline, ai-edge-quantizer recipe)

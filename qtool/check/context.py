@@ -84,15 +84,28 @@ class OpView:
 
 
 def _compute_mode(
-    inputs: tuple[Operand, ...], outputs: tuple[Operand, ...], rule: OpRule | None, scheme: Mode
+    op_type: str,
+    inputs: tuple[Operand, ...],
+    outputs: tuple[Operand, ...],
+    rule: OpRule | None,
+    scheme: Mode,
 ) -> Mode:
     # Weights and biases do not decide the mode: a float op with int8 weights is a hybrid
     # (dynamic-range) op, which computes in float. Without the op table's roles, constants
-    # are taken for weights (a hybrid LSTM's twelve int8 weight tensors).
+    # are taken for weights (a hybrid LSTM's twelve int8 weight tensors); a constant where
+    # LiteRT's hybrid kernel reads weights is one too (BATCH_MATMUL's right operand).
+    narrow = weight_rule(op_type)
+    hybrid_weights = set(narrow.weights) if narrow is not None else set()
     if rule is None:
         deciding = tuple(o for o in inputs if not o.constant) + outputs
     else:
-        deciding = tuple(o for o in inputs if o.rule and o.rule.role == "activation")
+        deciding = tuple(
+            o
+            for o in inputs
+            if o.rule
+            and o.rule.role == "activation"
+            and not (o.constant and o.position in hybrid_weights)
+        )
         deciding += tuple(o for o in outputs if o.rule)
     if any(o.tensor.dtype in QUANTIZED_TYPES for o in deciding):
         return scheme
@@ -163,7 +176,7 @@ class AuditContext:
             inputs,
             outputs,
             boundary=op_type in self.settings.boundary_ops,
-            mode=_compute_mode(inputs, outputs, rule, scheme),
+            mode=_compute_mode(op_type, inputs, outputs, rule, scheme),
             scheme=scheme.value,
         )
 

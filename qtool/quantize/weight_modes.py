@@ -23,7 +23,7 @@ import numpy as np
 from qtool.calibrate import Dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.collect import first_samples, fold_inputs
 from qtool.calibrate.statistics import CalibrationStatistics, model_fingerprint
-from qtool.errors import DataError
+from qtool.errors import DataError, QtoolError
 from qtool.model import Model
 from qtool.model.edit import clone_model
 from qtool.numerics import sqnr_db
@@ -191,7 +191,18 @@ def model_outputs(model: Model, inputs: Sequence[np.ndarray]) -> tuple[list[np.n
         found = submit_model(model, list(inputs)).result()
         if found is not None:
             return found, LITERT
-    return Engine(model).run(list(inputs)), SIMULATION
+    return _engine_outputs(model, inputs), SIMULATION
+
+
+def _engine_outputs(model: Model, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The numpy engine's outputs; a DataError where it cannot run the model on `inputs`
+    either (samples of another shape than the model computes on, say)."""
+    try:
+        return Engine(model).run(list(inputs))
+    except (ValueError, IndexError, QtoolError) as error:
+        raise DataError(
+            f"neither LiteRT nor qtool's engine runs the model on these samples ({error})"
+        ) from None
 
 
 def written_outputs(
@@ -203,7 +214,7 @@ def written_outputs(
         found = submit_model(written, list(inputs)).result()
         if found is not None:
             return found, LITERT
-    return Engine(weights.simulated()).run(list(inputs)), SIMULATION
+    return _engine_outputs(weights.simulated(), inputs), SIMULATION
 
 
 def output_sqnr(reference: Sequence[np.ndarray], found: Sequence[np.ndarray]) -> list[float]:
@@ -218,9 +229,15 @@ def measured_accuracy(
     weights: WeightModel, written: Model, samples: Samples
 ) -> tuple[list[OutputAccuracy], str]:
     """Each output of subgraph 0 against the float model on the measured samples, and how it
-    was measured (as the report says it)."""
-    reference, _ = model_outputs(weights.prepared.model, samples.measured)
-    found, engine = written_outputs(weights, written, samples.measured)
+    was measured (as the report says it); nothing where the model does not run on synthetic
+    samples (the caller warns)."""
+    try:
+        reference, _ = model_outputs(weights.prepared.model, samples.measured)
+        found, engine = written_outputs(weights, written, samples.measured)
+    except DataError:
+        if samples.synthetic:
+            return [], ""
+        raise
     subgraph = written.subgraphs[0]
     accuracy = [
         OutputAccuracy(0, subgraph.tensors[t].name, db, engine)

@@ -32,6 +32,10 @@ from qtool.quantize.weight_rounding import input_moments
 from qtool.quantize.weight_search import search_weights
 
 NO_CALIBRATION = "none"  # the report's method: the weight modes calibrate nothing
+NOT_MEASURED = (
+    "accuracy not measured: the model does not run on synthetic samples of its declared input "
+    "shapes (give data)"
+)
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,7 @@ def quantize_weight_mode(
     accuracy, source = measured_accuracy(weights, written, samples)
     warnings = list(notes.warnings)
     if samples.synthetic:
-        warnings.insert(0, SYNTHETIC_WARNING)
+        warnings.insert(0, SYNTHETIC_WARNING if accuracy else NOT_MEASURED)
     return QuantizeResult(
         model=written,
         float_model=prepared.model,

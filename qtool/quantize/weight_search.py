@@ -7,8 +7,9 @@ noises of different ops add up (nearly: they are independent), so the search ste
 that removes the most noise of the failing outputs per byte it adds, until the sum fits the
 target's noise budget; the model is then measured whole, the budget tightened by what the sum
 missed, and so on. Steps that turn out unneeded are undone (latest first) while the target
-holds. The search aims `MARGIN_DB` above the target on the fitting samples: the reported SQNR
-comes from other samples.
+holds. The search aims `MARGIN_DB` above the target on the fitting samples, as the full mode's
+does (`search.py`): the reported SQNR comes from other samples, which rounding fitted on the data
+did not see either.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qtool.quantize.search import MARGIN_DB
 from qtool.quantize.weight_modes import WeightModel, model_outputs, output_sqnr, written_outputs
 from qtool.quantize.weight_plan import OpWeights
 from qtool.quantize.weight_store import WeightForm
 from qtool.weight_spec import BLOCKWISE, PER_AXIS
 
-MARGIN_DB = 1.0  # a few dozen samples estimate an SQNR to about a dB
 MAX_ROUNDS = 8
 MAX_UNDO_TRIES = 8
 
