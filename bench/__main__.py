@@ -3,8 +3,9 @@ bench/accuracy.py), engine vs LiteRT on the fixtures, and audit time on a 10 MB 
 
 Every figure is a ratio against a baseline timed in the same process, so results compare across
 machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
-LiteRT's time; `qtool check` of a 10 MB model takes well under a second; start-up (import time
-of `qtool --help` and `qtool check`) stays under 0.1 s (bench/startup.py).
+LiteRT's time; `qtool check` of a 10 MB model takes well under a second, and of any graph well
+under a second per thousand operators, linearly (bench/wide.py); start-up (import time of `qtool
+--help` and `qtool check`) stays under 0.1 s (bench/startup.py).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from bench.speed import bench_speed
 from bench.startup import bench_startup
 from bench.targets import bench_targets
 from bench.timing import best_of
+from bench.wide import bench_wide
 from qtool.calibrate import (
     Dataset,
     MinMaxObserver,
@@ -233,5 +235,6 @@ if __name__ == "__main__":
     bench_modes()
     bench_calibration()
     bench_check()
+    bench_wide()
     bench_targets(ten_megabyte_model)
     bench_architectures()

@@ -21,6 +21,7 @@ from typing import Any
 
 from qtool.check.rulebook import RuleInfo
 from qtool.check.rules import RULES
+from qtool.op_facts import load_op_facts
 from qtool.spec import expanded_ops, raw_spec
 from qtool.targets import (
     TFLITE_CPU,
@@ -220,6 +221,8 @@ def _summary(target: Target, name: str) -> str:
 
 def _where(target: Target, name: str) -> tuple[str, str]:
     """(summary word, sentence) for `name` on `target`."""
+    if load_op_facts().compiled_for(name) == target.name:
+        return "yes", f"on the {target.accelerator}: the program its compiler wrote"
     if name in target.ops:
         own = target.ops[name]
         exempt = _exempt(target, name)
@@ -259,6 +262,15 @@ def _target_section(target: Target) -> list[str]:
     if target.partition == "first-unsupported":
         lines.append(
             "- Partitioning: the first op it cannot take and every later op run on the CPU."
+        )
+    if target.compile_time is not None:
+        folds = ", ".join(
+            f"{op} input {', '.join(map(str, sorted(positions)))}"
+            for op, positions in sorted(target.compile_time.shape_inputs.items())
+        )
+        lines.append(
+            f"- At compile time: {markdown_text(raw_target(target.name)['compile_time']['description'])} "
+            f"Shape inputs: {folds}; computed from: {', '.join(sorted(target.compile_time.shape_ops))}."
         )
     if target.generic:
         lines.append("- Every op on it must meet:")

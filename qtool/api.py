@@ -20,12 +20,13 @@ signatures, a dict keyed by signature.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from qtool.calibrate import model_inputs
+from qtool import arguments
+from qtool.calibrate import ENGINES, model_inputs
 from qtool.calibrate.collect import calibration_statistics
 from qtool.calibrate.datasets import as_dataset, entry_datasets
 from qtool.calibrate.inputs import entry_subgraphs
@@ -34,6 +35,7 @@ from qtool.check.audit import check_loaded
 from qtool.check.findings import SEVERITY_RANK, Finding
 from qtool.check.gates import DEFAULT_MIN_SQNR, AccuracyGate
 from qtool.errors import UsageError
+from qtool.files import InputFiles, recording_inputs
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model import load_model as _load_path
 from qtool.quantize import QuantizeOptions, QuantizeResult
@@ -41,18 +43,20 @@ from qtool.quantize.quantizer import analyze_loaded
 from qtool.quantize.weight_plan import FULL
 from qtool.report.analysis_report import analysis_section
 from qtool.spec import spec_profiles
+from qtool.targets import target_names
 
 ModelLike = str | os.PathLike | bytes | bytearray | memoryview | Model
 
 
-def load_model(model: ModelLike) -> Model:
-    """A model from a path, the bytes of a .tflite file, or a Model (returned as is)."""
+def load_model(model: ModelLike, validate: bool = True) -> Model:
+    """A model from a path, the bytes of a .tflite file, or a Model (returned as is). With
+    `validate`, a model that is not a valid graph raises (check audits it instead)."""
     if isinstance(model, Model):
         return model
     if isinstance(model, bytes | bytearray | memoryview):
-        return parse_model(bytes(model))
+        return parse_model(bytes(model), validate=validate)
     if isinstance(model, str | os.PathLike):
-        return _load_path(model)
+        return _load_path(model, validate=validate)
     raise UsageError(f"model must be a path, bytes or a Model, not {type(model).__name__}")
 
 
@@ -63,6 +67,7 @@ class Quantized:
     result: QuantizeResult
     report: dict[str, Any]
     model_bytes: bytes
+    inputs: InputFiles | None = None  # the files quantize read: save never replaces one
 
     @property
     def model(self) -> Model:
@@ -97,14 +102,15 @@ class Quantized:
     ) -> Path:
         """Write the model and its report (`<stem>.report.json` beside it by default), and the
         HTML page to `html` if given, all or none, after reading the model back; an existing
-        file is replaced only with `force`."""
+        file is replaced only with `force`, and never a file the quantization read (the model,
+        its data)."""
         from qtool.jobs import write_pair
 
         path = Path(path)
         report_path = Path(report) if report else path.with_name(f"{path.stem}.report.json")
         self.report["output_model"]["path"] = str(path)
         pages = [(Path(html), self.html())] if html is not None else []
-        write_pair(path, self.model_bytes, report_path, self.report, force, pages)
+        write_pair(path, self.model_bytes, report_path, self.report, force, pages, self.inputs)
         return path
 
 
@@ -136,32 +142,49 @@ def quantize_model(
     """
     from qtool.jobs import SizeLimit, finish_quantization
 
-    loaded = load_model(model)
-    settings = QuantizeOptions(**options)
-    if isinstance(statistics, str | os.PathLike):
-        statistics = CalibrationStatistics.load(statistics)
-    if data is None and statistics is None and settings.mode == FULL:
-        raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
-    datasets = {} if data is None else entry_datasets(loaded, data, samples)
-    holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
-    source = model if isinstance(model, str | os.PathLike) else None
-    result, report, blob = finish_quantization(
-        loaded,
-        datasets,
-        holdouts,
-        settings,
-        statistics=statistics,
-        analyze=analyze,
-        strict=strict,
-        progress=progress,
-        input_path=None if source is None else os.fspath(source),
-        input_data=model_to_bytes(loaded) if source is None else None,
-        data_sources=[_describe(data)],
-        samples_limit=samples,
-        measure_layer_sqnr=layer_sqnr,
-        max_size=None if max_size is None else SizeLimit.parse(max_size),
-    )
-    return Quantized(result, report, blob)
+    settings = _options("quantize_model", options)
+    samples = arguments.sample_limit(samples)
+    for name, value in (("strict", strict), ("analyze", analyze), ("layer_sqnr", layer_sqnr)):
+        arguments.flag(name, value)
+    arguments.callback("progress", progress)
+    limit = None if max_size is None else SizeLimit.parse(max_size)
+    with recording_inputs() as inputs:  # what is read here, `save` will not replace
+        loaded = load_model(model)
+        if isinstance(statistics, str | os.PathLike):
+            statistics = CalibrationStatistics.load(statistics)
+        elif statistics is not None and not isinstance(statistics, CalibrationStatistics):
+            raise UsageError(
+                "`statistics` must be CalibrationStatistics or the path of a statistics file, "
+                f"not {type(statistics).__name__}"
+            )
+        if data is None and statistics is None and settings.mode == FULL:
+            raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
+        datasets = {} if data is None else entry_datasets(loaded, data, samples)
+        holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
+        source = model if isinstance(model, str | os.PathLike) else None
+        result, report, blob = finish_quantization(
+            loaded,
+            datasets,
+            holdouts,
+            settings,
+            statistics=statistics,
+            analyze=analyze,
+            strict=strict,
+            progress=progress,
+            input_path=None if source is None else os.fspath(source),
+            input_data=loaded.source_data or model_to_bytes(loaded),
+            data_sources=[_describe(data)],
+            samples_limit=samples,
+            measure_layer_sqnr=layer_sqnr,
+            max_size=limit,
+        )
+    return Quantized(result, report, blob, inputs)
+
+
+def _options(function: str, options: Mapping[str, Any]) -> QuantizeOptions:
+    """QuantizeOptions from a call's keywords: unknown keywords and bad values are UsageErrors."""
+    arguments.known_keywords(function, options, (f.name for f in fields(QuantizeOptions)))
+    return QuantizeOptions(**options)
 
 
 def _describe(data: Any) -> str:
@@ -180,6 +203,9 @@ def calibrate_model(
 ) -> CalibrationStatistics:
     """The calibration statistics of `data` (`qtool calibrate`): save, merge with other shards
     (exactly), and pass to `quantize(statistics=...)`."""
+    samples = arguments.sample_limit(samples)
+    arguments.choice("engine", engine, ENGINES)
+    arguments.callback("progress", progress)
     loaded = load_model(model)
     return calibration_statistics(loaded, entry_datasets(loaded, data, samples), engine, progress)
 
@@ -194,14 +220,13 @@ def analyze_model(
     **options: Any,
 ) -> dict[str, Any]:
     """Where the quantization error comes from (`qtool analyze --json`)."""
+    settings = _options("analyze_model", options)
+    samples = arguments.sample_limit(samples)
+    arguments.callback("progress", progress)
     loaded = load_model(model)
     holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
     diagnosis = analyze_loaded(
-        loaded,
-        entry_datasets(loaded, data, samples),
-        QuantizeOptions(**options),
-        progress,
-        holdouts,
+        loaded, entry_datasets(loaded, data, samples), settings, progress, holdouts
     )
     return analysis_section(diagnosis)
 
@@ -260,15 +285,15 @@ def check_model(
 ) -> CheckResult:
     """Audit a quantized model against the int8 spec (`qtool check`), optionally where its ops
     run on a `target` device and how close it stays to a float `reference` on `data`."""
-    if fail_on not in SEVERITY_RANK:
-        raise UsageError(f"fail_on must be one of {', '.join(SEVERITY_RANK)}, not {fail_on!r}")
+    arguments.choice("fail_on", fail_on, SEVERITY_RANK)
+    arguments.flag("per_tensor_fc", per_tensor_fc)
+    arguments.choice("target", target, target_names(), optional=True)
+    min_sqnr = arguments.number("min_sqnr", min_sqnr)
     if (reference is None) != (data is None):
         raise UsageError("an accuracy check needs both reference and data")
-    loaded = (
-        load_model(model)
-        if not isinstance(model, str | os.PathLike)
-        else _load_path(model, validate=False)
-    )
+    # Not validated on reading: a model that is not a valid graph is audited (QT-MODEL-INVALID),
+    # whether it comes as a path or as bytes.
+    loaded = load_model(model, validate=False)
     gate = None
     if reference is not None:
         float_model = load_model(reference)

@@ -60,7 +60,7 @@ def _exit_now(code: object) -> None:
         status = 1
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        # A reader that has gone: the status already says so.
-        with contextlib.suppress(OSError, ValueError):
+        # A reader that has gone: the status already says so. None: the descriptor was closed.
+        with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
     os._exit(status)

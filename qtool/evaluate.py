@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from qtool.calibrate import Dataset
+from qtool.calibrate.collect import refuse_nonfinite
+from qtool.calibrate.memory import check_memory
 from qtool.errors import UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, numpy_dtype
 from qtool.model.edit import clone_model
@@ -107,6 +109,8 @@ def compare_models(
             f"{len(ref_graph.outputs)}, candidate {len(cand_graph.inputs)} -> "
             f"{len(cand_graph.outputs)}"
         )
+    for model in (reference, candidate):
+        check_memory(model, what="running")
     run_reference = _float_runner(reference)
     run_candidate = (
         _litert_runner(candidate) if engine == "litert" else _simulated_runner(candidate)
@@ -117,6 +121,7 @@ def compare_models(
     samples = 0
     for batch in dataset.iter_chunks(CHUNK):
         expected, got = run_reference(batch), run_candidate(batch)
+        refuse_nonfinite(expected, dataset.source)
         samples += batch[0].shape[0]
         for k, (want, have) in enumerate(zip(expected, got, strict=True)):
             have = np.asarray(have, np.float64).reshape(want.shape)

@@ -4,12 +4,19 @@ Reading: only regular files are read; a FIFO, a device, a socket or a directory 
 expected is refused before anything blocks on it (files are opened non-blocking, then checked).
 Failures are OSErrors; `os_reason` words them to follow the path in a one-line error.
 
+Inputs: every file a run reads is recorded (`InputFiles`, by device and inode, so that `..`,
+symbolic and hard links all lead to the same record); no output of the run may replace one.
+`open_regular` records what it opens in the recorders active at the time (`recording_inputs`:
+the CLI keeps one per command, the API one per call).
+
 Writing: every file is first written whole to a temporary beside its destination (`stage`), and
-only renamed into place once everything a command writes is complete (`commit`, with SIGINT,
-SIGTERM and SIGHUP held back so that a group of renames is never cut in half). A file gets the
-mode a plain write would give it (the umask's), or keeps an existing file's mode when it
-replaces it. Temporaries still on disk when a run ends are removed (`remove_temporaries`, which
-the CLI calls on every exit, interrupted or not); only SIGKILL can leave one (`.qtool-*.tmp`).
+only put in place once everything a command writes is complete (`commit`, with SIGINT, SIGTERM
+and SIGHUP held back so that a group of renames is never cut in half). Without `overwrite` the
+last step is a hard link, which fails when the name exists: two runs never both create the same
+output. A file gets the mode a plain write would give it (the umask's), or keeps an existing
+file's mode when it replaces it. Temporaries still on disk when a run ends are removed
+(`remove_temporaries`, which the CLI calls on every exit, interrupted or not); only SIGKILL can
+leave one (`.qtool-*.tmp`).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import os
 import signal
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -89,21 +96,110 @@ def exists(path: str | os.PathLike) -> bool:
 
 
 def open_regular(path: str | os.PathLike) -> BinaryIO:
-    """Open a regular file for reading; anything else raises (never blocks on a FIFO)."""
+    """Open a regular file for reading (recorded as an input of the run); anything else raises
+    (never blocks on a FIFO)."""
     if str(path) == "":
         raise FileNotFoundError(errno.ENOENT, "no such file (empty path)")
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)
     try:
-        mode = os.fstat(fd).st_mode
+        info = os.fstat(fd)
+        mode = info.st_mode
         if not stat.S_ISREG(mode):
             raise NotRegularFile(kind_of(mode))
+        note_input(path, info)
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
         raise
+
+
+# =========================================================================== inputs
+
+
+class InputFiles:
+    """The files a run reads, by device and inode: an output that would replace one of them is
+    refused, whichever spelling reaches it (`..`, a symbolic link, a hard link)."""
+
+    def __init__(self) -> None:
+        self._files: dict[tuple[int, int], str] = {}
+
+    def add(self, path: str | os.PathLike, info: os.stat_result | None = None) -> None:
+        """Record `path` (looked up now unless its status is given); nothing when it is gone."""
+        if info is None:
+            try:
+                info = lookup(path)
+            except (OSError, ValueError):
+                return
+            if info is None:
+                return
+        self._files.setdefault((info.st_dev, info.st_ino), os.fspath(path))
+
+    def replaced_by(self, output: str | os.PathLike) -> str | None:
+        """The input that writing `output` would replace (as it was named), or None."""
+        try:
+            info = lookup(output)
+        except (OSError, ValueError):
+            return None  # what cannot be looked up cannot be written: the writer says why
+        if info is None:
+            return None
+        return self._files.get((info.st_dev, info.st_ino))
+
+    @classmethod
+    def of(cls, paths: Iterable[str | os.PathLike]) -> InputFiles:
+        inputs = cls()
+        for path in paths:
+            inputs.add(path)
+        return inputs
+
+
+# The recorders of the runs in progress (the CLI's command, an API call): every file opened
+# with open_regular is recorded in each. A list, not a context variable: reads may happen on
+# the engine's threads.
+_RECORDERS: list[InputFiles] = []
+
+
+@contextlib.contextmanager
+def recording_inputs(inputs: InputFiles | None = None) -> Iterator[InputFiles]:
+    """Record every file read meanwhile in `inputs` (a new record unless given)."""
+    recorder = InputFiles() if inputs is None else inputs
+    _RECORDERS.append(recorder)
+    try:
+        yield recorder
+    finally:
+        _RECORDERS.remove(recorder)
+
+
+def note_input(path: str | os.PathLike, info: os.stat_result | None = None) -> None:
+    """Record a file the run reads (opened elsewhere than open_regular: a Python module)."""
+    for recorder in _RECORDERS:
+        recorder.add(path, info)
+
+
+def refuse_input(output: str | os.PathLike, inputs: InputFiles | None = None) -> None:
+    """Raise UsageError when writing `output` would replace a file this run reads (one recorded
+    so far, or one of `inputs`)."""
+    for recorder in (*_RECORDERS, *([inputs] if inputs is not None else [])):
+        source = recorder.replaced_by(output)
+        if source is not None:
+            raise UsageError(f"{os.fspath(output)}: refusing to overwrite the input file {source}")
+
+
+def same_destination(first: str | os.PathLike, second: str | os.PathLike) -> bool:
+    """Whether two output paths name one file (after `..` and symbolic links)."""
+    try:
+        return os.path.realpath(first) == os.path.realpath(second)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_shared_destinations(*paths: str | os.PathLike, what: str) -> None:
+    """UsageError when two of the outputs of one run are the same file."""
+    for i, first in enumerate(paths):
+        if any(same_destination(first, second) for second in paths[i + 1 :]):
+            raise UsageError(f"{what} must be written to different files")
 
 
 # =========================================================================== writing
@@ -115,10 +211,12 @@ _TEMPORARIES: set[Path] = set()
 
 @dataclass(frozen=True)
 class Staged:
-    """A complete file in a temporary beside its destination, not yet renamed into place."""
+    """A complete file in a temporary beside its destination, not yet put in place."""
 
     path: Path
     temporary: Path
+    overwrite: bool = True  # False: the destination must not exist when the file is put there
+    inputs: InputFiles | None = None  # files the write must not replace, besides the run's
 
 
 def destination_problem(path: str | os.PathLike, overwrite: bool) -> str | None:
@@ -144,8 +242,12 @@ def destination_problem(path: str | os.PathLike, overwrite: bool) -> str | None:
     return None
 
 
-def check_destination(path: str | os.PathLike, overwrite: bool) -> None:
-    """UsageError unless a file can be written at `path` (see `destination_problem`)."""
+def check_destination(
+    path: str | os.PathLike, overwrite: bool, inputs: InputFiles | None = None
+) -> None:
+    """UsageError unless a file can be written at `path`: a place to write, no existing file
+    unless `overwrite`, and never a file the run reads (recorded, or one of `inputs`)."""
+    refuse_input(path, inputs)
     problem = destination_problem(path, overwrite)
     if problem is not None:
         if problem.startswith("already exists"):
@@ -160,10 +262,16 @@ def _new_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def stage(path: str | os.PathLike, chunks: Any, *, overwrite: bool = True) -> Staged:
+def stage(
+    path: str | os.PathLike,
+    chunks: Any,
+    *,
+    overwrite: bool = True,
+    inputs: InputFiles | None = None,
+) -> Staged:
     """Write `chunks` (bytes-like or str) to a temporary beside `path`, complete and synced, with
     the mode the file will have: an existing file's own, else what the umask allows."""
-    check_destination(path, overwrite)
+    check_destination(path, overwrite, inputs)
     path = Path(path)
     found = lookup(path)
     mode = stat.S_IMODE(found.st_mode) if found is not None else _new_file_mode()
@@ -173,7 +281,7 @@ def stage(path: str | os.PathLike, chunks: Any, *, overwrite: bool = True) -> St
         fd, name = tempfile.mkstemp(prefix=".qtool-", suffix=".tmp", dir=path.parent)
     except (OSError, ValueError) as exc:
         raise UsageError(f"cannot write {path}: {os_reason(exc)}") from None
-    staged = Staged(path, Path(name))
+    staged = Staged(path, Path(name), overwrite, inputs)
     _TEMPORARIES.add(staged.temporary)
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -223,17 +331,61 @@ def _signals_deferred() -> Iterator[None]:
 
 
 def commit(*staged: Staged) -> None:
-    """Rename staged files into place, in order; SIGINT/SIGTERM/SIGHUP wait until all are."""
+    """Put staged files in place, in order; SIGINT/SIGTERM/SIGHUP wait until all are. A file
+    staged without `overwrite` is linked to its name, which fails if the name exists by now
+    (another run made it): then the files this call already created are removed again."""
+    created: list[Path] = []
     try:
         with _signals_deferred():
             for item in staged:
-                os.replace(item.temporary, item.path)
+                refuse_input(item.path, item.inputs)  # a file read since it was staged
+                if item.overwrite:
+                    os.replace(item.temporary, item.path)
+                else:
+                    _create_exclusively(item)
+                    created.append(item.path)
                 _TEMPORARIES.discard(item.temporary)
+    except FileExistsError as exc:
+        _undo(created)
+        discard(*staged)
+        raise UsageError(
+            f"{exc.filename}: already exists (use `force=True` to replace it)"
+        ) from None
     except OSError as exc:
+        _undo(created)
         discard(*staged)
         raise UsageError(
             f"cannot write {exc.filename2 or exc.filename}: {os_reason(exc)}"
         ) from None
+    except BaseException:
+        _undo(created)
+        discard(*staged)
+        raise
+
+
+def _create_exclusively(item: Staged) -> None:
+    """The temporary under its final name, only if that name is free (atomically: a hard link);
+    where the file system has no hard links, a placeholder claimed with O_EXCL, then replaced."""
+    try:
+        os.link(item.temporary, item.path)
+    except FileExistsError as exc:
+        raise FileExistsError(exc.errno, exc.strerror, os.fspath(item.path)) from None
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        try:
+            os.close(os.open(item.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError as exc:
+            raise FileExistsError(exc.errno, exc.strerror, os.fspath(item.path)) from None
+        os.replace(item.temporary, item.path)
+        return
+    os.unlink(item.temporary)
+
+
+def _undo(created: list[Path]) -> None:
+    for path in created:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def discard(*staged: Staged) -> None:
@@ -252,10 +404,16 @@ def remove_temporaries() -> None:
         _TEMPORARIES.discard(temporary)
 
 
-def write_atomic(path: str | os.PathLike, chunks: Any, *, overwrite: bool = True) -> None:
+def write_atomic(
+    path: str | os.PathLike,
+    chunks: Any,
+    *,
+    overwrite: bool = True,
+    inputs: InputFiles | None = None,
+) -> None:
     """Write `chunks` to `path` through a temporary file and a rename, so that readers never see
     a partial file and a failed write leaves nothing behind (and an existing file untouched)."""
-    staged = stage(path, chunks, overwrite=overwrite)
+    staged = stage(path, chunks, overwrite=overwrite, inputs=inputs)
     try:
         commit(staged)
     except BaseException:

@@ -17,17 +17,26 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qtool.arguments import sample_limit
 from qtool.calibrate import Dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.collect import calibration_statistics
 from qtool.calibrate.datasets import source_datasets
 from qtool.calibrate.inputs import entry_subgraphs
+from qtool.calibrate.sample_sources import source_files
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
 from qtool.check.findings import severity_counts
 from qtool.errors import QtoolError, UsageError
-from qtool.files import check_destination, commit, discard, stage, write_atomic
+from qtool.files import (
+    InputFiles,
+    check_destination,
+    commit,
+    discard,
+    refuse_shared_destinations,
+    stage,
+    write_atomic,
+)
 from qtool.model import Model, load_model, model_to_bytes
-from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
@@ -219,24 +228,30 @@ def output_suffix(options: QuantizeOptions) -> str:
     return options.mode + ("_int4" if options.weight_bits == 4 else "")
 
 
-def _job_inputs(job: ModelJob) -> list[str]:
-    """Every file the job reads (module:function data sources name no file and match none)."""
-    return [job.model_path, *job.data, *job.holdout, *job.statistics]
+def job_inputs(job: ModelJob) -> list[str]:
+    """Every file the job will read, as far as the command line tells before anything is read
+    (what is read later is recorded as it is read, and checked again before the outputs are put
+    in place)."""
+    files = [job.model_path, *job.statistics]
+    for source in (*job.data, *job.holdout):
+        files += source_files(source)
+        key, separator, path = source.partition("=")
+        if separator and key:  # KEY=PATH for a signature
+            files += source_files(path)
+    return files
 
 
 def _check_destinations(job: QuantizeJob, *paths: Path) -> None:
     """Refuse unwritable destinations before the work, not after it."""
+    inputs = InputFiles.of(job_inputs(job))
     for path in paths:
-        refuse_input_overwrite(path, _job_inputs(job))
-        check_destination(path, overwrite=job.force)
-    if len({path.absolute() for path in paths}) < len(paths):
-        raise UsageError("the model, the report and the page must be written to different files")
+        check_destination(path, overwrite=job.force, inputs=inputs)
+    refuse_shared_destinations(*paths, what="the model, the report and the page")
 
 
 def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int, Dataset]]:
     """The model, its calibration datasets and its held-out datasets, per subgraph."""
-    if job.samples is not None and job.samples < 1:
-        raise UsageError("`samples` must be at least 1")
+    sample_limit(job.samples)
     if job.custom_ops:
         load_custom_ops(job.custom_ops)
     model = load_model(job.model_path)
@@ -295,13 +310,11 @@ def calibrate_file(
     job: CalibrateJob, progress: Callable[[int], None] | None = None
 ) -> CalibrationStatistics:
     """Run `qtool calibrate`: the statistics of the job's data, written to its output path."""
-    refuse_input_overwrite(job.output_path, _job_inputs(job))
-    target = Path(job.output_path)
-    if target.exists() and not job.force:
-        raise UsageError(f"{target}: already exists (use `force=True` to replace it)")
+    inputs = InputFiles.of(job_inputs(job))
+    check_destination(job.output_path, overwrite=job.force, inputs=inputs)
     model, datasets, _ = load_job_inputs(job)
     statistics = calibration_statistics(model, datasets, job.options.engine, progress)
-    statistics.save(target)
+    statistics.save(job.output_path, overwrite=job.force)
     return statistics
 
 
@@ -309,8 +322,7 @@ def analyze_file(job: AnalyzeJob, progress: Callable[[int], None] | None = None)
     """Run `qtool analyze`: the analysis report of the plan `quantize_file` would make."""
     html = Path(job.html_path) if job.html_path else None
     if html is not None:
-        refuse_input_overwrite(html, _job_inputs(job))
-        check_destination(html, overwrite=True)
+        check_destination(html, overwrite=True, inputs=InputFiles.of(job_inputs(job)))
     model, datasets, holdouts = load_job_inputs(job)
     calibrated = calibrate_loaded(model, datasets, job.options, progress, holdouts)
     diagnosis = diagnose_calibrated(calibrated)
@@ -425,6 +437,7 @@ def quantize_file(
         strict=job.strict,
         progress=progress,
         input_path=job.model_path,
+        input_data=model.source_data,  # what was read, whatever the file holds by now
         output_path=str(output),
         data_sources=list(job.data) or list(job.statistics),
         samples_limit=job.samples,
@@ -451,19 +464,24 @@ def write_pair(
     report: dict,
     force: bool,
     pages: Sequence[tuple[Path, str]] = (),
+    inputs: InputFiles | None = None,
 ) -> None:
-    """Stage the model, its report and any `(path, text)` pages, read the model back, then
-    rename all (the model last) or none."""
+    """Stage the model, its report and any `(path, text)` pages, read the model back, then put
+    all in place (the model last) or none. None may replace a file of `inputs` or one the run
+    read; without `force` none may replace any file."""
+    refuse_shared_destinations(
+        output, report_path, *(path for path, _ in pages), what="the model, the report and the page"
+    )
     staged = []
     try:
-        staged.append(stage(output, blob, overwrite=force))
+        staged.append(stage(output, blob, overwrite=force, inputs=inputs))
         problem = written_model_problem(staged[0].temporary)
         if problem:
             raise OutputCheckError(
                 f"{output}: the quantized model is not valid, not written: {problem}"
             )
-        staged.append(stage(report_path, readable_json(report), overwrite=force))
-        staged += [stage(path, page, overwrite=force) for path, page in pages]
+        staged.append(stage(report_path, readable_json(report), overwrite=force, inputs=inputs))
+        staged += [stage(path, page, overwrite=force, inputs=inputs) for path, page in pages]
         commit(*reversed(staged))
     except BaseException:
         discard(*staged)

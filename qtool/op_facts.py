@@ -1,6 +1,6 @@
 """What a well-formed operator looks like, loaded once from `schemas/ops.json`.
 
-Per builtin (and per custom op qtool has a kernel for): its operands in order (name, allowed tensor types, optional, repeated, constant),
+Per builtin (and per custom op qtool has a kernel for, or that a device compiler writes): its operands in order (name, allowed tensor types, optional, repeated, constant, runtime buffer),
 its options table and the name of the shape rule relating its operand shapes; the enums that
 options such as `padding` take their values from; and the limits on what a model may make qtool
 allocate. The model validator checks models against these facts and
@@ -28,6 +28,7 @@ class OperandFacts:
     listed: bool = False  # optional, but listed (as -1 when absent): LiteRT reads the slot
     repeat: bool = False  # the last operand may occur any number of times (at least once)
     constant: bool = False  # must be a constant tensor
+    runtime_buffer: bool = False  # a buffer the runtime places: no data and no producer
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class OpFacts:
     options: str | None  # the BuiltinOptions table the operator takes
     shape: str  # the shape rule (qtool/model/shape_rules.py)
     custom_options: tuple[str, ...] = ()  # a custom op's raw C struct: its int32 fields in order
+    compiled_for: str | None = None  # the target whose compiler wrote the op (its program)
 
     @staticmethod
     def _count(operands: tuple[OperandFacts, ...]) -> tuple[int, int | None]:
@@ -90,15 +92,20 @@ class OpTable:
     ops: dict[str, OpFacts]
     limits: Limits
     option_domains: dict[str, str]  # option name -> the schema enum its values come from
-    custom_ops: dict[str, OpFacts]  # by custom code: the custom ops qtool has kernels for
+    custom_ops: dict[str, OpFacts]  # by custom code: with a kernel, or compiled for a device
 
     def facts(self, op_type: str) -> OpFacts | None:
         """The facts of a builtin op type; None when qtool has none."""
         return self.ops.get(op_type)
 
     def custom(self, custom_code: str) -> OpFacts | None:
-        """The facts of a custom op by its custom code; None when qtool has no kernel for it."""
+        """The facts of a custom op by its custom code; None when qtool knows none."""
         return self.custom_ops.get(custom_code)
+
+    def compiled_for(self, op_type: str) -> str | None:
+        """The target whose compiler wrote ops of `op_type` (Vela's `ethos-u`), or None."""
+        facts = self.custom_ops.get(op_type)
+        return None if facts is None else facts.compiled_for
 
 
 def raw_facts() -> dict[str, Any]:
@@ -116,6 +123,7 @@ def _operand(raw: dict[str, Any], classes: dict[str, list[str]]) -> OperandFacts
         listed=raw.get("listed", False),
         repeat=raw.get("repeat", False),
         constant=raw.get("constant", False),
+        runtime_buffer=raw.get("runtime_buffer", False),
     )
 
 
@@ -127,6 +135,7 @@ def _op(name: str, op: dict[str, Any], classes: dict[str, list[str]]) -> OpFacts
         options=op["options"],
         shape=op["shape"],
         custom_options=tuple(op.get("custom_options", ())),
+        compiled_for=op.get("compiled_for"),
     )
 
 

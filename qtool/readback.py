@@ -1,7 +1,8 @@
 """The read-back check of a model qtool writes, before it is renamed into place.
 
 The bytes written to the temporary file are read back and must decode and pass the model
-validator, and load in LiteRT (`Interpreter(...).allocate_tensors()`) when `ai-edge-litert` is
+validator, and load in LiteRT with its builtin kernels only (no XNNPACK delegate:
+`Interpreter(...).allocate_tensors()`) when `ai-edge-litert` is
 installed and the model has no custom operators (which LiteRT could not resolve anyway). LiteRT runs in a forked child: it aborts the whole process on some inconsistent
 models, and that must cost qtool one line of error, not its life.
 """
@@ -98,10 +99,15 @@ def _stop(pid: int) -> None:
 
 
 def _load_in_litert(data: bytes) -> str | None:
-    from ai_edge_litert.interpreter import Interpreter
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
+    # LiteRT's builtin kernels only: XNNPACK accepts models the builtin kernels refuse at
+    # prepare (a clamp bound that overflows int32), and a model must run without it.
     try:
-        Interpreter(model_content=bytes(data)).allocate_tensors()
+        Interpreter(
+            model_content=bytes(data),
+            experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        ).allocate_tensors()
     except (RuntimeError, ValueError) as exc:
         return f"LiteRT refuses it: {first_line(exc, type(exc).__name__)}"
     return None

@@ -160,6 +160,8 @@ def expanded_ops(raw: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _apply_profile(ops: dict[str, Any], overrides: dict[str, Any]) -> None:
     for op_name, changes in overrides.items():
+        if "same_scale" in changes:  # an op-level fact of the profile's runtime
+            ops[op_name]["same_scale"] = changes["same_scale"]
         for position, patch in changes.get("inputs", {}).items():
             ops[op_name]["inputs"] = [
                 _overlay(operand, patch) if str(operand["index"]) == position else operand
@@ -218,11 +220,17 @@ def spec_profiles(per_tensor_fc: bool = False) -> tuple[str, ...]:
     return (PER_TENSOR_FC,) if per_tensor_fc else ()
 
 
+def input_scale_below_one(scheme: str = "int8") -> frozenset[str]:
+    """The ops whose kernels in `scheme` take each input scale itself as a multiplier, which must
+    stay below 1 (LiteRT's rescaling comparisons: kernel_contracts.comparison_scale)."""
+    return kernel_contracts(scheme).comparison_ops
+
+
 @functools.cache
-def input_scale_below_one() -> frozenset[str]:
-    """The ops whose int8 kernels take each input scale itself as a multiplier, which must stay
-    below 1 (LiteRT's comparisons abort otherwise)."""
-    return frozenset(raw_spec()["check"]["input_scale_below_one"])
+def rescaling_ops() -> frozenset[str]:
+    """The ops whose int8 kernels rescale each input to the output's scale before adding
+    (ADD, SUB: the spec file's check.rescale_left_shift)."""
+    return frozenset(raw_spec()["check"]["rescale_left_shift"])
 
 
 @functools.cache
@@ -250,7 +258,10 @@ class WeightedOperands:
 
 @functools.cache
 def weighted_operands(op_type: str) -> WeightedOperands | None:
-    """The operand positions of `op_type` if its int8 form has weights, else None."""
+    """The operand positions of `op_type` if its int8 form has weights, else None (also for
+    the recurrent ops, whose many weights `integer_lstm` describes)."""
+    if op_type in integer_lstm().ops:
+        return None
     rule = load_spec().rule(op_type)
     weight = None if rule is None else rule.weight_rule()
     activations = [] if rule is None else [r for r in rule.inputs if r.role == "activation"]
@@ -270,8 +281,119 @@ def weighted_operands(op_type: str) -> WeightedOperands | None:
     )
 
 
+@dataclass(frozen=True)
+class KernelContracts:
+    """A scheme's kernel limits beyond the op table (`kernel_contracts` in its spec file)."""
+
+    fused_bounds: dict[str, tuple[float, float]]  # fused activation -> (low, high) clamp
+    op_bounds: dict[str, tuple[float, float]]  # op type (RELU6...) -> (low, high) clamp
+    bound_limit: int  # |round(bound / scale)| + |zero point| must stay within this
+    accumulator_limit: int | None  # int32 accumulator of the weighted ops (None: int64)
+    accumulator_ops: frozenset[str]
+    comparison_ops: frozenset[str]
+    # an activation's scale must be in [min, max), a constant's below max
+    comparison_scale: tuple[float, float]
+    softmax_ops: frozenset[str]
+    softmax_min_beta_scale: float | None  # beta * input scale must exceed this
+
+    def clamp_bounds(
+        self, op_type: str, fused: str | None
+    ) -> list[tuple[tuple[float, float], str, bool]]:
+        """(bound, what clamps, whether it is fused) for an op's fused activation `fused` (its
+        name) and for the op itself."""
+        bounds = []
+        if fused in self.fused_bounds:
+            bounds.append((self.fused_bounds[fused], fused, True))
+        if op_type in self.op_bounds:
+            bounds.append((self.op_bounds[op_type], op_type, False))
+        return bounds
+
+    def min_output_scale(self, bound: tuple[float, float], zero_point: int) -> float:
+        """The smallest output scale whose clamp `bound` the kernels compute without int32
+        overflow."""
+        return max(abs(bound[0]), abs(bound[1])) / (self.bound_limit - abs(zero_point))
+
+
+@functools.cache
+def kernel_contracts(scheme: str = "int8") -> KernelContracts:
+    """The kernel contracts of a scheme ("int8" or "int16"), read by quantize and check."""
+    raw = raw_spec(scheme).get("kernel_contracts", {})
+    bounds = raw.get("activation_bounds", {})
+    accumulator = raw.get("accumulator", {})
+    comparison = raw.get("comparison_scale", {})
+    softmax = raw.get("softmax_input_scale", {})
+    return KernelContracts(
+        fused_bounds={k: tuple(v) for k, v in bounds.get("fused", {}).items()},
+        op_bounds={k: tuple(v) for k, v in bounds.get("ops", {}).items()},
+        bound_limit=int(bounds.get("limit", 2**31 - 1)),
+        accumulator_limit=accumulator.get("limit"),
+        accumulator_ops=frozenset(accumulator.get("ops", ())),
+        comparison_ops=frozenset(comparison.get("ops", ())),
+        comparison_scale=(comparison.get("min", 0.0), comparison.get("max", float("inf"))),
+        softmax_ops=frozenset(softmax.get("ops", ())),
+        softmax_min_beta_scale=softmax.get("min_beta_scale"),
+    )
+
+
 @functools.cache
 def sparse_int8_consumers() -> frozenset[str]:
     """The ops whose int8 kernels read weights that a DENSIFY expands from an int8 sparse
     constant, in LiteRT's builtin kernels and XNNPACK (the spec file's `sparse_weights`)."""
     return frozenset(raw_spec()["sparse_weights"]["int8_consumers"])
+
+
+@dataclass(frozen=True)
+class IntegerLstm:
+    """What LiteRT's integer LSTM kernel requires (the spec file's `integer_lstm`): operand
+    positions by role (gates in the order input, forget, cell, output; None where a gate has
+    no such operand), the intermediates, and the fixed numbers of the scheme."""
+
+    ops: frozenset[str]
+    operands: dict[str, Any]  # role -> position, or per-gate positions
+    intermediate_count: int
+    gate_sum_intermediates: tuple[int, ...]
+    hidden_intermediate: int
+    gate_sum: dict[str, Any]  # dtype, range, zero_point of the gate-sum intermediates
+    gate_scale: float  # the gate sums' fixed scale without layer norm (Q3.12)
+    cell_state_log2_scale: tuple[int, int]  # the cell state's scale is 2^k, k in this range
+    layer_norm_bias_factor: float  # bias scale = layer-norm weight scale x this
+    activation: str  # the fused activation the integer kernel computes (TANH)
+    no_integer_kernel: dict[str, str]  # recurrent ops LiteRT runs in float only, and why
+
+
+@functools.cache
+def integer_lstm() -> IntegerLstm:
+    """The integer LSTM kernel's facts, read once from the int8 spec file."""
+    raw = raw_spec()["integer_lstm"]
+    intermediates = raw["intermediates"]
+    return IntegerLstm(
+        ops=frozenset(raw["ops"]),
+        operands=dict(raw["operands"]),
+        intermediate_count=int(intermediates["count"]),
+        gate_sum_intermediates=tuple(intermediates["gate_sums"]),
+        hidden_intermediate=int(intermediates["hidden"]),
+        gate_sum=dict(intermediates["gate_sum"]),
+        gate_scale=float(raw["gate_scale"]),
+        cell_state_log2_scale=tuple(raw["cell_state_log2_scale"]),
+        layer_norm_bias_factor=float(raw["layer_norm_bias_factor"]),
+        activation=raw["requires"]["fused_activation_function"],
+        no_integer_kernel=dict(raw["no_integer_kernel"]),
+    )
+
+
+@dataclass(frozen=True)
+class ResourceVariableOps:
+    """The operators of resource variables (the spec file's `resource_variables`), whose reads,
+    assignments and initial value share one set of parameters."""
+
+    handle: str
+    read: str
+    assign: str
+    initialiser: str
+
+
+@functools.cache
+def resource_variable_ops() -> ResourceVariableOps:
+    """The resource-variable operators, read once from the int8 spec file."""
+    raw = raw_spec()["resource_variables"]
+    return ResourceVariableOps(raw["handle"], raw["read"], raw["assign"], raw["initialiser"])

@@ -109,7 +109,7 @@ def test_bad_inputs_raise_library_errors_naming_parameters() -> None:
         qtool.quantize_model(MLP)
     with pytest.raises(UsageError, match="cannot use a int"):
         qtool.quantize_model(MLP, 3)
-    with pytest.raises(UsageError, match="io must be one of"):
+    with pytest.raises(UsageError, match="`io` must be one of"):
         qtool.quantize_model(MLP, mlp_samples(), io="int4")
     with pytest.raises(DataError, match="expects samples of shape"):
         qtool.quantize_model(MLP, np.zeros((4, 7), np.float32))

@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "qtool.display",
         "qtool.numerics",
         "qtool.files",
+        "qtool.arguments",
         "qtool.spec",
         "qtool.op_facts",
         "qtool.weight_spec",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from qtool.calibrate.datasets import Batch, Dataset
+from qtool.calibrate.memory import check_memory
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
 from qtool.errors import DataError, UnsupportedOpError, UsageError
 from qtool.heap import retained_heap
@@ -25,11 +26,14 @@ from qtool.runtime.litert import (
     litert_can_run,
     run_preserved,
 )
+from qtool.runtime.state import keeps_state, state_tensors
 
 ENGINES = ("auto", "numpy", "litert")
 Progress = Callable[[int], None]
 # Samples read from the dataset at a time: enough chunks for every thread to take several.
 _CHUNKS_PER_THREAD = 4
+# The samples of a model that keeps state run on one LiteRT interpreter: read them all at once.
+_SEQUENCE = 1 << 30
 
 
 @dataclass
@@ -58,9 +62,14 @@ class CalibrationResult:
 
 
 def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
-    """Float tensors whose values come from running the graph (inputs and op outputs)."""
+    """Float tensors whose values come from running the graph: inputs, op outputs, the
+    intermediates some ops report (LSTM's gates) and state tensors (LSTM's states, observed at
+    every step)."""
     subgraph = model.subgraphs[subgraph_index]
-    produced = set(subgraph.inputs) | {t for op in subgraph.operators for t in op.outputs}
+    produced = set(subgraph.inputs) | {
+        t for op in subgraph.operators for t in (*op.outputs, *op.intermediates)
+    }
+    produced.update(state_tensors(model, subgraph_index))
     return [
         t
         for t in sorted(produced)
@@ -72,13 +81,19 @@ def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
 
 def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     """The engine a calibration runs on: `requested`, or for "auto" the fastest that can run
-    the model (docs/performance.md: "Choosing the calibration engine")."""
+    the model (docs/performance.md: "Choosing the calibration engine"); for a model that keeps
+    state, the numpy engine where it can (samples as one sequence, LSTM states seen at every
+    step), else LiteRT's builtin kernels on one interpreter."""
     if requested not in ENGINES:
         raise UsageError(f"`engine` must be one of {', '.join(ENGINES)}, not {requested!r}")
     if requested == "litert" and not litert_available():
         raise UsageError(
             "`engine='litert'` needs the ai-edge-litert package (pip install ai-edge-litert)"
         )
+    if keeps_state(model, subgraph_index) and requested == "auto":
+        # A sequence: the numpy engine sees every step of an LSTM's states; LiteRT with
+        # XNNPACK would batch samples that must run one after another.
+        return _auto_without_xnnpack(model, subgraph_index)
     if requested != "auto":
         return requested
     # LiteRT with XNNPACK calibrates subgraph 0 several times faster than the numpy engine on
@@ -127,9 +142,11 @@ class Calibrator:
     def __init__(
         self, model: Model, engine: str, subgraph_index: int, observer: RangeObserver
     ) -> None:
+        check_memory(model, subgraph_index)  # before any engine allocates for a sample
         self.model, self.subgraph_index, self.observer = model, subgraph_index, observer
         self.xnnpack: XnnpackRunner | None = None
-        if engine == "auto" and subgraph_index == 0 and litert_available():
+        stateful = keeps_state(model, subgraph_index)
+        if engine == "auto" and subgraph_index == 0 and litert_available() and not stateful:
             # Building LiteRT's runner is the test of whether XNNPACK runs the model
             # (`choose_engine` would load it once more first: 0.1 s of a 2 s quantization).
             with contextlib.suppress(UnsupportedOpError):
@@ -138,7 +155,7 @@ class Calibrator:
             self.engine = "litert" if found else _auto_without_xnnpack(model, 0)
             return
         self.engine = choose_engine(model, engine, subgraph_index)
-        if self.engine == "litert" and subgraph_index == 0:
+        if self.engine == "litert" and subgraph_index == 0 and not stateful:
             self.xnnpack = _xnnpack_runner(model, observer)
 
     def run(
@@ -168,7 +185,9 @@ class Calibrator:
                 for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):
                     xnnpack.run(batch, [observer])
             else:
-                for batch in counted(64):
+                # One interpreter per batch: a sequence (a model that keeps state) is one batch.
+                size = _SEQUENCE if keeps_state(model, subgraph_index) else 64
+                for batch in counted(size):
                     run_preserved(model, batch, observer, sorted(observer.tensors), subgraph_index)
         if not samples:
             raise DataError(f"{dataset.source}: no calibration samples found")

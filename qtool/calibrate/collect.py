@@ -6,6 +6,10 @@ fitting fold). Quantization choices that need a measurement (which calibration
 method, which layers need 16 bits) are fitted on one fold and judged on the other, and the final
 model is calibrated on both. A separate held-out dataset, when given, is the evaluation fold
 instead and never contributes to calibration.
+
+A model that keeps state (qtool.runtime.state) reads its samples as one sequence: its fold is
+the last quarter of the samples, a sequence of its own that starts from the initial state, as
+every run of a dataset (calibration, held-out data) does.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import copy
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -31,6 +36,7 @@ from qtool.model import Model
 from qtool.prepare import prepare_float_model
 from qtool.runtime import Engine
 from qtool.runtime.litert import XnnpackRunner
+from qtool.runtime.state import keeps_state
 
 FOLD_WINDOW = 128  # samples among which the fold is chosen (later ones all calibrate)
 _FOLD_SHARE = 1 << 30  # a quarter of the 32-bit hash range
@@ -46,10 +52,28 @@ class EvaluationSet:
     reference: list[np.ndarray]  # float outputs, (N, ...)
     source: str  # "calibration fold" or the held-out dataset's name
 
+    def __post_init__(self) -> None:
+        refuse_nonfinite(self.reference, self.source)
+
     @property
     def samples(self) -> int:
         """The number of held-out samples (0 when there are no inputs)."""
         return int(self.inputs[0].shape[0]) if self.inputs else 0
+
+
+def refuse_nonfinite(reference: list[np.ndarray], source: str) -> None:
+    """DataError when the float model computes inf or NaN on the samples: no accuracy can be
+    measured against such outputs (an SQNR of NaN, which passes no threshold honestly)."""
+    for k, values in enumerate(reference):
+        values = np.asarray(values)
+        if values.dtype.kind in "fc" and not np.isfinite(values).all():
+            rows = values.reshape(values.shape[0], -1) if values.ndim else values.reshape(1, 1)
+            bad = int(np.count_nonzero(~np.isfinite(rows).all(axis=1)))
+            raise DataError(
+                f"the float model computes inf or NaN at output {k} on {bad} of {rows.shape[0]} "
+                f"samples of the {source}, so no accuracy can be measured: its data or weights "
+                "take it beyond the float32 range (values near 3.4e38?)"
+            )
 
 
 @dataclass
@@ -97,7 +121,9 @@ def _litert_runs_reference(model: Model, subgraph_index: int, engine: str) -> bo
     stacked = not subgraph.inputs_lead_with_one() or all(
         subgraph.tensors[t].shape[:1] == [1] for t in subgraph.outputs
     )
-    return engine == "litert" and subgraph_index == 0 and stacked
+    # A sequence runs on the numpy engine: LiteRT's runner batches samples.
+    sequence = keeps_state(model, subgraph_index)
+    return engine == "litert" and subgraph_index == 0 and stacked and not sequence
 
 
 def _reference(
@@ -182,13 +208,19 @@ def collect(
         except UnsupportedOpError:
             evaluate = False
     expected = dataset.expected_samples
+    in_fold, fold_size = _in_fold, _fold_size
+    if keeps_state(model, subgraph_index):
+        # A sequence: the fold is its tail, which needs the length known beforehand (unknown:
+        # no fold).
+        expected = expected or 0
+        in_fold, fold_size = partial(_in_tail, expected), _tail_size
     folded = (
         evaluate and holdout is None and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
     )
     fit_data = dataset
     if folded:
-        fit_data = selected(dataset, lambda i: ~_in_fold(i), None)
-        fit_data.size_hint = None if expected is None else expected - _fold_size(expected)
+        fit_data = selected(dataset, lambda i: ~in_fold(i), None)
+        fit_data.size_hint = None if expected is None else expected - fold_size(expected)
     fit = fresh()
     began = time.perf_counter()  # the engine's set-up counts in the calibration's time
     calibrator = Calibrator(model, engine, subgraph_index, fit)
@@ -198,7 +230,7 @@ def collect(
     statistics = copy.deepcopy(fit)
     evaluation = None
     if folded or (evaluate and holdout is not None):
-        source = holdout or selected(dataset, _in_fold, None)
+        source = holdout or selected(dataset, in_fold, None)
         inputs = _materialise(source)
         if holdout is not None and not (inputs and inputs[0].shape[0]):
             raise DataError(f"{holdout.source}: no held-out samples found")
@@ -264,6 +296,15 @@ def fold_inputs(dataset: Dataset) -> tuple[list[np.ndarray], list[np.ndarray]]:
 
 def _fold_size(samples: int) -> int:
     return int(_in_fold(np.arange(min(samples, FOLD_WINDOW))).sum())
+
+
+def _in_tail(samples: int, index: np.ndarray) -> np.ndarray:
+    """The fold of a sequence of `samples`: its last quarter."""
+    return np.asarray(index) >= samples - _tail_size(samples)
+
+
+def _tail_size(samples: int) -> int:
+    return samples // 4
 
 
 def from_statistics(

@@ -151,6 +151,41 @@ def named_arrays_dataset(
     return Dataset(read=lambda: [batch], source=source, limit=limit, size_hint=batch[0].shape[0])
 
 
+class _Replayed:
+    """A one-shot iterator read once, lazily: each pass replays the samples read so far and
+    reads on from the iterator only as far as the pass goes (a dataset's `limit` stops it)."""
+
+    def __init__(self, iterator: Iterator[Any]) -> None:
+        self.iterator = iterator
+        self.seen: list[Any] = []
+        self.exhausted = False
+
+    def __call__(self) -> Iterator[Any]:
+        position = 0
+        while True:
+            if position < len(self.seen):
+                yield self.seen[position]
+            elif self.exhausted:
+                return
+            else:
+                try:
+                    sample = next(self.iterator)
+                except StopIteration:
+                    self.exhausted = True
+                    return
+                self.seen.append(sample)
+                yield sample
+            position += 1
+
+
+def iterator_dataset(
+    iterator: Iterator[Any], inputs: Sequence[InputSpec], source: str, limit: int | None = None
+) -> Dataset:
+    """Samples from a one-shot iterator (a generator object): read only as far as the passes
+    go, at most `limit` samples, and kept for the passes after the first."""
+    return iterable_dataset(_Replayed(iterator), inputs, source, limit)
+
+
 def as_dataset(data: Any, inputs: Sequence[InputSpec], limit: int | None = None) -> Dataset:
     """Data in any form the Python API takes, as a Dataset of `inputs`: a path or list of
     paths (as `--data` takes them), a numpy array (one input, samples along axis 0), a dict of
@@ -176,9 +211,10 @@ def as_dataset(data: Any, inputs: Sequence[InputSpec], limit: int | None = None)
         return named_arrays_dataset(arrays, inputs, "list of arrays", limit)
     if callable(data):
         return iterable_dataset(data, inputs, getattr(data, "__name__", "generator"), limit)
+    if isinstance(data, Iterator):  # one-shot (a generator object): read once, up to `limit`
+        return iterator_dataset(data, inputs, type(data).__name__, limit)
     if isinstance(data, Iterable):
-        samples = list(data)  # a one-shot iterator is read once, then every pass reads the list
-        return iterable_dataset(lambda: samples, inputs, "iterable", limit)
+        return iterable_dataset(lambda: data, inputs, "iterable", limit)
     raise UsageError(f"cannot use a {type(data).__name__} as calibration data")
 
 

@@ -1,11 +1,14 @@
 """.npy and .npz files read with every declared size checked before anything is allocated.
 
 The header of a .npy file says how many bytes of data follow; a header that promises more than
-the file holds is refused before any allocation, and the data is then memory-mapped rather than
-read, so a large file costs address space, not memory. An .npz member has to be decompressed
-into memory, so its uncompressed size (from the zip directory) must also stay under
-`MAX_MEMBER_BYTES`, and its header must fit inside it. Pickled (object) arrays are never loaded.
-Every problem is an `ArrayFileError` whose message reads well after the file's name.
+the file holds is refused before any allocation. The data is then read a block of rows at a
+time (`read_rows`), never memory-mapped: a mapped file that another program truncates while
+qtool reads it ends the process with SIGBUS, where a read comes up short and says so. An .npz
+member has to be decompressed into memory, so its uncompressed size (from the zip directory)
+must stay under `MAX_MEMBER_BYTES`, and its header must fit inside it; members are read only
+when asked for by name (`NpzArchive`), so unused ones cost nothing. Pickled (object) arrays are
+never loaded. Every problem is an `ArrayFileError` whose message reads well after the file's
+name.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import math
 import struct
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -110,8 +113,8 @@ def read_header(handle: BinaryIO) -> Header:
     return Header(dtype, shape, bool(fields["fortran_order"]), offset)
 
 
-def load_npy(handle: BinaryIO, size: int) -> np.ndarray:
-    """The array of a .npy file of `size` bytes, memory-mapped (read-only)."""
+def npy_header(handle: BinaryIO, size: int) -> Header:
+    """The header of a .npy file of `size` bytes, checked against what the file holds."""
     header = read_header(handle)
     available = size - header.offset
     if header.nbytes > available:
@@ -119,12 +122,43 @@ def load_npy(handle: BinaryIO, size: int) -> np.ndarray:
             f"the header declares {header.describe()}, but the file holds {max(available, 0):,} "
             "bytes of data"
         )
-    if header.nbytes == 0:
-        return np.zeros(header.shape, header.dtype)
-    order = "F" if header.fortran_order else "C"
-    return np.memmap(
-        handle, header.dtype, mode="r", offset=header.offset, shape=header.shape, order=order
-    )
+    return header
+
+
+def _read_exactly(handle: BinaryIO, offset: int, nbytes: int) -> np.ndarray:
+    data = np.empty(nbytes, np.uint8)
+    view = memoryview(data)
+    handle.seek(offset)
+    done = 0
+    while done < nbytes:
+        got = handle.readinto(view[done:])
+        if not got:
+            raise ArrayFileError(
+                f"the file was truncated while qtool read it ({offset + done:,} of "
+                f"{offset + nbytes:,} bytes)"
+            )
+        done += got
+    return data
+
+
+def read_rows(handle: BinaryIO, header: Header, start: int, count: int) -> np.ndarray:
+    """Rows `start` to `start + count` (along the first axis) of the array, read from the file
+    now; a 0-d array is read whole."""
+    if not header.shape:
+        return _read_exactly(handle, header.offset, header.nbytes).view(header.dtype).reshape(())
+    row_shape = header.shape[1:]
+    row_bytes = math.prod(row_shape) * header.dtype.itemsize
+    if header.fortran_order and len(header.shape) > 1:  # rows are not contiguous: read it all
+        whole = _read_exactly(handle, header.offset, header.nbytes).view(header.dtype)
+        return whole.reshape(header.shape, order="F")[start : start + count]
+    data = _read_exactly(handle, header.offset + start * row_bytes, count * row_bytes)
+    return data.view(header.dtype).reshape((count, *row_shape))
+
+
+def load_npy(handle: BinaryIO, size: int) -> np.ndarray:
+    """The array of a .npy file of `size` bytes, read into memory."""
+    header = npy_header(handle, size)
+    return read_rows(handle, header, 0, header.shape[0] if header.shape else 1)
 
 
 def _members(archive: zipfile.ZipFile) -> Iterator[zipfile.ZipInfo]:
@@ -154,22 +188,33 @@ def _member_array(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray
     return np.frombuffer(data, header.dtype, count=count).reshape(header.shape, order=order)
 
 
-def load_npz(handle: BinaryIO) -> dict[str, np.ndarray]:
-    """Every .npy member of an .npz archive, keyed by its name without `.npy`."""
-    arrays: dict[str, np.ndarray] = {}
-    try:
-        archive = zipfile.ZipFile(handle)
-    except _ZIP_ERRORS as exc:
-        raise ArrayFileError(f"not a readable .npz archive ({exception_summary(exc)})") from None
-    with archive:
-        for info in _members(archive):
-            try:
-                arrays[info.filename[: -len(".npy")]] = _member_array(archive, info)
-            except ArrayFileError as exc:
-                raise ArrayFileError(f"member {info.filename}: {exc}") from None
-            except _ZIP_ERRORS as exc:
-                raise ArrayFileError(f"member {info.filename}: {exception_summary(exc)}") from None
-    return arrays
+class NpzArchive(Mapping[str, np.ndarray]):
+    """The .npy members of an .npz archive by name (without `.npy`), each read and decompressed
+    only when asked for: an archive's unused members are never decompressed."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        try:
+            self.archive = zipfile.ZipFile(handle)
+            self.members = {info.filename[: -len(".npy")]: info for info in _members(self.archive)}
+        except _ZIP_ERRORS as exc:
+            raise ArrayFileError(
+                f"not a readable .npz archive ({exception_summary(exc)})"
+            ) from None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        info = self.members[name]
+        try:
+            return _member_array(self.archive, info)
+        except ArrayFileError as exc:
+            raise ArrayFileError(f"member {info.filename}: {exc}") from None
+        except _ZIP_ERRORS as exc:
+            raise ArrayFileError(f"member {info.filename}: {exception_summary(exc)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.members)
+
+    def __len__(self) -> int:
+        return len(self.members)
 
 
 def first_shape(handle: BinaryIO) -> tuple[int, ...] | None:

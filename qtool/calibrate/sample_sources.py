@@ -8,13 +8,10 @@ in the user's generator becomes one line naming the module, function and excepti
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import importlib.util
+import math
 import os
 import re
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +22,13 @@ from qtool.calibrate.npyfile import (
     MAGIC,
     ZIP_MAGICS,
     ArrayFileError,
+    NpzArchive,
     first_shape,
-    load_npy,
-    load_npz,
+    npy_header,
+    read_rows,
 )
-from qtool.errors import DataError, UsageError, exception_summary
+from qtool.calibrate.usercode import as_parameter, load_generator
+from qtool.errors import DataError, exception_summary
 from qtool.files import exists, lookup, open_regular, os_reason
 
 # `package.module:function`, or `path/to/file.py:function`.
@@ -105,6 +104,8 @@ def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
         handle = open_regular(path)
     except (OSError, ValueError) as exc:
         raise DataError(f"{path}: cannot read ({os_reason(exc)})") from None
+    # Open while the batches are read: a .npy is read a block of rows at a time, an .npz
+    # member when it is used.
     with handle:
         try:
             size = os.fstat(handle.fileno()).st_size
@@ -112,31 +113,42 @@ def _read_file(path: Path, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
             handle.seek(0)
             # numpy falls back to unpickling unknown files; say what the file is not instead.
             if signature.startswith(MAGIC):
-                arrays: dict[str, np.ndarray] | None = None
-                array = load_npy(handle, size)
+                yield from _read_npy(handle, size, inputs, str(path))
             elif signature.startswith(ZIP_MAGICS):
-                arrays = load_npz(handle)
+                yield match_named(NpzArchive(handle), inputs, str(path))
             else:
                 raise DataError(f"{path}: not a .npy or .npz file")
         except ArrayFileError as exc:
             raise DataError(f"{path}: {exc}") from None
         except OSError as exc:
             raise DataError(f"{path}: cannot read ({os_reason(exc)})") from None
-    if arrays is None:
-        if len(inputs) != 1:
-            raise DataError(
-                f"{path}: a .npy holds one array but the model has {len(inputs)} "
-                "inputs; use a .npz keyed by input name"
-            )
-        samples = _leading_samples(array, inputs[0], str(path))
-        rows = max(1, READ_CHUNK_BYTES // max(samples[:1].nbytes, 1))
-        for start in range(0, samples.shape[0], rows):
-            yield [_as_samples(samples[start : start + rows], inputs[0], str(path))]
+
+
+def _read_npy(handle: Any, size: int, inputs: Sequence[InputSpec], where: str) -> Iterator[Batch]:
+    """The samples of a .npy file, read from the file a block of rows at a time."""
+    header = npy_header(handle, size)
+    if len(inputs) != 1:
+        raise DataError(
+            f"{where}: a .npy holds one array but the model has {len(inputs)} "
+            "inputs; use a .npz keyed by input name"
+        )
+    (spec,) = inputs
+    if tuple(header.shape) == tuple(spec.sample_shape):  # one sample, without the leading N
+        yield [_as_samples(read_rows(handle, header, 0, _rows(header.shape)), spec, where)]
         return
-    yield match_named(arrays, inputs, str(path))
+    _check_sample_shape(header.shape, spec, where)
+    sample_bytes = math.prod(header.shape[1:]) * header.dtype.itemsize
+    rows = max(1, READ_CHUNK_BYTES // max(sample_bytes, 1))
+    for start in range(0, header.shape[0], rows):
+        count = min(rows, header.shape[0] - start)
+        yield [_as_samples(read_rows(handle, header, start, count), spec, where)]
 
 
-def match_named(arrays: dict[Any, Any], inputs: Sequence[InputSpec], where: str) -> Batch:
+def _rows(shape: tuple[int, ...]) -> int:
+    return shape[0] if shape else 1
+
+
+def match_named(arrays: Mapping[Any, Any], inputs: Sequence[InputSpec], where: str) -> Batch:
     """Arrays keyed by input name, or arr_0, arr_1... in input order."""
     strange = [key for key in arrays if not isinstance(key, str)]
     if strange:
@@ -174,16 +186,21 @@ def _leading_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
         raise DataError(
             f"{where}: input {spec.name!r}: not an array ({exception_summary(exc)})"
         ) from None
-    sample = tuple(spec.sample_shape)
-    if array.shape == sample:
+    if array.shape == tuple(spec.sample_shape):
         return array[None]
-    if array.shape[1:] != sample:
+    _check_sample_shape(array.shape, spec, where)
+    return array
+
+
+def _check_sample_shape(shape: tuple[int, ...], spec: InputSpec, where: str) -> None:
+    """Data of `shape` holds N samples of the input's sample shape."""
+    sample = tuple(spec.sample_shape)
+    if tuple(shape[1:]) != sample or not shape:
         expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
         raise DataError(
             f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "
-            f"i.e. data of shape {expected}; got {list(array.shape)}"
+            f"i.e. data of shape {expected}; got {list(shape)}"
         )
-    return array
 
 
 def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
@@ -213,92 +230,27 @@ def _as_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
     return converted
 
 
-def _as_parameter(source: str) -> str:
-    """A generator source as errors name it: the `data` parameter (the CLI shows --data)."""
-    return f"`data={source!r}`"
-
-
-def _user_error(
-    source: str, label: str, exc: BaseException, sample: int | None = None
-) -> DataError:
-    """One line for an exception raised by the user's code (raised `from` it, so that `--debug`
-    prints its traceback)."""
-    where = "" if sample is None else f" at sample {sample}"
-    return DataError(f"{_as_parameter(source)}: {label} raised {exception_summary(exc)}{where}")
-
-
-@contextlib.contextmanager
-def _importable(folder: str) -> Iterator[None]:
-    """`folder` first on sys.path while the user's module imports (unless it is there)."""
-    added = folder not in sys.path and not (folder == os.getcwd() and "" in sys.path)
-    if added:
-        sys.path.insert(0, folder)
-    try:
-        yield
-    finally:
-        if added:
-            sys.path.remove(folder)
-
-
-def _import_file(source: str, file_name: str):
-    """A .py file run as `python path/to/file.py` would run it: its folder importable (sibling
-    modules), and the module in sys.modules while it runs (dataclasses look it up there)."""
-    path = Path(file_name)
-    if lookup(file_name) is None:
-        raise UsageError(f"{_as_parameter(source)}: no such file {file_name}")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    replaced = sys.modules.get(path.stem)
-    sys.modules[path.stem] = module
-    try:
-        with _importable(str(path.resolve().parent)):
-            spec.loader.exec_module(module)
-    finally:
-        if replaced is None:
-            sys.modules.pop(path.stem, None)
-        else:
-            sys.modules[path.stem] = replaced
-    return module
-
-
-def _import(source: str, module_name: str):
-    """The module a generator source names: a file path ending in .py, or a (dotted) module
-    name found from the current directory first, as `python -m` would."""
+def source_files(source: str) -> list[str]:
+    """The files a `--data` source names, before anything is read: the file, the arrays of a
+    directory, or the module of a generator (`path/gen.py:fn`, or `pkg.mod:fn` found from the
+    current directory, where it is imported from first)."""
+    if not is_generator(source):
+        path = Path(source)
+        try:
+            return [str(p) for p in _directory_files(path)] if path.is_dir() else [source]
+        except (DataError, OSError, ValueError):
+            return [source]
+    module_name = source.rpartition(":")[0]
     if module_name.endswith(".py"):
-        return _import_file(source, module_name)
-    try:
-        with _importable(os.getcwd()):
-            return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if module_name != missing and not module_name.startswith(f"{missing}."):
-            raise
-        raise UsageError(f"{_as_parameter(source)}: no module named {module_name!r}") from None
-
-
-def _load_generator(source: str) -> tuple[Callable[[], Any], str]:
-    module_name, _, function_name = source.rpartition(":")
-    try:
-        module = _import(source, module_name)
-    except UsageError:
-        raise
-    except (Exception, SystemExit) as exc:  # the user's module failed while importing
-        raise _user_error(source, f"importing {module_name}", exc) from exc
-    function = getattr(module, function_name, None)
-    if not callable(function):
-        raise UsageError(
-            f"{_as_parameter(source)}: module {module_name!r} has no function {function_name!r}"
-        )
-    return (
-        function,
-        f"{Path(module_name).stem if module_name.endswith('.py') else module_name}.{function_name}",
-    )
+        return [module_name]
+    folder = Path(*module_name.split("."))
+    return [str(folder.with_suffix(".py")), str(folder / "__init__.py")]
 
 
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:
     """`module:function`, yielding per sample a list (input order) or a dict (name -> array)."""
-    function, label = _load_generator(source)
-    yield from generated_batches(function, inputs, _as_parameter(source), label, source)
+    function, label = load_generator(source)
+    yield from generated_batches(function, inputs, as_parameter(source), label, source)
 
 
 def generated_batches(

@@ -229,9 +229,11 @@ class CalibrationStatistics:
             raise DataError(f"malformed calibration statistics ({exc})") from None
         return cls(fingerprint, subgraphs)
 
-    def save(self, path: str | Path) -> None:
-        """Written atomically (never a partial file), compact JSON."""
-        write_atomic(path, json.dumps(self.state(), separators=(",", ":")) + "\n")
+    def save(self, path: str | Path, overwrite: bool = True) -> None:
+        """Written atomically (never a partial file), compact JSON; without `overwrite` only
+        where no file is (checked as the file is put in place)."""
+        text = json.dumps(self.state(), separators=(",", ":")) + "\n"
+        write_atomic(path, text, overwrite=overwrite)
 
     @classmethod
     def load(cls, path: str | Path) -> CalibrationStatistics:

@@ -17,7 +17,7 @@ from qtool.check.rulebook import RuleInfo
 from qtool.check.settings import load_settings
 from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.model.types import tensor_types
-from qtool.op_facts import type_class
+from qtool.op_facts import load_op_facts, type_class
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 from qtool.weight_spec import weight_rule
 
@@ -68,6 +68,9 @@ class OpView:
     boundary: bool  # QUANTIZE/DEQUANTIZE: one side may be float (or uint8) by design
     mode: Mode  # INT8 or INT16 (computes in integers), FLOAT, or INTEGER (neither)
     scheme: str = "int8"  # the spec table audited against: "int8", or "int16" (16x8)
+    # The target whose compiler wrote the op (Vela's ethos-u): its program computes in integers
+    # on the device, its operands are the device's (audited where CPU ops read and write them).
+    compiled_for: str | None = None
 
     @property
     def operands(self) -> tuple[Operand, ...]:
@@ -168,6 +171,9 @@ class AuditContext:
 
         inputs, outputs = operands("input", op.inputs), operands("output", op.outputs)
         scheme = Mode.INT16 if spec is self.spec16 else Mode.INT8
+        device = load_op_facts().compiled_for(op_type)
+        if device is not None:  # nothing for the int8 spec's rules to read
+            return OpView(s, i, op_type, None, inputs, outputs, False, Mode.INTEGER, "int8", device)
         return OpView(
             s,
             i,
@@ -193,8 +199,12 @@ class AuditContext:
 
     @functools.cached_property
     def quantized(self) -> bool:
-        """Whether any op (besides the boundary conversions) computes in int8."""
-        return any(op.mode in QUANTIZED and not op.boundary for op in self.ops)
+        """Whether any op (besides the boundary conversions) computes in int8, on the CPU or in
+        a device's compiled program."""
+        return any(
+            (op.mode in QUANTIZED or op.compiled_for is not None) and not op.boundary
+            for op in self.ops
+        )
 
     def int8_ops(self) -> Iterator[OpView]:
         """Ops that compute in int8 and that the spec has rules for."""

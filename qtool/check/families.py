@@ -5,7 +5,16 @@ Each family names the rules it may emit where it is declared (`@family` in its m
 
 from __future__ import annotations
 
-from qtool.check import graph_rules, operands, risk, structure, validity, weight_rules
+from qtool.check import (
+    contracts,
+    graph_rules,
+    operands,
+    risk,
+    state_rules,
+    structure,
+    validity,
+    weight_rules,
+)
 from qtool.check.rulebook import Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -23,11 +32,17 @@ FAMILIES: tuple[Family, ...] = (
     operands.check_bias_scales,
     operands.check_fixed_outputs,
     operands.check_same_scale,
+    state_rules.check_variables,
+    state_rules.check_lstm,
     risk.check_tiny_scales,
     risk.check_bias_saturation,
     risk.check_range_use,
     risk.check_weight_codes,
     risk.check_rescale,
+    contracts.check_activation_bounds,
+    contracts.check_accumulator,
+    contracts.check_comparison_resolution,
+    contracts.check_softmax_input_scale,
 )
 
 # Runs before anything else, on the model itself: when it reports, the audit stops there (the

@@ -43,6 +43,19 @@ class Finding:
         )
 
 
+@dataclass(frozen=True)
+class Suppressed:
+    """A finding left out of the verdict on purpose, and what the user gave that left it out.
+    Every report format records it (JSON `suppressed`, SARIF `suppressions`, JUnit skipped)."""
+
+    finding: Finding
+    kind: str  # "ignore" (--ignore or `ignore` in pyproject.toml) or "baseline"
+    source: str  # e.g. "--ignore QT-TINY-SCALE", "pyproject.toml: ignore QT-*", "baseline b.json"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.finding.to_dict(), "suppression": {"kind": self.kind, "source": self.source}}
+
+
 @dataclass
 class ModelResult:
     """The audit of one model file; `error` is set (and findings empty) when it could not be read."""
@@ -57,6 +70,7 @@ class ModelResult:
     # 3}}): a hybrid, weight-only or float16 model; None when it has none.
     weights: dict[str, dict[str, int]] | None = None
     seconds: float = 0.0  # time taken to read and audit the model
+    suppressed: list[Suppressed] = field(default_factory=list)  # left out by ignores, baselines
 
     @property
     def summary(self) -> dict[str, int]:

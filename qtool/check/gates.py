@@ -118,7 +118,7 @@ def accuracy_findings(
     """Per output: its SQNR (and top-1 agreement), an error when below `min_sqnr` dB."""
     findings = []
     for output in comparison.outputs:
-        low = output.sqnr_db < min_sqnr
+        low = not output.sqnr_db >= min_sqnr  # NaN is no measurement: never a pass
         verdict = SQNR_LOW if low else SQNR
         db = "inf" if math.isinf(output.sqnr_db) else f"{output.sqnr_db:.2f}"
         top1 = "" if output.top1 is None else f", top-1 agreement {output.top1:.1%}"

@@ -14,6 +14,7 @@ from qtool.check.rulebook import family, rule
 from qtool.model import TensorType, dtype_name
 from qtool.model.lowbit import constant_values
 from qtool.numerics import multiplier_reaches_one, quantize_multiplier
+from qtool.spec import input_scale_below_one
 
 # int32/int64 tensors in a quantized graph are biases, whose scale is a product of scales and
 # tiny by construction: values are large integers, no precision is lost.
@@ -274,7 +275,7 @@ def check_rescale(ctx: AuditContext) -> Iterator[Finding]:
     multipliers are the input scales themselves.
     """
     for op in ctx.int8_ops():
-        if op.type in ctx.settings.input_scale_below_one:
+        if op.type in input_scale_below_one(op.scheme):
             yield from _comparison_scales(ctx, op)
             continue
         shift = ctx.settings.rescale_left_shift.get(op.type)

@@ -9,7 +9,17 @@ its id, default severity and help; this module only puts the declarations in ord
 
 from __future__ import annotations
 
-from qtool.check import gates, graph_rules, operands, qparams, risk, validity, weight_rules
+from qtool.check import (
+    contracts,
+    gates,
+    graph_rules,
+    operands,
+    qparams,
+    risk,
+    state_rules,
+    validity,
+    weight_rules,
+)
 from qtool.check.rulebook import RuleInfo, catalogue
 
 RULES: dict[str, RuleInfo] = catalogue(
@@ -32,6 +42,9 @@ RULES: dict[str, RuleInfo] = catalogue(
     operands.BIAS_SCALE,
     operands.FIXED_OUTPUT,
     operands.SAME_SCALE,
+    # kernels that keep state
+    state_rules.VARIABLE_PARAMS,
+    state_rules.LSTM_CONTRACT,
     # the graph as a whole
     graph_rules.NOT_QUANTIZED,
     graph_rules.FLOAT_OP,
@@ -52,6 +65,10 @@ RULES: dict[str, RuleInfo] = catalogue(
     risk.RESCALE_ABORT,
     risk.RESCALE_FLUSH,
     risk.TINY_SCALE,
+    contracts.ACTIVATION_BOUND,
+    contracts.ACCUMULATOR_OVERFLOW,
+    contracts.COMPARISON_RESOLUTION,
+    contracts.SOFTMAX_INPUT_SCALE,
     # the target (--target), and the accuracy gate (--reference)
     gates.TARGET_FALLBACK,
     gates.TARGET_UNSUPPORTED,

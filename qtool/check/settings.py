@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from qtool.spec import boundary_ops, input_scale_below_one, raw_spec
+from qtool.spec import boundary_ops, raw_spec
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,6 @@ class CheckSettings:
     tiny_scale: float  # scales below this are a risk
     min_code_fraction: float  # a range using less of the int8 codes than this wastes precision
     rescale_left_shift: dict[str, int]  # op -> left shift of its int8 rescaling kernel
-    input_scale_below_one: frozenset[str]  # ops whose int8 kernels take input scales as multipliers
 
 
 @functools.cache
@@ -38,5 +37,4 @@ def load_settings() -> CheckSettings:
         tiny_scale=float(risk["tiny_scale"]),
         min_code_fraction=float(risk["min_code_fraction"]),
         rescale_left_shift={op: int(shift) for op, shift in section["rescale_left_shift"].items()},
-        input_scale_below_one=input_scale_below_one(),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from qtool.cli.config import load_defaults
+from qtool.cli.config import DEBUG, DEBUG_HELP, ISOLATED_HELP, add_run_options
 from qtool.cli.guard import debug_requested, run_guarded
 from qtool.cli.lazy import LazyCommand, LazyGroup
 from qtool.version import __version__
@@ -37,9 +37,16 @@ class QtoolGroup(LazyGroup):
     def invoke(self, ctx: click.Context):  # type: ignore[override]
         return run_guarded(
             lambda: super(QtoolGroup, self).invoke(ctx),
-            debug=lambda: bool(ctx.params.get("debug")) or debug_requested(),
+            debug=lambda: bool(ctx.params.get("debug") or ctx.meta.get(DEBUG)) or debug_requested(),
             flags=lambda: self._flags(ctx),
         )
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Every command also takes --isolated and --debug after its name."""
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            add_run_options(command)
+        return command
 
     def _flags(self, ctx: click.Context) -> dict[str, str]:
         """The running command's parameter names and the options that set them (the longest
@@ -55,18 +62,14 @@ class QtoolGroup(LazyGroup):
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 @click.version_option(__version__, prog_name="qtool")
-@click.option(
-    "--debug",
-    is_flag=True,
-    help="Show the traceback of an error (also QTOOL_DEBUG=1), e.g. of your --data generator.",
-)
-@click.pass_context
-def main(ctx: click.Context, debug: bool) -> None:
+@click.option("--debug", is_flag=True, help=DEBUG_HELP)
+@click.option("--isolated", is_flag=True, help=ISOLATED_HELP)
+def main(debug: bool, isolated: bool) -> None:
     """Quantize float TFLite models to the int8 spec, and audit quantized models.
 
-    Default options come from [tool.qtool.COMMAND] in the nearest pyproject.toml.
+    Default options come from [tool.qtool.COMMAND] in the project's pyproject.toml (named on
+    stderr when they apply; never a file above the git work tree or the home folder).
     """
-    ctx.default_map = load_defaults(ctx, main)
 
 
 def option_flags(command: click.Command) -> dict[str, str]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from qtool.cli.planning import (
@@ -16,8 +14,8 @@ from qtool.cli.planning import (
     samples_option,
 )
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
-from qtool.errors import UsageError
-from qtool.jobs import AnalyzeJob, analyze_file
+from qtool.files import refuse_shared_destinations
+from qtool.jobs import AnalyzeJob, analyze_file, job_inputs
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions
@@ -67,10 +65,6 @@ def analyze_command(
     model, and for the worst places the effect of each remedy (clip the range, bias correction,
     rounding optimisation, int16, float). Worst first.
     """
-    if output:
-        refuse_input_overwrite(output, [model_path, *data, *holdout])
-        if html_path and Path(output).absolute() == Path(html_path).absolute():
-            raise UsageError("the analysis and the page must be written to different files")
     job = AnalyzeJob(
         model_path=model_path,
         data=data,
@@ -80,6 +74,10 @@ def analyze_command(
         html_path=html_path,
         options=QuantizeOptions(engine=engine, **options_from(planning)),
     )
+    if output:
+        refuse_input_overwrite(output, job_inputs(job))
+        if html_path:
+            refuse_shared_destinations(output, html_path, what="the analysis and the page")
     with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
         analysis = analyze_file(job, progress=advance)
     if output:

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import click
+from click.core import ParameterSource
 
 from qtool.check import AccuracyGate, check_paths
 from qtool.check.findings import ModelResult
 from qtool.check.formats.json_report import to_json
 from qtool.check.formats.text import render_rules, render_text, to_text
 from qtool.check.gates import DEFAULT_MIN_SQNR
-from qtool.check.suppress import Ignore, apply_ignores, load_baseline, subtract_baseline
+from qtool.check.suppress import (
+    BASELINE,
+    Ignore,
+    apply_ignores,
+    load_baseline,
+    subtract_baseline,
+)
+from qtool.cli.config import SETTINGS_FILE
 from qtool.cli.render import stderr, stdout
+from qtool.display import printable
+from qtool.files import refuse_shared_destinations
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.spec import spec_profiles
@@ -79,9 +90,10 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
     "--ignore",
     "ignores",
     multiple=True,
-    metavar="RULE[:GLOB]",
-    help="Leave out findings of RULE (an id or a glob over ids); with :GLOB only those whose "
-    "model path, tensor name or op type matches GLOB. Repeatable.",
+    metavar="RULE[:[path|op|tensor:]GLOB]",
+    help="Leave out findings of RULE (an id or a glob over ids); with :path:GLOB, :op:GLOB or "
+    ":tensor:GLOB only those whose model path, op type or tensor name matches GLOB (:GLOB: the "
+    "path or a builtin op type). Recorded as suppressed in every format. Repeatable.",
 )
 @click.option(
     "--baseline",
@@ -129,21 +141,30 @@ def check_command(
         if fmt not in ("text", "json"):
             raise click.UsageError(f"--json and --format {fmt} contradict each other")
         fmt = "json"
-    for path in (output, write_baseline):
-        if path is not None:
-            refuse_input_overwrite(path, models)
+    outputs = [path for path in (output, write_baseline) if path is not None]
+    inputs = [*models, *(path for path in (reference, baseline) if path is not None)]
+    if data:
+        from qtool.calibrate.sample_sources import source_files  # the data reader: --data only
+
+        inputs += [file for source in data for file in source_files(source)]
+    for path in outputs:
+        refuse_input_overwrite(path, inputs)
+    refuse_shared_destinations(*outputs, what="the report and the baseline")
     if (reference is None) != (not data):
         raise click.UsageError("--reference and --data go together (the accuracy gate)")
-    ignore_rules = [Ignore.parse(text) for text in ignores]
+    settings = ctx.meta.get(SETTINGS_FILE)
+    from_file = ctx.get_parameter_source("ignores") is ParameterSource.DEFAULT_MAP
+    ignore_rules = [
+        Ignore.parse(text, f"{settings}: ignore {text}" if from_file else None) for text in ignores
+    ]
     known = load_baseline(baseline) if baseline is not None else None
     profiles = spec_profiles(per_tensor_fc)
     accuracy = AccuracyGate(reference, data, min_sqnr) if reference is not None else None
-    results, ignored = apply_ignores(check_paths(models, profiles, target, accuracy), ignore_rules)
+    results, _ = apply_ignores(check_paths(models, profiles, target, accuracy), ignore_rules)
     if write_baseline is not None:
         write_atomic(write_baseline, _report("json", results, profiles, quiet, fail_on))
-    in_baseline = 0
     if known is not None:
-        results, in_baseline = subtract_baseline(results, known)
+        results, _ = subtract_baseline(results, known, f"baseline {baseline}")
 
     if fmt == "text" and output is None:
         render_text(results, stdout, quiet=quiet)
@@ -157,8 +178,8 @@ def check_command(
             render_text(results, stdout, quiet=True)
         for result in results:
             if result.error is not None:
-                stderr.print(f"qtool: error: {result.error}", markup=False, soft_wrap=True)
-    _say_suppressed(ignored, in_baseline, baseline)
+                stderr.out(f"qtool: error: {printable(result.error)}", highlight=False)
+    _say_suppressed(results)
 
     if any(result.error is not None for result in results):
         ctx.exit(EXIT_UNREADABLE)
@@ -181,13 +202,10 @@ def _report(
     return json.dumps(to_sarif(results, profiles), indent=2) + "\n"
 
 
-def _say_suppressed(ignored: int, in_baseline: int, baseline: str | None) -> None:
-    """On stderr, so that report formats on stdout stay pure."""
-    if ignored:
-        stderr.print(f"qtool: {ignored} finding(s) left out by --ignore", soft_wrap=True)
-    if in_baseline:
-        stderr.print(
-            f"qtool: {in_baseline} finding(s) already in the baseline {baseline}",
-            markup=False,
-            soft_wrap=True,
-        )
+def _say_suppressed(results: list[ModelResult]) -> None:
+    """How many findings each ignore or baseline left out, on stderr (report formats on stdout
+    stay pure; every format also records each of them)."""
+    counts = Counter((s.kind, s.source) for result in results for s in result.suppressed)
+    for (kind, source), count in counts.items():
+        what = f"already in the {source}" if kind == BASELINE else f"left out by {source}"
+        stderr.out(f"qtool: {count} finding(s) {printable(what)}", highlight=False)

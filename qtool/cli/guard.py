@@ -10,7 +10,12 @@
   Lite XNNPACK delegate", a kernel's "ERROR:" lines before the exception that says the same) goes
   to /dev/null; Python's stderr keeps writing where it did. `--debug` (and `python -X
   importtime`, which reports there) leaves it visible.
-- A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise).
+- Standard output nobody reads (a closed pipe or descriptor) ends the run quietly with 141, as
+  SIGPIPE would; one that cannot hold the output (a full disk) is one error line and exit 2
+  (`stdout.py`).
+- A QtoolError is one line, `qtool: error: ...`, with its exit code (2 unless it says otherwise),
+  control characters escaped (a file name must not break the line or forge another one, such as
+  a CI system's `::error` workflow command).
   Anything else is a bug: one line `qtool: internal error: ...`, exit code 3. `--debug` (or
   QTOOL_DEBUG=1) adds the traceback, including that of the user's own generator code.
 """
@@ -29,8 +34,10 @@ from typing import Any
 
 import click
 
+from qtool.cli.stdout import OutputLost, guarded_stdout
+from qtool.display import printable
 from qtool.errors import QtoolError, first_line
-from qtool.files import defer_interrupt, remove_temporaries
+from qtool.files import defer_interrupt, os_reason, recording_inputs, remove_temporaries
 from qtool.signals import HANDLED_SIGNALS
 
 EXIT_INTERNAL = 3
@@ -81,7 +88,7 @@ def _signal_handlers() -> Iterator[list[BaseException]]:
 
 
 def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    click.echo(f"qtool: warning: {category.__name__}: {first_line(message)}", err=True)
+    click.echo(f"qtool: warning: {category.__name__}: {printable(first_line(message))}", err=True)
 
 
 @contextlib.contextmanager
@@ -157,23 +164,31 @@ def run_guarded(
     keep_native = debug() or _import_times_requested()
     quiet_native = contextlib.nullcontext() if keep_native else _native_stderr_discarded()
     try:
-        with _signal_handlers() as swallowed, _quiet_warnings(), quiet_native:
+        # Every file the command reads is recorded: none of its outputs may replace one.
+        with (
+            _signal_handlers() as swallowed,
+            _quiet_warnings(),
+            quiet_native,
+            recording_inputs(),
+            guarded_stdout(),
+        ):
             result = invoke()
-            sys.stdout.flush()  # a closed pipe shows now, inside the guard, not at exit
+            sys.stdout.flush()  # a closed pipe or a full disk shows now, not at exit
             if swallowed:
                 raise swallowed[0]
             return result
     except QtoolError as exc:
         if debug():
             traceback.print_exception(exc)
-        click.echo(f"qtool: error: {as_options(str(exc), flags())}", err=True)
+        click.echo(f"qtool: error: {printable(as_options(str(exc), flags()))}", err=True)
         sys.exit(exc.exit_code)
     except click.UsageError as exc:
         command = exc.ctx.command_path if exc.ctx is not None else "qtool"
-        click.echo(f"qtool: error: {exc.format_message()} (see {command} --help)", err=True)
+        message = printable(f"{exc.format_message()} (see {command} --help)")
+        click.echo(f"qtool: error: {message}", err=True)
         sys.exit(2)
     except click.ClickException as exc:
-        click.echo(f"qtool: error: {exc.format_message()}", err=True)
+        click.echo(f"qtool: error: {printable(exc.format_message())}", err=True)
         sys.exit(2)
     except Terminated as exc:
         click.echo(f"qtool: terminated by {signal.Signals(exc.signum).name}", err=True)
@@ -185,19 +200,25 @@ def run_guarded(
         click.echo("qtool: error: out of memory", err=True)
         sys.exit(2)
     except BrokenPipeError:
-        # The reader of standard output went away (`qtool ... | head`): end as a program that
+        # Nobody reads standard output (`qtool ... | head`, `>&-`): end as a program that
         # SIGPIPE stops does, quietly, with nothing left to flush into the closed pipe.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(128 + signal.SIGPIPE)
+    except OutputLost as exc:  # a full disk: the output is lost, which must not pass
+        with contextlib.suppress(OSError, ValueError):
+            click.echo(f"qtool: error: cannot write standard output: {os_reason(exc)}", err=True)
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(2)
     except (click.exceptions.Exit, click.exceptions.Abort, SystemExit):
         raise
     except Exception as exc:  # a bug: one line, the traceback only on request
         if debug():
             traceback.print_exception(exc)
         hint = "" if debug() else " (rerun with --debug for the traceback)"
-        click.echo(
-            f"qtool: internal error: {type(exc).__name__}: {first_line(exc)}{hint}", err=True
-        )
+        message = printable(f"{type(exc).__name__}: {first_line(exc)}")
+        click.echo(f"qtool: internal error: {message}{hint}", err=True)
         sys.exit(EXIT_INTERNAL)
     finally:
         remove_temporaries()

@@ -213,14 +213,20 @@ def quantize_command(
     )
     if mode != "full" and not (data or holdout):
         stderr.print(
-            "[bold yellow]qtool: warning:[/] no --data or --holdout: the accuracy is measured "
-            "on SYNTHETIC random data and does not reflect real inputs",
+            Text("qtool: warning:", style="bold yellow")
+            + Text(
+                " no --data or --holdout: the accuracy is measured on SYNTHETIC random data and "
+                "does not reflect real inputs"
+            ),
             soft_wrap=True,
         )
     elif synthetic and not data:
         stderr.print(
-            "[bold yellow]qtool: warning:[/] calibrating on SYNTHETIC random data: the "
-            "activation ranges are not meaningful and accuracy will be poor",
+            Text("qtool: warning:", style="bold yellow")
+            + Text(
+                " calibrating on SYNTHETIC random data: the activation ranges are not "
+                "meaningful and accuracy will be poor"
+            ),
             soft_wrap=True,
         )
     calibrating = not (quiet or as_json) and mode == "full"
@@ -243,9 +249,11 @@ def _db(value: float | None) -> str:
 
 
 def _target_fields(report: dict) -> list[tuple[str, str]]:
-    target = report["target"]
+    device = report["device"]
+    fields = [] if device is None else [("device", f"{device['name']} ({device['title']})")]
+    target = report["sqnr_target"]
     if target is None:
-        return []
+        return fields
     remedies = [r for s in target["subgraphs"] for r in s["remedies"]]
     kinds = {
         kind: sum(r["kind"] == kind for r in remedies)
@@ -255,8 +263,9 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     baseline = target["size_without_remedies_bytes"]
     cost = f", {size - baseline:+,} bytes" if baseline is not None else ""
     return [
+        *fields,
         (
-            "target",
+            "SQNR target",
             f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
             + (
                 f"{kinds['int8']} int8, {kinds['float']} float weights"
@@ -265,7 +274,7 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
                 "remedies"
             )
             + cost,
-        )
+        ),
     ]
 
 

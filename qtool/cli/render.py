@@ -2,6 +2,11 @@
 
 CI logs and pipes get no table borders, no colour and nothing cut or wrapped: every name is
 printed whole (control characters escaped), so two different names never look the same.
+
+Names come from models and file names, so they are data, never instructions: the consoles read
+no rich markup and no emoji codes in anything (`[link=...]`, `[/]` print as they are), every
+cell and title is escaped with `printable`, and whatever text still reaches the terminal has its
+control characters escaped on the way out (only rich's own styles and cursor moves pass).
 """
 
 from __future__ import annotations
@@ -9,14 +14,15 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
-from qtool.display import printable
+from qtool.display import printable, printable_lines
 
 
 class _Console(Console):
@@ -25,9 +31,17 @@ class _Console(Console):
         # as SIGPIPE would instead, like output written any other way.
         raise BrokenPipeError
 
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        # The last line of defence: text segments (not rich's own control segments) lose their
+        # control characters, whatever path a name took to get here.
+        return super()._render_buffer(
+            segment if segment.control else Segment(printable_lines(segment.text), segment.style)
+            for segment in buffer
+        )
 
-stdout = _Console(highlight=False)
-stderr = _Console(stderr=True, highlight=False)
+
+stdout = _Console(highlight=False, markup=False, emoji=False)
+stderr = _Console(stderr=True, highlight=False, markup=False, emoji=False)
 
 Cell = str | Text  # a str is shown as it is (never read as markup)
 
@@ -44,7 +58,7 @@ def _plain(cell: Cell) -> str:
 
 
 def _rich(cell: Cell) -> Text:
-    return cell if isinstance(cell, Text) else Text(cell)
+    return cell if isinstance(cell, Text) else Text(printable(cell))
 
 
 def print_fields(console: Console, rows: Sequence[tuple[str, Cell]]) -> None:
@@ -65,14 +79,14 @@ def print_table(
     """A table on a terminal (long cells fold onto more lines, never cut); elsewhere the title
     and one whole line per row, columns aligned."""
     if not console.is_terminal:
-        console.out(f"{title}:", highlight=False)
+        console.out(f"{printable(title)}:", highlight=False)
         cells = [list(columns)] + [[_plain(cell) for cell in row] for row in rows]
         widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
         for row in cells:
             line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
             console.out("  " + line.rstrip(), highlight=False)
         return
-    table = Table(title=title, title_justify="left")
+    table = Table(title=Text(printable(title)), title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
     for row in rows:

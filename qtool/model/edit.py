@@ -67,7 +67,7 @@ def remove_unused(model: Model) -> None:
             op.opcode_index = remap_code[op.opcode_index]
     used_buffers = {0} | {m["buffer"] for m in model.metadata} | set(model.metadata_buffer)
     used_buffers |= {t.buffer for sg in model.subgraphs for t in sg.tensors}
-    keep_buffers = sorted(b for b in used_buffers if b < len(model.buffers))
+    keep_buffers = sorted(b for b in used_buffers if 0 <= b < len(model.buffers))
     remap_buffer = {old: new for new, old in enumerate(keep_buffers)}
     model.buffers = [model.buffers[b] for b in keep_buffers]
     for subgraph in model.subgraphs:
@@ -75,4 +75,6 @@ def remove_unused(model: Model) -> None:
             tensor.buffer = remap_buffer[tensor.buffer]
     for meta in model.metadata:
         meta["buffer"] = remap_buffer[meta["buffer"]]
-    model.metadata_buffer = [remap_buffer[b] for b in model.metadata_buffer]
+    # The deprecated metadata_buffer list may name buffers a model lacks (LiteRT ignores it;
+    # some MediaPipe exports carry such indices): those name nothing and are dropped.
+    model.metadata_buffer = [remap_buffer[b] for b in model.metadata_buffer if b in remap_buffer]

@@ -297,6 +297,9 @@ class Model:
     metadata_buffer: list[int] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     source_path: str | None = field(default=None, compare=False)
+    # The file's bytes as read (the buffers are views of them): what the model is, even if
+    # the file changes afterwards (the report's size and sha256 come from these).
+    source_data: bytes | None = field(default=None, compare=False, repr=False)
 
     # ----------------------------------------------------------------- operator codes
 

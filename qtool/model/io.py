@@ -1,9 +1,12 @@
 """Reading and writing .tflite files: decode, validate, encode, atomic write (`qtool.files`).
 
-Reading memory-maps the file, so weight buffers are numpy views of the mapping and cost nothing
-until touched. Buffers stored after the flatbuffer (offset/size, the >2 GiB layout) are read the
-same way. Writing inlines buffers unless they would push the flatbuffer past its 2 GiB limit, in
-which case they are appended after it with offsets, as the TFLite converter does.
+Reading copies the file into memory once, and weight buffers are numpy views of that copy (also
+the buffers stored after the flatbuffer, offset/size, the >2 GiB layout). Not a memory map: a
+file truncated or rewritten while qtool runs would end a mapped read in SIGBUS (no message) or
+in bytes that changed under the validator; every command reads every weight anyway. A file that
+changes while it is read is one error. Writing inlines buffers unless they would push the
+flatbuffer past its 2 GiB limit, in which case they are appended after it with offsets, as the
+TFLite converter does.
 """
 
 from __future__ import annotations
@@ -18,8 +21,15 @@ from typing import Any
 import flatbuffers
 import numpy as np
 
-from qtool.errors import ModelError, UsageError, exception_summary
-from qtool.files import NotRegularFile, exists, open_regular, os_reason, write_atomic
+from qtool.errors import ModelError, exception_summary
+from qtool.files import (
+    InputFiles,
+    NotRegularFile,
+    open_regular,
+    os_reason,
+    refuse_input,
+    write_atomic,
+)
 from qtool.model.graph import (
     Buffer,
     Model,
@@ -30,6 +40,7 @@ from qtool.model.graph import (
     Tensor,
 )
 from qtool.model.reflect import (
+    DecodeBudget,
     DecodeError,
     Prebuilt,
     SharingBuilder,
@@ -71,11 +82,14 @@ def load_model(path: str | os.PathLike, validate: bool = True) -> Model:
             size = os.fstat(handle.fileno()).st_size
             if size == 0:
                 raise ModelError(f"{path}: empty file")
-            data = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+            data = handle.read()
     except OSError as exc:
         raise ModelError(f"{path}: cannot read ({os_reason(exc)})") from None
+    if len(data) != size:
+        raise ModelError(f"{path}: changed while it was read ({size:,} bytes, then {len(data):,})")
     model = parse_model(data, name=str(path), validate=validate)
     model.source_path = str(path.resolve())
+    model.source_data = data
     return model
 
 
@@ -92,8 +106,9 @@ def parse_model(
         )
     try:
         root = flatbuffers.encode.Get(flatbuffers.packer.uoffset, data, 0)
-        raw = decode_table("Model", flatbuffers.table.Table(data, root))
-        model = _model_from_dict(raw, data)
+        budget = DecodeBudget(len(data))
+        raw = decode_table("Model", flatbuffers.table.Table(data, root), budget)
+        model = _model_from_dict(raw, data, budget)
     except ModelError:
         raise
     except (DecodeError, Exception) as exc:  # any malformed flatbuffer surfaces as one error
@@ -117,7 +132,7 @@ def _ints(values: Any) -> list[int]:
     return [] if values is None else [int(v) for v in values]
 
 
-def _model_from_dict(raw: dict[str, Any], data: Any) -> Model:
+def _model_from_dict(raw: dict[str, Any], data: Any, budget: DecodeBudget) -> Model:
     known, extra = _split(
         raw,
         (
@@ -135,7 +150,7 @@ def _model_from_dict(raw: dict[str, Any], data: Any) -> Model:
         version=known["version"],
         operator_codes=[_opcode_from_dict(c) for c in known["operator_codes"] or []],
         subgraphs=[_subgraph_from_dict(s) for s in known["subgraphs"] or []],
-        buffers=[_buffer_from_dict(b, data) for b in known["buffers"] or []],
+        buffers=[_buffer_from_dict(b, data, budget) for b in known["buffers"] or []],
         description=known["description"],
         metadata=[dict(m) for m in known["metadata"] or []],
         signature_defs=known["signature_defs"] or [],
@@ -155,7 +170,7 @@ def _opcode_from_dict(raw: dict[str, Any]) -> OperatorCode:
     )
 
 
-def _buffer_from_dict(raw: dict[str, Any], data: Any) -> Buffer:
+def _buffer_from_dict(raw: dict[str, Any], data: Any, budget: DecodeBudget) -> Buffer:
     offset, size = raw["offset"], raw["size"]
     extra = {k: v for k, v in raw.items() if k not in ("data", "offset", "size")}
     if offset > 1:
@@ -163,6 +178,7 @@ def _buffer_from_dict(raw: dict[str, Any], data: Any) -> Buffer:
             raise ModelError(
                 f"buffer stored at offset {offset} (+{size} bytes) lies past the end of the file"
             )
+        budget.spend(size)  # buffers stored after the flatbuffer may overlap too
         return Buffer(
             data=np.frombuffer(data, dtype=np.uint8, count=size, offset=offset), extra=extra
         )
@@ -418,15 +434,6 @@ def save_model(
 
 
 def refuse_input_overwrite(output: str | os.PathLike, inputs: Iterable[str | os.PathLike]) -> None:
-    """Raise UsageError when `output` is one of `inputs` (same path, or a link to the same file):
-    qtool never overwrites a file it reads."""
-    target = Path(output)
-    for source in map(Path, inputs):
-        try:
-            same = target.resolve() == source.resolve() or (
-                exists(target) and exists(source) and os.path.samefile(target, source)
-            )
-        except (OSError, ValueError, RuntimeError):
-            continue  # a path that cannot be resolved cannot be written either: that says why
-        if same:
-            raise UsageError(f"{target}: refusing to overwrite the input file {source}")
+    """Raise UsageError when `output` is one of `inputs` (by device and inode: the same path, a
+    spelling with `..`, a symbolic or a hard link): qtool never overwrites a file it reads."""
+    refuse_input(output, InputFiles.of(inputs))

@@ -144,12 +144,46 @@ def _check_span(buf_len: int, start: int, nbytes: int) -> None:
         raise DecodeError(f"data at offset {start} (+{nbytes} bytes) lies outside the file")
 
 
-def decode_table(name: str, tab: flatbuffers.table.Table) -> dict[str, Any]:
-    """Decode one table into a dict with every field present (absent fields take the default)."""
+class DecodeBudget:
+    """How much a file may decode to, counted each time an offset is followed: strings and
+    vectors by their bytes, tables by 4 bytes (what each one takes in the file at least).
+
+    A flatbuffer stores each object once, so a file written by a flatbuffers builder decodes to
+    about its own size. Offsets may point at one object from many places, though: 20,000 tensor
+    entries sharing one table with a 1 MiB name decode to 20 GB from a 1.1 MB file, and every
+    layer after the reader would pay for each copy again. A bound of a few times the file size
+    refuses that while leaving room for the little sharing builders do (deduplicated strings).
+    """
+
+    FACTOR = 4
+    MINIMUM = 1 << 20
+
+    def __init__(self, file_size: int) -> None:
+        self.limit = max(self.FACTOR * file_size, self.MINIMUM)
+        self.left = self.limit
+
+    def spend(self, nbytes: int) -> None:
+        """Count `nbytes` decoded; DecodeError once the file's budget is spent."""
+        self.left -= nbytes
+        if self.left < 0:
+            raise DecodeError(
+                f"its offsets point at shared data that decodes to more than {self.limit:,} "
+                f"bytes ({self.FACTOR}x the file): not a flatbuffer a TFLite writer makes"
+            )
+
+
+def decode_table(
+    name: str, tab: flatbuffers.table.Table, budget: DecodeBudget | None = None
+) -> dict[str, Any]:
+    """Decode one table into a dict with every field present (absent fields take the default).
+    `budget` bounds what following the offsets may decode to (see DecodeBudget)."""
     fields, _ = table_layout(name)
     buf = tab.Bytes
     buf_len = len(buf)
     _check_span(buf_len, tab.Pos, 4)
+    if budget is None:
+        budget = DecodeBudget(buf_len)
+    budget.spend(4)
     out: dict[str, Any] = {}
     for field in fields:
         off = tab.Offset(4 + 2 * field.slot)
@@ -167,9 +201,10 @@ def decode_table(name: str, tab: flatbuffers.table.Table) -> dict[str, Any]:
             continue
         _check_span(buf_len, tab.Pos + off, 4)
         if field.kind == "string":
-            out[field.name] = _decode_string(tab, tab.Pos + off, buf_len)
+            out[field.name] = _decode_string(tab, tab.Pos + off, buf_len, budget)
         elif field.kind == "table":
-            out[field.name] = decode_table(field.child, _sub_table(tab, tab.Pos + off, buf_len))
+            sub = _sub_table(tab, tab.Pos + off, buf_len)
+            out[field.name] = decode_table(field.child, sub, budget)
         elif field.kind == "union":
             code = out.get(field.name + "_type", 0)
             members = union_members(field.child)
@@ -178,9 +213,9 @@ def decode_table(name: str, tab: flatbuffers.table.Table) -> dict[str, Any]:
             sub = flatbuffers.table.Table(buf, 0)
             tab.Union(sub, off)
             _check_span(buf_len, sub.Pos, 4)
-            out[field.name] = decode_table(members[code], sub)
+            out[field.name] = decode_table(members[code], sub, budget)
         else:
-            out[field.name] = _decode_vector(field, tab, off, buf_len)
+            out[field.name] = _decode_vector(field, tab, off, buf_len, budget)
     return out
 
 
@@ -190,31 +225,38 @@ def _sub_table(tab: flatbuffers.table.Table, at: int, buf_len: int) -> flatbuffe
     return flatbuffers.table.Table(tab.Bytes, pos)
 
 
-def _decode_string(tab: flatbuffers.table.Table, at: int, buf_len: int) -> str:
+def _decode_string(
+    tab: flatbuffers.table.Table, at: int, buf_len: int, budget: DecodeBudget
+) -> str:
     start = tab.Indirect(at)
     _check_span(buf_len, start, 4)
     length = flatbuffers.encode.Get(nt.UOffsetTFlags.packer_type, tab.Bytes, start)
     _check_span(buf_len, start + 4, length)
+    budget.spend(4 + length)
     # Flatbuffer strings are UTF-8; bytes that are not come out escaped (\\xff), so that every
     # name is printable text everywhere (console, JSON, reports) and is written back so.
     return bytes(tab.Bytes[start + 4 : start + 4 + length]).decode("utf-8", "backslashreplace")
 
 
-def _decode_vector(field: Field, tab: flatbuffers.table.Table, off: int, buf_len: int) -> Any:
+def _decode_vector(
+    field: Field, tab: flatbuffers.table.Table, off: int, buf_len: int, budget: DecodeBudget
+) -> Any:
     start = tab.Vector(off)
     length = tab.VectorLen(off)
     if field.kind == "scalar_vector":
         dtype = np.dtype(_FLAG_DTYPES[field.scalar]).newbyteorder("<")
         _check_span(buf_len, start, length * dtype.itemsize)
+        budget.spend(4 + length * dtype.itemsize)  # a view, but every user reads it again
         return np.frombuffer(tab.Bytes, dtype=dtype, count=length, offset=start)
     _check_span(buf_len, start, 4 * length)
+    budget.spend(4 + 4 * length)
     items = []
     for i in range(length):
         at = start + 4 * i
         if field.kind == "string_vector":
-            items.append(_decode_string(tab, at, buf_len))
+            items.append(_decode_string(tab, at, buf_len, budget))
         else:
-            items.append(decode_table(field.child, _sub_table(tab, at, buf_len)))
+            items.append(decode_table(field.child, _sub_table(tab, at, buf_len), budget))
     return items
 
 

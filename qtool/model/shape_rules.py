@@ -187,6 +187,12 @@ def need_rank(view: OpView, i: int, ranks: Sequence[int] | range, what: str) -> 
 # --------------------------------------------------------------------------- elementwise
 
 
+@rule("compiled")
+def _compiled(view: OpView) -> Inferred:
+    # A device compiler's program (Vela's ethos-u op) computes the shapes the model declares.
+    return view.unknown()
+
+
 @rule("elementwise")
 def _elementwise(view: OpView) -> Inferred:
     return [view.shape(0)]

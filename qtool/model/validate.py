@@ -7,6 +7,8 @@ It checks, against the operator facts in `schemas/ops.json`:
   within the documented size limits, shape signatures that fit their shapes;
 - the graph: every tensor produced once, and before it is read (runtimes execute operators in
   the stored order, so this also rules out cycles), valid subgraph inputs, outputs, signatures;
+  every subgraph an operator calls exists, and no call comes back to a running subgraph
+  (`calls.py`);
 - every operator: a known operator code, its input/output counts and operand types, its options
   table, constant operands where it needs them, and its shape rule (`shape_rules.py`).
 
@@ -18,12 +20,18 @@ Each problem names where it is (`operator N (TYPE)`, a tensor, a subgraph) and w
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from qtool.errors import ModelError
-from qtool.model import shape_rules_layout, shape_rules_nn  # noqa: F401  (they register rules)
+from qtool.model import (  # noqa: F401  (they register rules)
+    shape_rules_layout,
+    shape_rules_nn,
+    shape_rules_state,
+)
+from qtool.model.calls import call_problems
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.reflect import enum_values
 from qtool.model.shape_rules import RULES, OpView, ShapeError, declared_shape, same_shape
@@ -106,12 +114,15 @@ def model_problems(model: Model) -> list[Problem]:
     """Every problem of `model`, structure first: later checks assume valid indices."""
     problems = _structure(model)
     if not problems:
+        for s, i, message in call_problems(model):
+            problems.append(_op(s, i, model.op_type(model.subgraphs[s].operators[i]), message))
         for s, subgraph in enumerate(model.subgraphs):
             bad = _tensor_problems(model, s, subgraph, problems)
             _graph_problems(model, s, subgraph, problems)
+            stored = _stored_constants(model, subgraph)
             for i, op in enumerate(subgraph.operators):
                 if not bad.intersection(op.inputs + op.outputs):
-                    problems += _operator_problems(model, s, subgraph, i, op)
+                    problems += _operator_problems(model, s, subgraph, i, op, stored)
         _signature_problems(model, problems)
     return problems[:MAX_PROBLEMS]
 
@@ -271,8 +282,26 @@ def _sources(model: Model, subgraph: Subgraph) -> set[int]:
     }
 
 
+def _runtime_buffers(model: Model, subgraph: Subgraph) -> set[int]:
+    """Tensors a compiled op reads as buffers the runtime places (Vela's scratch areas)."""
+    table = load_op_facts()
+    placed = set()
+    for op in subgraph.operators:
+        code = model.operator_codes[op.opcode_index]
+        facts = (
+            table.custom(code.custom_code) if code.builtin_code == BuiltinOperator.CUSTOM else None
+        )
+        if facts is None:
+            continue
+        for position, t in enumerate(op.inputs):
+            operand = facts.input(position)
+            if t >= 0 and operand is not None and operand.runtime_buffer:
+                placed.add(t)
+    return placed
+
+
 def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Problem]) -> None:
-    sources = _sources(model, subgraph)
+    sources = _sources(model, subgraph) | _runtime_buffers(model, subgraph)
     written = {t for op in subgraph.operators for t in op.outputs}
     # An empty tensor no operator writes is an empty constant (an empty axis list, say).
     sources |= {
@@ -282,16 +311,19 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
     }
     # A variable tensor holds state before any operator runs, and an operator may also set it:
     # TensorFlow's float16 models initialise an LSTM's state variables with a DEQUANTIZE.
-    writable = {t for t, tensor in enumerate(subgraph.tensors) if tensor.is_variable}
+    fixed = sources - {t for t, tensor in enumerate(subgraph.tensors) if tensor.is_variable}
     producer: dict[int, int] = {}
+    inputs = set(subgraph.inputs)
     for i, op in enumerate(subgraph.operators):
         op_type = model.op_type(op)
+        # Sets, not list lookups: an operator may list 100,000 outputs (linear, not quadratic).
+        twice = {t for t, n in Counter(op.outputs).items() if n > 1}
         for t in op.outputs:
-            if t in producer or (t in sources - writable) or op.outputs.count(t) > 1:
+            if t in producer or t in fixed or t in twice:
                 what = (
                     f"operator {producer[t]}"
                     if t in producer
-                    else ("a model input" if t in subgraph.inputs else "a constant")
+                    else ("a model input" if t in inputs else "a constant")
                 )
                 problems.append(_op(s, i, op_type, f"writes tensor {t}, already {what}"))
             producer.setdefault(t, i)
@@ -340,8 +372,19 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
 # --------------------------------------------------------------------------- operators
 
 
+def _stored_constants(model: Model, subgraph: Subgraph) -> set[int]:
+    """Tensors that hold a constant: stored ones, and what a DEQUANTIZE or DENSIFY of a stored
+    one writes (LiteRT expands those once; TensorFlow's float16 models give an LSTM its weights
+    so)."""
+    stored = {t for t, tensor in enumerate(subgraph.tensors) if model.is_constant(tensor)}
+    for op in subgraph.operators:
+        if model.op_type(op) in ("DEQUANTIZE", "DENSIFY") and op.inputs and op.inputs[0] in stored:
+            stored.update(op.outputs)
+    return stored
+
+
 def _operator_problems(
-    model: Model, s: int, subgraph: Subgraph, i: int, op: Operator
+    model: Model, s: int, subgraph: Subgraph, i: int, op: Operator, stored: set[int]
 ) -> list[Problem]:
     code = model.operator_codes[op.opcode_index]
     op_type = model.op_type(op)
@@ -355,7 +398,7 @@ def _operator_problems(
         )
         message = _sparse_message(model, subgraph, op, op_type)
         if facts is not None and message is None:
-            message = _facts_message(model, subgraph, op, facts)
+            message = _facts_message(model, subgraph, op, facts, stored)
     return [] if message is None else [_op(s, i, op_type, message)]
 
 
@@ -390,7 +433,9 @@ def _count_message(kind: str, count: int, bounds: tuple[int, int | None]) -> str
     return None
 
 
-def _facts_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFacts) -> str | None:
+def _facts_message(
+    model: Model, subgraph: Subgraph, op: Operator, facts: OpFacts, stored: set[int]
+) -> str | None:
     message = _count_message("input", len(op.inputs), facts.input_count) or _count_message(
         "output", len(op.outputs), facts.output_count
     )
@@ -410,7 +455,7 @@ def _facts_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFact
             if dtype_name(tensor.dtype) not in operand.types:
                 allowed = ", ".join(sorted(operand.types))
                 return f"{kind} {position} ({operand.name}) is {dtype_name(tensor.dtype)}, must be one of {allowed}"
-            if operand.constant and not model.is_constant(tensor):
+            if operand.constant and t not in stored:
                 return f"{kind} {position} ({operand.name}) must be a constant"
     if op.options_type is not None and op.options_type != facts.options:
         expected = facts.options or "no options table"
@@ -445,8 +490,8 @@ def _shape_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFact
 
 
 def _signature_problems(model: Model, problems: list[Problem]) -> None:
-    keys = [sig.get("signature_key") for sig in model.signature_defs]
-    for key in {k for k in keys if keys.count(k) > 1}:
+    keys = Counter(sig.get("signature_key") for sig in model.signature_defs)
+    for key in (k for k, n in keys.items() if n > 1):
         problems.append(Problem(f"signature key {key!r} is used twice"))
     for signature in model.signature_defs:
         key = signature.get("signature_key")

@@ -18,10 +18,12 @@ from qtool.numerics.affine import (
     bias_scale,
     dequantize,
     fake_quantize,
+    largest_products,
     multiplier_reaches_one,
     quantize,
     quantize_bias,
     quantize_multiplier,
+    symmetric_activation_params,
     symmetric_params,
 )
 from qtool.numerics.directml import dml_dequantize_linear
@@ -50,6 +52,7 @@ __all__ = [
     "dml_dequantize_linear",
     "fake_quantize",
     "int_type",
+    "largest_products",
     "multiplier_reaches_one",
     "ngraph_quantize",
     "pack_int4",
@@ -60,6 +63,7 @@ __all__ = [
     "round_values",
     "sqnr_db",
     "sqnr_from_sums",
+    "symmetric_activation_params",
     "symmetric_params",
     "tf_quantize",
     "unpack_int4",

@@ -107,6 +107,13 @@ def activation_params(
     return AffineParams(scale, zero_point.astype(np.int64))
 
 
+def symmetric_activation_params(max_abs: float, qmax: int) -> AffineParams:
+    """Per-tensor parameters with zero point 0 and ``scale = max_abs / qmax``, for activations
+    whose kernel needs zero point 0 (codes in use: [-qmax, qmax])."""
+    scale = _symmetric_scale(np.array([abs(max_abs)], np.float32), int(qmax))
+    return AffineParams(scale, np.zeros(1, np.int64))
+
+
 def symmetric_params(weights: ArrayLike, axis: int | None = None, qmax: int = 127) -> AffineParams:
     """Symmetric (zero point 0) parameters: ``scale = max|w| / qmax`` per tensor or per ``axis``.
 
@@ -244,11 +251,30 @@ def _per_channel(scale: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return scale
 
 
+def largest_products(
+    weight_codes: ArrayLike,
+    axis: int | None,
+    input_zero_point: int,
+    qmin: int = -128,
+    qmax: int = 127,
+) -> np.ndarray:
+    """Per output channel (slices along `axis`; one value for None), the largest |sum of
+    (input - zero point) * weight| an integer kernel's accumulator can hold for inputs in
+    [qmin, qmax]: max|input - zero point| * sum|weight codes|."""
+    magnitudes = np.abs(np.asarray(weight_codes, np.int64))
+    largest_input = max(int(input_zero_point) - qmin, qmax - int(input_zero_point))
+    if axis is None:
+        return np.asarray(largest_input * magnitudes.sum())
+    other = tuple(d for d in range(magnitudes.ndim) if d != axis)
+    return largest_input * magnitudes.sum(axis=other)
+
+
 def bias_overflow(
     bias: ArrayLike,
     input_scale: ArrayLike,
     weight_scale: ArrayLike,
     headroom: float = 1.0,
+    reserved: ArrayLike = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Which bias values do not fit int32, and weight scales that make them fit.
 
@@ -257,6 +283,9 @@ def bias_overflow(
     unchanged where it fits and otherwise the smallest float32 scale for which
     :func:`quantize_bias` stays within that limit (computed with the same float32 bias scale).
     A per-tensor weight scale (one value) is enlarged to fit every bias value.
+
+    ``reserved`` (per channel, or one value) is taken off the limit: the part of an int32
+    accumulator that the kernel's products may fill on top of the bias.
 
     ``headroom=0.5`` applies the limit of TFLite's AdjustWeightsForBiasScale, which keeps biases
     within the middle half of int32 (TFLite then stores ``2 |bias| / (2^31 - 1) / input_scale``
@@ -270,7 +299,9 @@ def bias_overflow(
     bias_scale(s_in, ws)  # validates the scales; enlarged ones only give larger products
     if not np.isfinite(b).all():
         raise DataError("bias contains inf, which no weight scale can make fit")
-    limit = np.floor(headroom * INT32_LIMIT)
+    limit = np.floor(headroom * INT32_LIMIT) - np.asarray(reserved, np.float64)
+    if (limit <= 0).any():
+        raise UsageError("the weights' products alone fill the int32 accumulator")
 
     def fits(w: np.ndarray) -> np.ndarray:
         # Half-away rounding reaches limit + 1 exactly when the quotient is >= limit + 0.5.

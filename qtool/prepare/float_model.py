@@ -8,6 +8,7 @@ from qtool.model import Model
 from qtool.model.edit import clone_model, remove_unused
 from qtool.prepare.canonical import RewrittenOp, canonicalize
 from qtool.prepare.fold import FoldedOp, StoredForm, fold_constants
+from qtool.prepare.intermediates import add_intermediates
 
 
 @dataclass
@@ -23,8 +24,9 @@ class FloatModel:
 
 
 def prepare_float_model(model: Model) -> FloatModel:
-    """A copy of `model` with constant operators folded and operators without an integer
-    kernel rewritten into equivalents that have one, in every subgraph."""
+    """A copy of `model` with constant operators folded, operators without an integer kernel
+    rewritten into equivalents that have one, and the intermediate tensors integer kernels
+    read (LSTM's) added, in every subgraph."""
     work = clone_model(model)
     counts = [len(sg.operators) for sg in work.subgraphs]
     forms: dict[int, dict[str, StoredForm]] = {s: {} for s in range(len(work.subgraphs))}
@@ -38,4 +40,6 @@ def prepare_float_model(model: Model) -> FloatModel:
         for r in canonicalize(work, s)
     }
     remove_unused(work)  # the custom operator codes rewritten away
+    for s in range(len(work.subgraphs)):
+        add_intermediates(work, s)
     return FloatModel(work, folded, source_index, rewritten, forms)

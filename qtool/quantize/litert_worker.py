@@ -26,6 +26,7 @@ import numpy as np
 from qtool.model import Model, model_to_bytes
 from qtool.quantize.litert_child import _read, _write
 from qtool.runtime.parallel import available_cores
+from qtool.runtime.state import keeps_state
 
 _CHILD = Path(__file__).with_name("litert_child.py")
 MAX_CHILDREN = 2
@@ -70,9 +71,11 @@ _lock = threading.Lock()
 _workers: list[_Worker] = []
 
 
-def _shares(samples: int) -> list[slice]:
-    """Consecutive shares of the samples, one per child (at most one per core)."""
-    children = max(1, min(MAX_CHILDREN, available_cores(), samples))
+def _shares(samples: int, sequence: bool = False) -> list[slice]:
+    """Consecutive shares of the samples, one per child (at most one per core); one share for
+    a `sequence` (the samples of a stateful model, each continuing from the state the last
+    left)."""
+    children = 1 if sequence else max(1, min(MAX_CHILDREN, available_cores(), samples))
     bounds = [samples * k // children for k in range(children + 1)]
     return [slice(start, stop) for start, stop in itertools.pairwise(bounds)]
 
@@ -89,11 +92,12 @@ def start_children() -> None:
 
 
 def litert_outputs(
-    model: bytes, inputs: Sequence[np.ndarray], leading_one: bool
+    model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool = False
 ) -> list[np.ndarray] | None:
     """The model's outputs (samples stacked) on `inputs` (samples along axis 0, fed one at a
-    time, with a leading 1 when `leading_one`), run by LiteRT; None when it cannot."""
-    shares = _shares(int(inputs[0].shape[0]))
+    time, with a leading 1 when `leading_one`), run by LiteRT; None when it cannot. A
+    `sequence` runs in one child, its samples in order on one interpreter."""
+    shares = _shares(int(inputs[0].shape[0]), sequence)
     with _lock:
         try:
             while len(_workers) < len(shares):
@@ -120,16 +124,20 @@ def litert_outputs(
 class Pending:
     """Outputs being computed by the children while the caller goes on (`submit`)."""
 
-    def __init__(self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> None:
+    def __init__(
+        self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool
+    ) -> None:
         self._outcome: list[np.ndarray] | BaseException | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(model, inputs, leading_one), daemon=True
+            target=self._run, args=(model, inputs, leading_one, sequence), daemon=True
         )
         self._thread.start()
 
-    def _run(self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> None:
+    def _run(
+        self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool
+    ) -> None:
         try:
-            self._outcome = litert_outputs(model, inputs, leading_one)
+            self._outcome = litert_outputs(model, inputs, leading_one, sequence)
         except BaseException as exc:  # handed to whoever waits for the result
             self._outcome = exc
 
@@ -141,17 +149,24 @@ class Pending:
         return self._outcome
 
 
-def submit(model: bytes, inputs: Sequence[np.ndarray], leading_one: bool) -> Pending:
+def submit(
+    model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool = False
+) -> Pending:
     """`litert_outputs` in the background: the children run the model while the caller
     computes (on the development machine, calibration leaves a core idle while it observes:
     a candidate run beside it costs the calibration nothing, measured)."""
-    return Pending(model, inputs, leading_one)
+    return Pending(model, inputs, leading_one, sequence)
 
 
 def submit_model(model: Model, inputs: Sequence[np.ndarray]) -> Pending:
     """`submit` for subgraph 0 of `model`, fed its way (with a leading 1 where its inputs
-    declare one)."""
-    return submit(model_to_bytes(model), inputs, model.subgraphs[0].inputs_lead_with_one())
+    declare one; as one sequence when it keeps state)."""
+    return submit(
+        model_to_bytes(model),
+        inputs,
+        model.subgraphs[0].inputs_lead_with_one(),
+        keeps_state(model, 0),
+    )
 
 
 def _stop() -> None:

@@ -25,14 +25,30 @@ the model.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
-from qtool.numerics import AffineParams, activation_params, multiplier_reaches_one
-from qtool.spec import QUANTIZED, Mode, OpRule, QuantSpec, input_scale_below_one
+from qtool.model.types import activation_name
+from qtool.numerics import (
+    AffineParams,
+    activation_params,
+    multiplier_reaches_one,
+    symmetric_activation_params,
+)
+from qtool.quantize import recurrent
+from qtool.runtime.state import keeps_state
+from qtool.spec import (
+    QUANTIZED,
+    Mode,
+    OpRule,
+    QuantSpec,
+    input_scale_below_one,
+    integer_lstm,
+    kernel_contracts,
+)
 from qtool.weight_spec import weight_rule
 
 FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
@@ -66,6 +82,8 @@ class Plan:
     # The weight modes: (op, input position) -> NarrowWeight (weight_store.py), the narrow form
     # a float op's constant weights are stored in.
     narrow: dict[tuple[int, int], object] = field(default_factory=dict)
+    # Why a group's range was widened to meet a kernel contract (one line per group).
+    widened: list[str] = field(default_factory=list)
 
     def requantized(self, model: Model) -> list[tuple[int, int]]:
         """(op, input position) of every activation read through a private requantized copy."""
@@ -112,11 +130,14 @@ class Precision:
 
 
 class _Groups:
-    """Union-find over slots, carrying fixed parameters per group."""
+    """Union-find over slots, carrying per group: fixed parameters, the largest code of a
+    symmetric group (zero point 0 required), and the smallest scale a kernel accepts."""
 
     def __init__(self) -> None:
         self.parent: dict[Slot, Slot] = {}
         self.fixed: dict[Slot, tuple[float, int]] = {}
+        self.symmetric: dict[Slot, int] = {}
+        self.floor: dict[Slot, tuple[float, str]] = {}  # smallest scale, and why
 
     def find(self, slot: Slot) -> Slot:
         self.parent.setdefault(slot, slot)
@@ -134,6 +155,19 @@ class _Groups:
         self.parent[rb] = ra
         if rb in self.fixed:
             self.fixed.setdefault(ra, self.fixed.pop(rb))
+        if rb in self.symmetric:
+            self.require_symmetric(ra, self.symmetric.pop(rb))
+        if rb in self.floor:
+            self.require_scale(ra, *self.floor.pop(rb))
+
+    def require_symmetric(self, slot: Slot, qmax: int) -> None:
+        root = self.find(slot)
+        self.symmetric[root] = min(qmax, self.symmetric.get(root, qmax))
+
+    def require_scale(self, slot: Slot, scale: float, why: str) -> None:
+        root = self.find(slot)
+        if scale > self.floor.get(root, (0.0, ""))[0]:
+            self.floor[root] = (scale, why)
 
     def pin(self, slot: Slot, fixed: tuple[float, int]) -> None:
         self.fixed[self.find(slot)] = fixed
@@ -164,7 +198,11 @@ def _unsupported(
     """Why `op` cannot run under `rule` (None when it can)."""
     tensors = subgraph.tensors
     if rule is None:
-        return f"{model.op_type(op)} has no {scheme} kernel in the {scheme} spec"
+        op_type = model.op_type(op)
+        float_only = integer_lstm().no_integer_kernel.get(op_type)
+        if float_only is not None:
+            return f"{op_type} has no integer kernel in LiteRT ({float_only})"
+        return f"{op_type} has no {scheme} kernel in the {scheme} spec"
     for position, t in enumerate(op.inputs):
         if t < 0:
             continue
@@ -190,6 +228,8 @@ def _unsupported(
             return f"output {position} is float but the spec has no {scheme} rule for it"
         if operand.fixed is None and not rule.same_scale and t not in ranges:
             return f"output {position} ({tensors[t].name}) was never produced during calibration"
+    if rule.name in integer_lstm().ops:
+        return recurrent.unsupported(model, subgraph, op, ranges)
     return None
 
 
@@ -215,12 +255,43 @@ def decide(
         rule16 = precision.specs[INT16].rule(op_type)
         why = _unsupported(model, subgraph, op, rule16, ranges, INT16)
         if why is None:
+            why = _comparison_scale(model, subgraph, op, ranges, INT16)
+        if why is None:
             return OpDecision(INT16)
         note = f"int8 instead of int16: {why}"
     why = _unsupported(model, subgraph, op, precision.specs[INT8].rule(op_type), ranges, INT8)
+    if why is None:
+        why = _comparison_scale(model, subgraph, op, ranges, INT8)
     if why is not None:
         return OpDecision(FLOAT, why)
     return OpDecision(INT8, note)
+
+
+def _comparison_scale(
+    model: Model,
+    subgraph: Subgraph,
+    op: Operator,
+    ranges: Mapping[int, tuple[float, float]],
+    scheme: str,
+) -> str | None:
+    """Why a comparison's kernel cannot resolve its inputs (kernel_contracts.comparison_scale:
+    LiteRT compares round(2^8 * value)), or None."""
+    contracts = kernel_contracts(scheme)
+    if model.op_type(op) not in contracts.comparison_ops:
+        return None
+    low, high = contracts.comparison_scale
+    dtype = np.int16 if scheme == INT16 else np.int8
+    for position, t in enumerate(op.inputs):
+        if t < 0 or t not in ranges or model.is_constant(subgraph.tensors[t]):
+            continue
+        scale = float(activation_params(*ranges[t], dtype=dtype).scale[0])
+        if not low <= scale < high:
+            return (
+                f"input {position} scale {scale:.3g} is outside [{low:g}, {high:g}): LiteRT's "
+                f"{scheme} comparison kernel compares values rounded to 1/256 with the scale "
+                "as a multiplier below 1"
+            )
+    return None
 
 
 def activation_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> list[int]:
@@ -252,9 +323,12 @@ def make_plan(
     source_index: list[int],
     subgraph_index: int = 0,
     decisions: list[OpDecision] | None = None,
+    shared: Callable[[Plan], Iterable[list[Slot]]] | None = None,
 ) -> Plan:
     """Decide every operator of a subgraph (unless `decisions` are given) and the parameters of
-    every slot. `source_index[i]` is the input-model index of operator i (for reports)."""
+    every slot. `source_index[i]` is the input-model index of operator i (for reports).
+    `shared(plan)`, given the plan's reads and writes, names further groups of slots that must
+    share one set of parameters (the values of one resource variable)."""
     subgraph = model.subgraphs[subgraph_index]
     if decisions is None:
         decisions = [
@@ -278,6 +352,7 @@ def make_plan(
             fixed = rule.output_rule(p).fixed
             if fixed is not None:
                 groups.pin(slot, fixed)
+            _require(groups, slot, rule.output_rule(p))
             groups.find(slot)
         inputs = activation_positions(rule, op, tensors)
         for p in inputs:
@@ -285,10 +360,12 @@ def make_plan(
             if model.is_constant(tensors[op.inputs[p]]):
                 slot = (*slot, i, p)  # this reader's own copy: joins only this op's group
             plan.reads[(i, p)] = slot
+            _require(groups, slot, rule.input_rule(p))
             groups.find(slot)
+        _scale_floors(model, op, mode, plan, groups, i, inputs, outputs)
         live = [p for p in inputs if not model.is_constant(tensors[op.inputs[p]])]
         if not rule.same_scale:
-            if model.op_type(op) in input_scale_below_one() and len(live) == 1:
+            if model.op_type(op) in input_scale_below_one(mode) and len(live) == 1:
                 # A comparison with a constant. LiteRT's int8 comparisons abort on an input
                 # scale >= 1, the scale a constant of only zeros gets on its own: such a
                 # constant goes on the activation's grid (which holds 0 exactly). Any other
@@ -304,6 +381,9 @@ def make_plan(
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for slot in [plan.reads[(i, p)] for p in inputs] + [plan.writes[(i, q)] for q in outputs]:
             groups.union(anchor, slot)
+    for tied in shared(plan) if shared is not None else ():
+        for slot in tied[1:]:
+            groups.union(tied[0], slot)
     for i, inputs, outputs in multi_input:
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for p in inputs:
@@ -320,7 +400,47 @@ def make_plan(
         for q in outputs[1:]:
             groups.union(anchor, plan.writes[(i, q)])
     _assign_params(model, subgraph, plan, groups)
+    if keeps_state(model, subgraph_index):
+        recurrent.snap_to_input_grids(model, subgraph, plan, groups.find, groups.pinned)
     return plan
+
+
+def _require(groups: _Groups, slot: Slot, operand) -> None:
+    """A group whose operand needs zero point 0 (NEG's raw negation) is symmetric, within the
+    operand's codes."""
+    if operand.zero_point == 0 and operand.role == "activation":
+        groups.require_symmetric(slot, operand.range[1])
+
+
+def _scale_floors(
+    model: Model,
+    op: Operator,
+    mode: str,
+    plan: Plan,
+    groups: _Groups,
+    i: int,
+    inputs: list[int],
+    outputs: list[int],
+) -> None:
+    """The smallest scales the op's kernel prepares (kernel_contracts): a clamp bound must fit
+    int32 in output codes; SOFTMAX's beta * input scale must reach its floor."""
+    contracts = kernel_contracts(mode)
+    op_type = model.op_type(op)
+    qmin = -32768 if mode == INT16 else -128
+    fused = op.options.get("fused_activation_function") if op.options else None
+    for bound, name, is_fused in contracts.clamp_bounds(
+        op_type, activation_name(fused) if fused else None
+    ):
+        why = f"{op_type}'s fused {name}" if is_fused else name
+        for p in outputs:
+            floor = contracts.min_output_scale(bound, qmin)
+            groups.require_scale(
+                plan.writes[(i, p)], floor, f"{why} bound {max(map(abs, bound)):g}"
+            )
+    if op_type in contracts.softmax_ops and inputs and contracts.softmax_min_beta_scale:
+        beta = float(op.options.get("beta", 1.0) or 1.0)
+        floor = contracts.softmax_min_beta_scale / beta
+        groups.require_scale(plan.reads[(i, inputs[0])], floor, f"{op_type} beta {beta:g}")
 
 
 def _coarse(model: Model, tensor: Tensor, mode: str) -> bool:
@@ -348,12 +468,50 @@ def _assign_params(model: Model, subgraph: Subgraph, plan: Plan, groups: _Groups
             span = _group_range(model, subgraph, slots, plan.ranges)
             if span is None:
                 continue
-            params = activation_params(*span, dtype=np.int16 if dtype == INT16 else np.int8)
+            params = _group_params(span, dtype, groups, root, plan, subgraph)
             for slot in slots:
                 if slot[0] not in plan.ranges and not _constant(model, subgraph, slot[0]):
                     plan.ranges[slot[0]] = span
         for slot in slots:
             plan.params[slot] = params
+
+
+def _group_params(
+    span: tuple[float, float], dtype: str, groups: _Groups, root: Slot, plan: Plan, subgraph
+) -> AffineParams:
+    """A group's parameters from its range: symmetric when a member needs zero point 0, the
+    range widened (and the widening recorded) where a kernel needs a larger scale."""
+    np_dtype = np.int16 if dtype == INT16 else np.int8
+    qmax = groups.symmetric.get(root)
+
+    def params_for(low: float, high: float) -> AffineParams:
+        if qmax is None:
+            return activation_params(low, high, dtype=np_dtype)
+        return symmetric_activation_params(max(-low, high, 0.0), qmax)
+
+    params = params_for(*span)
+    floor, why = groups.floor.get(root, (0.0, ""))
+    scale = float(params.scale[0])
+    if scale < floor:
+        # The range stretched (about 0, as it stands) to a scale just past the floor: float32
+        # rounding must not fall below it.
+        low, high = min(span[0], 0.0), max(span[1], 0.0)
+        codes = (
+            (2 * qmax) if qmax is not None else int(np.iinfo(np_dtype).max - np.iinfo(np_dtype).min)
+        )
+        width = floor * codes * (1 + 2**-16)
+        if high - low <= 0:
+            low, high = 0.0, width
+        else:
+            factor = width / (high - low)
+            low, high = low * factor, high * factor
+        params = params_for(low, high)
+        plan.widened.append(
+            f"subgraph {plan.subgraph_index} tensor {subgraph.tensors[root[0]].name}: range "
+            f"widened from scale {scale:.3g} to {float(params.scale[0]):.3g}, the smallest "
+            f"{why} allows (int32 limits of LiteRT's kernels)"
+        )
+    return params
 
 
 def _constant(model: Model, subgraph: Subgraph, t: int) -> bool:

@@ -33,6 +33,8 @@ from qtool.quantize.plan import (
     decide,
     make_plan,
 )
+from qtool.quantize.recurrent import quantize_lstm
+from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import (
     INT4_MAX,
     Rounder,
@@ -41,6 +43,7 @@ from qtool.quantize.weights import (
     nearest_int4,
     quantize_layer,
 )
+from qtool.spec import integer_lstm
 
 FOR_TARGET = "kept in float to reach the target SQNR"
 MOMENT_CHUNK = 32
@@ -124,6 +127,7 @@ class Planner:
         for i, why in recipe.device_float:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, why)
+        settle(self.model, self.subgraph_index, decisions)
         return decisions
 
     def plan(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
@@ -175,6 +179,7 @@ class Planner:
             self.source_index,
             self.subgraph_index,
             self.decisions(recipe, ranges),
+            lambda planned: variable_slots(self.model, planned).values(),
         )
         quantize_weights(
             self.model,
@@ -250,6 +255,16 @@ def quantize_weights(
         if mode not in QUANTIZED:
             continue
         rule = precision.specs[mode].rule(model.op_type(op))
+        if rule.name in integer_lstm().ops:
+            plan.weights[i] = quantize_lstm(
+                model,
+                subgraph,
+                op,
+                plan.params[plan.reads[(i, 0)]],
+                plan.params[plan.writes[(i, 0)]],
+                plan.ranges,
+            )
+            continue
         weight_rule = rule.weight_rule()
         if weight_rule is None or not isinstance(weight_rule.index, int):
             continue

@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
-from qtool.calibrate import Dataset
+from qtool.arguments import choice, flag, patterns
+from qtool.calibrate import ENGINES, Dataset
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect, from_statistics
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
@@ -45,7 +46,7 @@ from qtool.quantize.weight_plan import FULL, WeightSettings
 from qtool.quantize.weight_quantizer import WeightRun, quantize_weight_mode, weight_options_problem
 from qtool.runtime.litert import litert_available
 from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
-from qtool.targets import load_target
+from qtool.targets import load_target, target_names
 from qtool.weight_spec import default_min_weight_elements
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
@@ -87,18 +88,29 @@ class QuantizeOptions:
     min_weight_elements: int | None = None
 
     def __post_init__(self) -> None:
+        # Python callers can pass anything: every field is checked (lists become tuples).
+        choice("io", self.io, IO_MODES)
+        choice("activations", self.activations, ACTIVATION_TYPES)
+        choice("engine", self.engine, ENGINES)
+        choice("target", self.target, target_names(), optional=True)
+        for name in ("per_tensor_fc", "optimize_rounding", "allow_float"):
+            flag(name, getattr(self, name))
+        if self.bias_correction is not None:
+            flag("bias_correction", self.bias_correction)
+        for name in ("keep_float", "int16"):
+            object.__setattr__(self, name, patterns(name, getattr(self, name)))
+        if not isinstance(self.calibration, str):
+            raise UsageError(f"`calibration` must be a method name, not {self.calibration!r}")
         problem = weight_options_problem(self)
         if problem:
             raise UsageError(problem)
-        if self.io not in IO_MODES:
-            raise UsageError(f"io must be one of {', '.join(IO_MODES)}, not {self.io!r}")
-        if self.activations not in ACTIVATION_TYPES:
-            raise UsageError(
-                f"activations must be one of {', '.join(ACTIVATION_TYPES)}, not {self.activations!r}"
-            )
         if self.calibration != AUTO:
             parse_method(self.calibration)
-        if self.target_sqnr is not None and not math.isfinite(self.target_sqnr):
+        if self.target_sqnr is not None and (
+            isinstance(self.target_sqnr, bool)
+            or not isinstance(self.target_sqnr, int | float)
+            or not math.isfinite(self.target_sqnr)
+        ):
             raise UsageError(f"target_sqnr must be a finite number of dB, not {self.target_sqnr}")
 
     @property
@@ -459,7 +471,8 @@ def _warnings(
 ) -> list[str]:
     warnings = list(notes.warnings)
     for s, subgraph in enumerate(work.subgraphs):
-        if s not in collected:
+        # A subgraph rewritten without data of its own initialises quantized variables.
+        if s not in collected and s not in notes.origins:
             warnings.append(
                 f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
                 "data (not a signature's entry point): kept in float"

@@ -30,6 +30,8 @@ from qtool.numerics import AffineParams, activation_params, pack_int4, qrange, q
 from qtool.op_facts import options_table
 from qtool.prepare.fold import StoredForm
 from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
+from qtool.quantize.recurrent import TENSOR_TYPES, RecurrentOperands
+from qtool.quantize.variables import initialiser_plans
 from qtool.quantize.weight_store import WeightStore
 from qtool.quantize.weights import LayerWeights
 from qtool.spec import Mode, QuantSpec, sparse_int8_consumers
@@ -112,6 +114,7 @@ class _Rewriter(WeightStore):
         self.constant_copies: dict[tuple, int] = {}
         self.restored: dict[int, int] = {}  # folded float constant -> its float32 in stored form
         self.notes = notes
+        self.notes.warnings.extend(plan.widened)
 
     # ------------------------------------------------------------------ versions
 
@@ -314,6 +317,44 @@ class _Rewriter(WeightStore):
             f"_{layer.bias.dtype.name}",
         )
 
+    def _store_recurrent(self, op: Operator, operands: RecurrentOperands) -> None:
+        """An integer LSTM's own operands: its constants, its state tensors made integer
+        variable tensors in place, its intermediates."""
+        for position, constant in operands.constants.items():
+            t = op.inputs[position]
+            scale = np.array([constant.scale], np.float32)
+            op.inputs[position] = self._constant_copy(
+                t,
+                ("recurrent", _digest(constant.values), scale.tobytes()),
+                constant.values,
+                TENSOR_TYPES[constant.dtype],
+                QuantParams.of(scale, 0),
+                f"_{constant.dtype}",
+            )
+        for position, (dtype, params) in operands.states.items():
+            op.inputs[position] = self._integer_copy(op.inputs[position], dtype, params, True)
+        op.intermediates = [
+            self._integer_copy(t, dtype, params, False)
+            for t, (dtype, params) in zip(op.intermediates, operands.intermediates, strict=True)
+        ]
+
+    def _integer_copy(self, t: int, dtype: str, params: AffineParams, variable: bool) -> int:
+        """An integer tensor in place of float tensor `t` (no data: a state or an intermediate),
+        named like it once it is gone."""
+        original = self.subgraph.tensors[t]
+        copy_index = self.subgraph.add_tensor(
+            Tensor(
+                name=self.names(f"{original.name}_{dtype}"),
+                shape=list(original.shape),
+                dtype=TENSOR_TYPES[dtype],
+                quantization=QuantParams.of(params.scale, params.zero_point),
+                is_variable=variable,
+                shape_signature=original.shape_signature,
+            )
+        )
+        self._renamable(copy_index, original.name)
+        return copy_index
+
     def _sparse_weights(
         self, t: int, key: tuple, values: np.ndarray, params: QuantParams, sparsity: dict | None
     ) -> int | None:
@@ -423,7 +464,9 @@ class _Rewriter(WeightStore):
         for name, value in required.items():
             op.set_option(name, value)
         layer = self.plan.weights.get(i)
-        if layer is not None:
+        if isinstance(layer, RecurrentOperands):
+            self._store_recurrent(op, layer)
+        elif layer is not None:
             self._store_weights(i, op, layer)
         tensors = self.subgraph.tensors
         for (op_index, position), slot in self.plan.reads.items():
@@ -520,7 +563,8 @@ def rewrite_plans(
     (operators stay: `RewriteNotes.origins` maps the result's operators to the plans')."""
     notes = RewriteNotes()
     forms = stored_forms or {}
-    for s, plan in plans.items():
+    # The subgraphs that initialise quantized variables store their initial values quantized.
+    for s, plan in {**plans, **initialiser_plans(work, plans)}.items():
         rewrite(work, plan, specs, io, notes, forms.get(s), sparsify)
     remove_unused(work)
     _restore_names(work, notes.copies)

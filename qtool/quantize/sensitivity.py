@@ -24,6 +24,8 @@ from qtool.numerics import SqnrAccumulator
 from qtool.quantize.plan import Plan, Slot
 from qtool.quantize.simulate import Parts, Simulator, simulation_model
 from qtool.runtime import Engine
+from qtool.runtime.engine import OPAQUE_TYPES
+from qtool.runtime.state import keeps_state
 
 MAX_SAMPLES = 16  # a ranking of places needs a few samples, not the whole fold
 
@@ -100,7 +102,9 @@ def _suffix_model(model: Model, subgraph_index: int, keep: set[int]) -> Model:
     frontier = []
     for op in ops:
         for t in op.inputs:
-            if t >= 0 and t not in produced and not sub.is_constant(subgraph.tensors[t]):
+            tensor = subgraph.tensors[t] if t >= 0 else None
+            # A variable tensor is the operator's state, which the suffix keeps itself.
+            if tensor and t not in produced and not (sub.is_constant(tensor) or tensor.is_variable):
                 frontier.append(t)
     subgraph.operators = ops
     subgraph.inputs = list(dict.fromkeys(frontier))
@@ -116,10 +120,12 @@ class FloatTensors:
         self.samples = int(inputs[0].shape[0])
         chunks: dict[int, list[np.ndarray]] = {}
 
-        def keep(t: int, value: np.ndarray) -> None:
-            chunks.setdefault(t, []).append(np.array(value))
-
         subgraph = model.subgraphs[subgraph_index]
+
+        def keep(t: int, value: np.ndarray) -> None:
+            if subgraph.tensors[t].dtype not in OPAQUE_TYPES:  # a resource handle: no data
+                chunks.setdefault(t, []).append(np.array(value))
+
         engine = Engine(model, subgraph_index)
         self.outputs = engine.run(inputs, observers=[keep])
         self.values = {t: np.concatenate(parts) for t, parts in chunks.items()}
@@ -151,6 +157,9 @@ class Analyzer:
         self.inputs = inputs
         self.float = FloatTensors(model, plan.subgraph_index, inputs)
         self.subgraph = model.subgraphs[plan.subgraph_index]
+        # A model that keeps state computes each step from the state the earlier steps left:
+        # no suffix of its graph runs apart from the rest, so every place runs it whole.
+        self.whole = keeps_state(model, plan.subgraph_index)
 
     def output_sqnr(self, outputs: Sequence[np.ndarray]) -> list[float]:
         """Each output's SQNR (dB) against the float model's outputs on the same samples."""
@@ -174,7 +183,9 @@ class Analyzer:
                 for i, op in enumerate(sim_graph.operators)
                 if simulated.op_type(op) == "QtoolFakeQuant"
             ]
-        keep = _descendants(sim_graph, start)
+        keep = (
+            set(range(len(sim_graph.operators))) if self.whole else _descendants(sim_graph, start)
+        )
         sub = _suffix_model(simulated, self.plan.subgraph_index, keep)
         sub_graph = sub.subgraphs[self.plan.subgraph_index]
         batched = sub_graph.inputs_lead_with_one()

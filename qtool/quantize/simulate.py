@@ -27,6 +27,7 @@ from qtool.model import Model, Operator, QuantParams, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model
 from qtool.numerics import fake_quantize, qrange
 from qtool.quantize.plan import INT8, INT16, Plan, Slot
+from qtool.quantize.recurrent import RecurrentOperands
 from qtool.runtime import Engine, OpContext, register_custom_op
 from qtool.runtime.registry import always
 
@@ -101,6 +102,10 @@ class _Builder:
     def _set_weights(self, op_index: int, op: Operator) -> None:
         layer = self.plan.weights.get(op_index)
         if layer is None or not (self.parts.weights is None or op_index in self.parts.weights):
+            return
+        if isinstance(layer, RecurrentOperands):  # an LSTM: every constant operand
+            for position, values in layer.real_constants().items():
+                self.model.set_tensor_data(self.subgraph, op.inputs[position], values)
             return
         self.model.set_tensor_data(
             self.subgraph, op.inputs[layer.weight_position], layer.real_weights()
@@ -192,6 +197,8 @@ class Simulator:
         self.engine = Engine(self.model, plan.subgraph_index)
 
     def run(self, feeds: Sequence[np.ndarray], observers=()) -> list[np.ndarray]:
-        """The simulated outputs for a batch of inputs (samples along axis 0); observers see
-        every tensor as the engine computes it."""
+        """The simulated outputs for a batch of inputs (samples along axis 0; a sequence from
+        the initial state, for a model that keeps state); observers see every tensor as the
+        engine computes it."""
+        self.engine.reset()
         return self.engine.run(feeds, observers=observers)

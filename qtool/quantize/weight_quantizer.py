@@ -143,11 +143,13 @@ def weight_options_problem(options) -> str | None:
     mode, bits, block = options.mode, options.weight_bits, options.block_size
     if mode not in MODES:
         return f"mode must be one of {', '.join(MODES)}, not {mode!r}"
-    if bits not in WEIGHT_BITS:
+    if isinstance(bits, bool) or not isinstance(bits, int) or bits not in WEIGHT_BITS:
         return f"weight_bits must be 8 or 4, not {bits!r}"
     if mode == FLOAT16 and bits != 8:
         return "the float16 mode stores float16 weights: weight_bits does not apply"
     if block is not None:
+        if isinstance(block, bool) or not isinstance(block, int):
+            return f"block_size must be a whole number, not {block!r}"
         if bits != 4 or mode != DYNAMIC:
             return (
                 "block_size asks for blockwise int4 weights, which only hybrid kernels read: "
@@ -157,7 +159,9 @@ def weight_options_problem(options) -> str | None:
         if problem:
             return problem
     minimum = options.min_weight_elements
-    if minimum is not None and (not isinstance(minimum, int) or minimum < 0):
+    if minimum is not None and (
+        isinstance(minimum, bool) or not isinstance(minimum, int) or minimum < 0
+    ):
         return f"min_weight_elements must be a whole number >= 0, not {minimum!r}"
     if minimum is not None and mode not in (DYNAMIC, WEIGHTS):
         return "min_weight_elements applies to the dynamic and weights modes"

@@ -22,11 +22,12 @@ from qtool.numerics import (
     bias_overflow,
     bias_scale,
     dequantize,
+    largest_products,
     quantize,
     quantize_bias,
     symmetric_params,
 )
-from qtool.spec import OpRule
+from qtool.spec import OpRule, kernel_contracts
 
 # Integer weights for given real weights and per-channel scales: round to nearest by default.
 Rounder = Callable[[np.ndarray, np.ndarray, int | None], np.ndarray]
@@ -118,6 +119,16 @@ def _bias_limit_dtype(bias_rule) -> type:
     return np.int64 if bias_rule is not None and bias_rule.dtype == "int64" else np.int32
 
 
+def _accumulator_reserve(
+    op_type: str, values: np.ndarray, axis: int | None, input_params: AffineParams
+) -> np.ndarray | int:
+    """Per output channel, the largest |sum of products| the kernel's int32 accumulator adds to
+    the bias (kernel_contracts.accumulator): max|input - zero point| * sum|weight codes|."""
+    if op_type not in kernel_contracts().accumulator_ops:
+        return 0
+    return largest_products(values, axis, int(input_params.zero_point[0]))
+
+
 def quantize_layer(
     model: Model,
     subgraph: Subgraph,
@@ -157,14 +168,17 @@ def quantize_layer(
     wide_bias = _bias_limit_dtype(bias_rule) is np.int64
     enlarged: list[int] = []
     shift = None
-    for _ in range(2):  # a corrected bias may overflow where the original did not: once more
+    # A corrected bias may overflow where the original did not, and enlarged scales change the
+    # products the accumulator must hold: a few rounds.
+    for _ in range(4):
         values, real = cache.rounded(identity, scale, lambda s: rounder(weights, s, axis))
         layer = LayerWeights(position, values, scale, axis, bias_position)
         shift = corrector(weights, real) if corrector is not None else None
         total = bias if shift is None else (0 if bias is None else bias) + shift
         if total is None or wide_bias:
             break
-        overflow, fitted = bias_overflow(total, input_params.scale, scale)
+        reserved = _accumulator_reserve(model.op_type(op), values, weight_rule.axis, input_params)
+        overflow, fitted = bias_overflow(total, input_params.scale, scale, reserved=reserved)
         if not overflow.any():
             break
         enlarged = sorted(set(enlarged) | set(np.flatnonzero(overflow).tolist()))

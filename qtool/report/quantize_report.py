@@ -19,7 +19,7 @@ from qtool.report.size_report import size_section, size_warning
 from qtool.spec import Mode
 from qtool.version import __version__
 
-REPORT_VERSION = 3
+REPORT_VERSION = 4  # 4: "target" became "sqnr_target"; "device" records --target
 FOLDED = "folded"  # an op of the float model computed at build time: no operator remains
 INSERTED = "inserted"  # a QUANTIZE qtool added between differently quantized tensors
 # How an op of a weight mode reads its weights (`qtool.quantize.weight_store`).
@@ -206,6 +206,7 @@ def build_report(
             "int16": list(options.int16),
             "optimize_rounding": options.optimize_rounding,
             "target_sqnr": options.target_sqnr,
+            "device": options.target,
             "allow_float": options.allow_float,
             "mode": options.mode,
             "weight_bits": options.weight_bits,
@@ -235,7 +236,8 @@ def build_report(
         "warnings": warnings,
         "accuracy": accuracy_section(result),
         "recipe": recipe_section(result),
-        "target": target_section(result, options),
+        "sqnr_target": target_section(result, options),
+        "device": device_section(options),
         "analysis": None if result.diagnosis is None else analysis_section(result.diagnosis),
         "audit": audit,
         "layer_errors": [
@@ -277,6 +279,20 @@ def recipe_section(result: QuantizeResult) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def device_section(options: QuantizeOptions) -> dict[str, Any] | None:
+    """The device profile a --target run planned for (schemas/targets/), or None."""
+    if options.target is None:
+        return None
+    from qtool.targets import load_target
+
+    profile = load_target(options.target)
+    return {
+        "name": profile.name,
+        "title": profile.title,
+        "spec_profiles": list(profile.spec_profiles),
+    }
 
 
 def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:

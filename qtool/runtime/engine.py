@@ -12,6 +12,10 @@ Constants. Operators whose inputs are all constant (DEQUANTIZE of float16 weight
 sparse weights, shape arithmetic) are evaluated once when the engine is built.
 
 Memory. A tensor is dropped after its last consumer, so a pass holds only live activations.
+
+State. A model that keeps state between invocations (LSTM state tensors, resource variables:
+`qtool.runtime.state`) runs its samples as one sequence: one at a time, in order, on one thread,
+each continuing from the state the previous one left, across `run` calls until `reset`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 from qtool.errors import DataError, UnsupportedOpError
 from qtool.heap import retained_heap
 from qtool.model.graph import Model, Operator, Subgraph
-from qtool.model.types import BuiltinOperator, dtype_name, numpy_dtype
+from qtool.model.types import BuiltinOperator, TensorType, dtype_name, numpy_dtype
 from qtool.runtime.parallel import (
     Observer,
     OrderedObservation,
@@ -35,8 +39,10 @@ from qtool.runtime.parallel import (
     single_threaded_blas,
 )
 from qtool.runtime.registry import KernelEntry, OpContext, lookup
+from qtool.runtime.state import ModelState, keeps_state
 
 Replacer = Callable[[int, np.ndarray], np.ndarray]
+OPAQUE_TYPES = (TensorType.RESOURCE, TensorType.VARIANT, TensorType.STRING)
 
 # Samples per pass (measured on the real models of bench/speed.py): small feature maps want
 # many samples per pass to spread the fixed Python cost of each operator call, large ones few,
@@ -59,27 +65,54 @@ class _Step:
 class Engine:
     """Executes one subgraph of a float model with numpy."""
 
-    def __init__(self, model: Model, subgraph_index: int = 0, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model: Model,
+        subgraph_index: int = 0,
+        threads: int | None = None,
+        state: ModelState | None = None,
+    ) -> None:
         self.model = model
         self.threads = max(1, threads or engine_threads())
         self.subgraph_index = subgraph_index
         self.subgraph = model.subgraphs[subgraph_index]
+        # The state of a sequence, shared with the engines of the subgraphs CALL_ONCE runs.
+        self.stateful = state is not None or keeps_state(model, subgraph_index)
+        self.state = state if state is not None else ModelState(model, self._initialiser)
+        self.variables = {t for t, tensor in enumerate(self.subgraph.tensors) if tensor.is_variable}
         self.constants: dict[int, np.ndarray] = {}
         for index, tensor in enumerate(self.subgraph.tensors):
             value = model.tensor_data(tensor)
-            if value is not None:  # sparse tensors hold their stored values; DENSIFY expands them
+            # Sparse tensors hold their stored values (DENSIFY expands them); a variable tensor
+            # starts from zeros whatever its buffer holds (LiteRT's ResetVariableTensor).
+            if value is not None and index not in self.variables:
                 self.constants[index] = value
         produced = set(self.subgraph.inputs) | {
             t for op in self.subgraph.operators for t in op.outputs
         }
         for index, tensor in enumerate(self.subgraph.tensors):
             # An empty constant (e.g. an empty axis list) has no bytes, hence no buffer data.
-            if index not in produced and index not in self.constants and 0 in tensor.shape:
+            if (
+                index not in produced
+                and index not in self.constants
+                and index not in self.variables
+                and 0 in tensor.shape
+            ):
                 self.constants[index] = np.zeros(tensor.shape, numpy_dtype(tensor.dtype))
         self.steps: list[_Step] = []
         self.batched_inputs = self.subgraph.inputs_lead_with_one()
-        self.serial = not self.batched_inputs
+        self.serial = not self.batched_inputs or self.stateful
+        if self.stateful:
+            self.threads = 1  # a sequence runs in order
         self._plan()
+
+    def _initialiser(self, subgraph_index: int) -> Engine:
+        """An engine for a subgraph CALL_ONCE runs, sharing this engine's state."""
+        return Engine(self.model, subgraph_index, 1, self.state)
+
+    def reset(self) -> None:
+        """Start a new sequence: the model's state back to its initial value."""
+        self.state.reset()
 
     # ------------------------------------------------------------------ planning
 
@@ -292,22 +325,31 @@ class Engine:
 
         for t, feed in zip(self.subgraph.inputs, feeds, strict=True):
             values[t] = emit(t, feed)
-        constants = self.constants
+        constants, state = self.constants, self.state
         for step in self.steps:
             op = self.subgraph.operators[step.index]
             inputs = [
-                None if t < 0 else (values[t] if t in values else constants[t]) for t in op.inputs
+                None
+                if t < 0
+                else values[t]
+                if t in values
+                else state.variable(self.subgraph, t)
+                if t in self.variables
+                else constants[t]
+                for t in op.inputs
             ]
             started = time.perf_counter()
             if step.mode == "loop" and batch > 1:
                 outputs = self._run_looped(step, op, inputs, batch)
             else:
-                ctx = OpContext(self.model, self.subgraph, step.index, op, inputs, batch)
+                ctx = OpContext(self.model, self.subgraph, step.index, op, inputs, batch, state)
                 outputs = step.entry.outputs(ctx)
             if timing is not None:
                 timing[step.op_type] += time.perf_counter() - started
             for t, value in zip(op.outputs, outputs, strict=True):
                 values[t] = emit(t, value)
+            for t, value in state.take_observed():
+                emit(t, value)
             for t in step.frees:
                 values.pop(t, None)
         return [values[t] if t in values else constants[t] for t in self.subgraph.outputs]
@@ -321,7 +363,7 @@ class Engine:
             sliced = [
                 x[s * rows[i] : (s + 1) * rows[i]] if i in rows else x for i, x in enumerate(inputs)
             ]
-            ctx = OpContext(self.model, self.subgraph, step.index, op, sliced, 1)
+            ctx = OpContext(self.model, self.subgraph, step.index, op, sliced, 1, self.state)
             per_sample.append(step.entry.outputs(ctx))
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
 
@@ -333,6 +375,7 @@ def samples_per_pass(subgraph: Subgraph, operators: Sequence[Operator] | None = 
         int(np.prod(tensor.shape)) * np.dtype(numpy_dtype(tensor.dtype)).itemsize
         for op in (subgraph.operators if operators is None else operators)
         for tensor in (subgraph.tensors[t] for t in op.outputs)
+        if tensor.dtype not in OPAQUE_TYPES  # a resource handle is a small id
     ]
     if not sizes:
         return _MAX_CHUNK

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from qtool.errors import UsageError
+from qtool.files import note_input
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.types import ActivationFunctionType, numpy_dtype
 from qtool.op_facts import options_table
@@ -34,6 +35,8 @@ KERNEL_MODULES = (
     "qtool.runtime.kernels.generators",
     "qtool.runtime.kernels.quant",
     "qtool.runtime.kernels.mediapipe",
+    "qtool.runtime.kernels.variables",
+    "qtool.runtime.kernels.recurrent",
 )
 
 
@@ -42,10 +45,11 @@ class OpContext:
 
     At plan time `inputs` holds only constant values (activations are None) and `batch` is 1;
     batch predicates use it to decide on static grounds. At run time every input is present and
-    activations carry `batch` samples along their leading axis.
+    activations carry `batch` samples along their leading axis, and `state` is the run's
+    `ModelState` (variable tensors, resource variables: qtool.runtime.state).
     """
 
-    __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "subgraph")
+    __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "state", "subgraph")
 
     def __init__(
         self,
@@ -55,6 +59,7 @@ class OpContext:
         op: Operator,
         inputs: list[np.ndarray | None],
         batch: int = 1,
+        state: Any = None,
     ) -> None:
         self.model = model
         self.subgraph = subgraph
@@ -63,6 +68,7 @@ class OpContext:
         self.op_type = model.op_type(op)
         self.inputs = inputs
         self.batch = batch
+        self.state = state  # None at plan time and when folding constants
 
     def option(self, name: str) -> Any:
         """An option of the operator by snake_case name; an operator written without its options
@@ -180,9 +186,11 @@ def custom_op(name: str, batch: BatchRule = never) -> Callable[[Kernel], Kernel]
 def load_custom_ops(module: str) -> None:
     """Import a user module that registers custom-op kernels (the `--custom-ops` option)."""
     try:
-        importlib.import_module(module)
+        imported = importlib.import_module(module)
     except ImportError as exc:
         raise UsageError(f"`custom_ops={module!r}`: cannot import ({exc})") from None
+    if getattr(imported, "__file__", None):
+        note_input(imported.__file__)  # the user's code is an input: no output may replace it
 
 
 def lookup(op_type: str, is_custom: bool) -> KernelEntry | None:

@@ -37,6 +37,18 @@ class ConstraintUse:
 
 
 @dataclass(frozen=True)
+class CompileTime:
+    """Shape computations a device's compiler resolves from static shapes and removes: ops
+    computed from shapes alone (`shape_ops` on static shapes, and ops of their results and
+    constants) that feed only `shape_inputs` (op type -> input positions)."""
+
+    shape_inputs: dict[str, frozenset[int]]
+    shape_ops: frozenset[str]
+    source: str  # key into Target.sources
+    declared_batch: bool = False  # a dynamic first dimension is compiled at its declared size
+
+
+@dataclass(frozen=True)
 class Target:
     """A device profile as loaded from `schemas/targets/NAME.json`.
 
@@ -61,6 +73,7 @@ class Target:
     op_source: str  # source of the op list
     spec_profiles: tuple[str, ...] = ()  # int8 spec profiles `qtool quantize --target` plans with
     notes: tuple[dict[str, str], ...] = field(default_factory=tuple)
+    compile_time: CompileTime | None = None  # what the compiler folds away (Vela: shape chains)
 
     def source_label(self, key: str) -> str:
         """A source as users read it: its document, with the version in parentheses when known."""
@@ -99,6 +112,18 @@ def _parse(raw: dict[str, Any]) -> Target:
         op_source=op_source,
         spec_profiles=tuple(raw.get("quantize", {}).get("spec_profiles", ())),
         notes=tuple(raw.get("notes", ())),
+        compile_time=_compile_time(raw.get("compile_time")),
+    )
+
+
+def _compile_time(raw: dict[str, Any] | None) -> CompileTime | None:
+    if raw is None:
+        return None
+    return CompileTime(
+        shape_inputs={op: frozenset(positions) for op, positions in raw["shape_inputs"].items()},
+        shape_ops=frozenset(raw["shape_ops"]),
+        source=raw["source"],
+        declared_batch=raw.get("declared_batch", False),
     )
 
 
@@ -135,6 +160,8 @@ def load_target(name: str) -> Target:
     for use in constraint_uses(target):
         if use.source not in target.sources:
             raise ValueError(f"target {name!r}: constraint {use.check!r} cites no known source")
+    if target.compile_time is not None and target.compile_time.source not in target.sources:
+        raise ValueError(f"target {name!r}: compile_time cites no known source")
     if target.fallback not in (None, TFLITE_CPU, *target_names()):
         raise ValueError(f"target {name!r} falls back to unknown target {target.fallback!r}")
     return target

@@ -8,6 +8,7 @@ from typing import Any
 from qtool.model import Model
 from qtool.spec import boundary_ops
 from qtool.targets import TFLITE_CPU, ConstraintUse, Target, constraint_uses, load_target
+from qtool.targets.compiled import compiled_for, folded_ops
 from qtool.targets.constraints import CONSTRAINTS
 from qtool.targets.opview import TargetOp, target_ops
 
@@ -69,6 +70,7 @@ class TargetReport:
 
     target: Target
     ops: list[OpPlacement] = field(default_factory=list)
+    compiled: int = 0  # ops a device's compiler already compiled (their MACs are unknown)
 
     def count(self, status: str) -> int:
         """The number of ops with placement `status` (ON_TARGET, FALLBACK or CANNOT_RUN)."""
@@ -86,8 +88,13 @@ class TargetReport:
 
     @property
     def mac_share(self) -> float | None:
-        """Fraction of the MACs the accelerator computes; None when the model has none."""
-        return self.target_macs / self.macs if self.macs else None
+        """Fraction of the MACs the accelerator computes; None when the model has none, or
+        holds compiled ops (whose MACs are unknown)."""
+        return self.target_macs / self.macs if self.macs and not self.compiled else None
+
+    def macs_text(self) -> str:
+        """The MAC share as users read it."""
+        return macs_text(self.mac_share, self.macs, self.compiled)
 
     def summary(self) -> dict[str, Any]:
         """The counts per placement and the MAC totals, JSON-ready."""
@@ -101,16 +108,16 @@ class TargetReport:
             "macs": self.macs,
             "target_macs": self.target_macs,
             "mac_share": self.mac_share,
+            "compiled": self.compiled,
         }
 
     def summary_line(self) -> str:
         """The placement in one line: ops and MAC share on the accelerator, fallbacks, ops that
         cannot run."""
-        share = self.mac_share
-        macs = "no MACs" if share is None else f"{share:.1%} of {self.macs:,} MACs"
         where = fallback_name(self.target)
         return (
-            f"{self.target.name}: {self.count(ON_TARGET)} of {len(self.ops)} ops ({macs}) run on "
+            f"{self.target.name}: {self.count(ON_TARGET)} of {len(self.ops)} ops "
+            f"({self.macs_text()}) run on "
             f"the {self.target.accelerator}; {self.count(FALLBACK)} fall back to {where}; "
             f"{self.count(CANNOT_RUN)} cannot run"
         )
@@ -118,6 +125,14 @@ class TargetReport:
     def to_dict(self) -> dict[str, Any]:
         """The summary with every op's placement, JSON-ready."""
         return {**self.summary(), "placement": [p.to_dict() for p in self.ops]}
+
+
+def macs_text(share: float | None, macs: int, compiled: int) -> str:
+    """The accelerator's share of the MACs as text ("87.5% of 1,024 MACs", "no MACs", or
+    unknown when the model holds ops already compiled for the device)."""
+    if compiled:
+        return f"MACs unknown: {compiled} op{'s' * (compiled != 1)} already compiled"
+    return "no MACs" if share is None else f"{share:.1%} of {macs:,} MACs"
 
 
 def fallback_name(target: Target) -> str:
@@ -159,15 +174,17 @@ def _partition_reason(target: Target, first: TargetOp) -> Reason:
     return Reason(AFTER_PARTITION, text, f"after op {first.index} {first.type}", "partition")
 
 
-def _model_boundary(model: Model, op: TargetOp, conversions: frozenset[str]) -> bool:
+def _model_boundary(
+    op: TargetOp, conversions: frozenset[str], io: tuple[set[int], set[int]]
+) -> bool:
     """A boundary conversion of the spec (`conversions`: QUANTIZE, DEQUANTIZE) reading model
-    inputs or writing model outputs: the float (or uint8) I/O conversion, not a cut in the
-    integer graph."""
+    inputs or writing model outputs (`io`: its subgraph's, as sets) : the float (or uint8) I/O
+    conversion, not a cut in the integer graph."""
     if op.type not in conversions:
         return False
-    subgraph = model.subgraphs[op.subgraph]
-    return all(t in subgraph.inputs for t in op.operator.inputs) or all(
-        t in subgraph.outputs for t in op.operator.outputs
+    inputs, outputs = io
+    return all(t in inputs for t in op.operator.inputs) or all(
+        t in outputs for t in op.operator.outputs
     )
 
 
@@ -178,8 +195,18 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
     fallback = load_target(target.fallback) if target.fallback not in (None, TFLITE_CPU) else None
     report = TargetReport(target)
     conversions = boundary_ops()
+    io = [(set(s.inputs), set(s.outputs)) for s in model.subgraphs]
     first_unsupported: dict[int, TargetOp] = {}
+    folded = folded_ops(model, target)
     for op in target_ops(model):
+        if (op.subgraph, op.index) in folded:  # the compiler resolves it: no work anywhere
+            report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, 0))
+            continue
+        device = compiled_for(op.type)
+        report.compiled += device is not None  # a device's program: its MACs are unknown
+        if device == target.name:  # its own compiler's program: the accelerator's part
+            report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, 0))
+            continue
         reasons = violations(target, op)
         if (
             not reasons
@@ -190,7 +217,7 @@ def place_model(model: Model, target: Target | str) -> TargetReport:
         if not reasons:
             report.ops.append(OpPlacement(op.subgraph, op.index, op.type, ON_TARGET, op.macs))
             continue
-        if not _model_boundary(model, op, conversions):
+        if not _model_boundary(op, conversions, io[op.subgraph]):
             first_unsupported.setdefault(op.subgraph, op)
         if target.fallback is None:
             status, fallback_reasons = CANNOT_RUN, ()

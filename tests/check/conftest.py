@@ -10,14 +10,12 @@ from tests.check.helpers import TF_INT8, mutate, op_index, op_tensor, tf_model
 from tests.conftest import MODELS
 
 
-@pytest.fixture(scope="session")
-def model_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def write_model_files(folder: Path) -> dict[str, Path]:
     """Model files for report and CLI tests, by what an audit finds in them.
 
     clean: none; errors: an error and a warning; warnings: one warning; float: not quantized;
     unreadable: not a TFLite file.
     """
-    folder = tmp_path_factory.mktemp("models")
     cnn = tf_model("cnn_int8")
     conv = op_index(cnn, "CONV_2D")
     x, w, bias = (op_tensor(cnn, conv, "input", p) for p in range(3))
@@ -46,3 +44,9 @@ def model_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     files["unreadable"] = folder / "unreadable.tflite"
     files["unreadable"].write_bytes(b"this is not a flatbuffer")
     return files
+
+
+@pytest.fixture(scope="session")
+def model_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The models of `write_model_files`, written once per session."""
+    return write_model_files(tmp_path_factory.mktemp("models"))

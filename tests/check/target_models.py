@@ -196,6 +196,56 @@ def negate_after_conv() -> Model:
     return b.finish([b.op("ADD", [y, x], output_shape=[1, 6, 6, 4], options_type="AddOptions")])
 
 
+def flatten_by_shape(shape_is_output: bool = False) -> Model:
+    """A convolution flattened the way Keras exports `Flatten` with a dynamic batch: RESHAPE to
+    [SHAPE(x)[0], -1] (SHAPE -> STRIDED_SLICE -> PACK computing the RESHAPE's shape input),
+    then a FULLY_CONNECTED layer; with `shape_is_output` the computed shape is also a model
+    output (work the compiler cannot drop)."""
+    rng = np.random.default_rng(RNG_SEED)
+    b = GraphBuilder()
+    x = b.input("x", [1, 6, 6, 3])
+    features = _conv(b, x, [1, 6, 6, 3], (3, 3), 1, padding=0)
+    shape = b.op(
+        "SHAPE",
+        [features],
+        output_shape=[4],
+        output_dtype=np.int32,
+        options_type="ShapeOptions",
+        options={"out_type": 2},  # INT32
+    )
+    ends = [b.constant(name, np.array([v], np.int32)) for name, v in (("b", 0), ("e", 1), ("s", 1))]
+    batch = b.op(
+        "STRIDED_SLICE",
+        [shape, *ends],
+        output_shape=[],
+        output_dtype=np.int32,
+        options_type="StridedSliceOptions",
+        options={"shrink_axis_mask": 1},
+    )
+    rest = b.constant("rest", np.array(-1, np.int32))
+    new_shape = b.op(
+        "PACK",
+        [batch, rest],
+        output_shape=[2],
+        output_dtype=np.int32,
+        options_type="PackOptions",
+        options={"values_count": 2, "axis": 0},
+    )
+    flat = b.op("RESHAPE", [features, new_shape], output_shape=[1, 144])
+    weights = b.constant("fc_w", rng.normal(0, 0.1, (10, 144)).astype(np.float32))
+    y = b.op(
+        "FULLY_CONNECTED",
+        [flat, weights, -1],
+        output_shape=[1, 10],
+        options_type="FullyConnectedOptions",
+    )
+    return b.finish([y, new_shape] if shape_is_output else [y])
+
+
+def flatten_shape_as_output() -> Model:
+    return flatten_by_shape(shape_is_output=True)
+
+
 BUILDERS: dict[str, Callable[[], Model]] = {
     f.__name__: f
     for f in (
@@ -214,6 +264,8 @@ BUILDERS: dict[str, Callable[[], Model]] = {
         softmax_large,
         select_op,
         negate_after_conv,
+        flatten_by_shape,
+        flatten_shape_as_output,
     )
 }
 

@@ -46,10 +46,15 @@ def test_ignore_a_rule_everywhere_or_by_glob(model_files) -> None:
     assert "1 finding(s) left out by --ignore" in everywhere.stderr
 
     tensor = json.loads(run(errors, "--json").stdout)["models"][0]["findings"][0]["tensor"]
-    by_tensor = run(errors, "--ignore", f"QT-WEIGHT-*:{tensor}", "--json")
+    by_tensor = run(errors, "--ignore", f"QT-WEIGHT-*:tensor:{tensor}", "--json")
     assert by_tensor.exit_code == 0
+    # A tensor name is the model author's choice: the short form never matches it.
+    assert run(errors, "--ignore", f"QT-WEIGHT-*:{tensor}").exit_code == 1
     assert run(errors, "--ignore", f"QT-WEIGHT-RANGE:{errors.parent}/*").exit_code == 0
+    assert run(errors, "--ignore", f"QT-WEIGHT-RANGE:path:{errors.parent}/*").exit_code == 0
     assert run(errors, "--ignore", "QT-WEIGHT-RANGE:CONV_2D").exit_code == 0
+    assert run(errors, "--ignore", "QT-WEIGHT-RANGE:op:CONV_2D").exit_code == 0
+    assert run(errors, "--ignore", "QT-WEIGHT-RANGE:path:CONV_2D").exit_code == 1
     assert run(errors, "--ignore", "QT-WEIGHT-RANGE:other/*").exit_code == 1
     unknown = run(errors, "--ignore", "QT-NO-SUCH-RULE")
     assert unknown.exit_code == 2 and "no rule matches" in unknown.output
@@ -70,6 +75,7 @@ def test_baseline_reports_only_new_findings(model_files, tmp_path) -> None:
         "errors": 0,
         "warnings": 0,
         "infos": 0,
+        "suppressed": 2,
     }
     assert "2 finding(s) already in the baseline" in again.stderr
 

@@ -54,6 +54,7 @@ def test_json_matches_schema(results) -> None:
         "errors": 2,
         "warnings": 2,
         "infos": 0,
+        "suppressed": 0,
     }
     finding = report["models"][1]["findings"][0]
     assert {

@@ -14,9 +14,11 @@ from qtool.check import RULES
 from qtool.check.gates import accuracy_findings, target_findings
 from qtool.model import Model, QuantParams, TensorType
 from qtool.model.build import GraphBuilder
-from tests.check import (
-    risk_cases,  # noqa: F401  (registers the numerical-risk cases)
-    weight_cases,  # noqa: F401  (registers the weight modes' cases)
+from tests.check import (  # noqa: F401  (register their cases)
+    contract_cases,
+    risk_cases,
+    state_cases,
+    weight_cases,
 )
 from tests.check.cases import CASES, Case, case, cnn, conv_operands, logits, params, set_values
 from tests.check.helpers import (

@@ -78,12 +78,16 @@ def test_pre_commit_hook(tmp_path) -> None:
     assert files.search("models/net_int8.tflite") and not files.search("net.tflite.json")
     clean, broken = TF_INT8 / "cnn_int8.tflite", MODELS / "mlp.tflite"
     assert set(hook["types"]) <= identify.tags_from_path(str(clean))
-    # What pre-commit runs: the entry, the hook's args, then the staged file names.
-    command = [*shlex.split(hook["entry"]), *hook["args"]]
-    assert command[0] == "qtool"
-    assert qtool_cli(*command[1:], str(clean)).returncode == 0
-    failing = qtool_cli(*command[1:], str(clean), str(broken))
-    assert failing.returncode == 1 and f"{broken}: 1 error" in failing.stdout
+    # What pre-commit runs: the entry, the hook's args, then the staged file names; the
+    # README's configuration gives its own args, which replace the hook's.
+    readme_args = _readme_yaml(".pre-commit-config.yaml")["repos"][0]["hooks"][0]["args"]
+    for args in (hook["args"], readme_args):
+        assert args[-1] == "--", args  # file names are never read as options
+        command = [*shlex.split(hook["entry"]), *args]
+        assert command[0] == "qtool"
+        assert qtool_cli(*command[1:], str(clean)).returncode == 0
+        failing = qtool_cli(*command[1:], str(clean), str(broken))
+        assert failing.returncode == 1 and f"{broken}: 1 error" in failing.stdout
 
 
 def test_shell_completion() -> None:
@@ -114,6 +118,8 @@ def _readme_yaml(marker: str) -> dict:
 def _qtool_args(command: str) -> list[str]:
     args = shlex.split(command)
     assert args[:2] == ["qtool", "check"]
+    # `--` before the models: a file named like an option stays a file name.
+    assert args[-2] == "--", command
     # The options parse as qtool's own (a glob stands for the models).
     main.get_command(click.Context(main), "check").make_context("check", args[2:])
     return args[2:]

@@ -62,9 +62,18 @@ def test_the_docs_are_read() -> None:
     assert len(USES) > 200
 
 
+# The options every command takes from the group (qtool.cli.config.add_run_options): documented
+# once, under `qtool`'s global options.
+RUN_OPTIONS = frozenset({"--isolated", "--debug"})
+
+
 @pytest.mark.parametrize("path", sorted(TREE), ids=shown)
 def test_every_option_is_documented(path: Command) -> None:
     documented = {use.option for use in USES if use.command == path == use.section.command}
+    if path:
+        documented |= RUN_OPTIONS & {
+            use.option for use in USES if use.command == () == use.section.command
+        }
     missing = [
         name
         for name, param in options(path).items()

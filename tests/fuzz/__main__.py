@@ -4,9 +4,12 @@
 
 Model mutants (structured and byte-level) of the fixtures and of the MediaPipe models that
 `bench/real_models.py` fetches go through inspect (text and JSON), check and quantize; then every
-bad-data case, every output-path case, and process cases (signals, a full disk). It prints one
-row per kind of case and the distinct places where something went wrong, and exits 1 if any run
-failed.
+bad-data case, every output-path case, the hostile kinds of issue 21 (names in every format and
+on a terminal, pyproject.toml files, file names as arguments, API probes: `hostile_cases.py`,
+`api_cases.py`, a number of each in proportion to --mutants), and process cases (signals, a full
+disk, inputs changed during a run: `changing_cases.py`, as many as --process-cases). It prints
+one row per kind of case and the distinct places where something went wrong, and exits 1 if
+any run failed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tests.fuzz.tasks import (
     all_option_tasks,
     all_output_tasks,
     model_tasks,
+    seeded_tasks,
 )
 
 HEADERS = {
@@ -116,7 +120,16 @@ def _option_label(task: tuple) -> str:
     return f"{task[1].split()[0]} options (--calibration, --target-sqnr, --int16, --holdout...)"
 
 
-KINDS = ("models", "data", "output", "options", "process")
+# The hostile kinds (issue 21): how many cases per 1,000 model mutants, and their table rows.
+HOSTILE = {
+    "names": (40, "hostile names, every format and a terminal"),
+    "config": (60, "hostile pyproject.toml (parent and project)"),
+    "arguments": (60, "file names as arguments (hook, --)"),
+    "api": (200, "API probes"),
+}
+
+
+KINDS = ("models", "data", "output", "options", "process", *HOSTILE, "changing")
 
 
 def run_campaign(
@@ -149,10 +162,16 @@ def run_campaign(
                 _consume(pool, all_output_tasks(), tally, lambda t: "output paths", progress)
             if "options" in kinds:
                 _consume(pool, all_option_tasks(), tally, _option_label, progress)
+            for kind, (per_thousand, label) in HOSTILE.items():
+                if kind in kinds:
+                    tasks = seeded_tasks(kind, max(1, mutants * per_thousand // 1000), seed)
+                    _consume(pool, tasks, tally, lambda task, label=label: label, progress)
         finally:
             pool.close()
         if "process" in kinds:
             _run_processes(tally, bases_real, bases_fixture, process_count, seed, workdir, workers)
+        if "changing" in kinds:
+            _run_changing(tally, bases_real, bases_fixture, process_count, seed, workdir, workers)
     return tally
 
 
@@ -165,6 +184,19 @@ def _run_processes(tally, bases_real, bases_fixture, count, seed, workdir, worke
     with ThreadPoolExecutor(workers) as executor:
         for verdict in executor.map(lambda c: run_process_case(c, workdir), cases):
             tally.add("signals and a full disk (processes)", [verdict])
+
+
+def _run_changing(tally, bases_real, bases_fixture, count, seed, workdir, workers) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.fuzz.changing_cases import changing_cases, run_changing_case
+
+    model = next((b.path for b in bases_real if b.name == "pose_detection"), None)
+    model = model or next(b.path for b in bases_fixture if b.name == "cnn")
+    cases = changing_cases(count, seed)
+    with ThreadPoolExecutor(workers) as executor:
+        for verdict in executor.map(lambda c: run_changing_case(c, model, workdir), cases):
+            tally.add("inputs changed during a run (processes)", [verdict])
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -29,7 +29,7 @@ WORKER_ADDRESS_SPACE = 6 << 30
 def describe(task: tuple) -> str:
     if task[0] == "model":
         return f"{task[1].name} {task[3]} seed {task[2]}"
-    return " ".join(str(part) for part in task[1:])
+    return " ".join(str(part) for part in task)
 
 
 def _serve(conn, workdir: str) -> None:  # pragma: no cover - runs in the worker

@@ -20,6 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tests.fuzz.judge import Verdict
 
@@ -76,15 +77,23 @@ def run_process_case(case: ProcessCase, workdir: str) -> Verdict:
         time.sleep(case.delay)
         if process.poll() is None:
             process.send_signal(case.signal)
+    streams = wait_for(process, verdict, 300)
+    if streams is not None:
+        stderr = streams[1].decode(errors="replace")
+        _judge(verdict, case, process.returncode, stderr, directory)
+    return verdict
+
+
+def wait_for(process: subprocess.Popen, verdict: Verdict, timeout: float) -> tuple[Any, Any] | None:
+    """What the process wrote (stdout, stderr) once it ends; None, with a hang recorded in
+    `verdict`, when it does not end in `timeout` seconds (it is killed)."""
     try:
-        _, stderr = process.communicate(timeout=300)
+        return process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.communicate()
-        verdict.fail("hang", "did not finish in 300 s")
-        return verdict
-    _judge(verdict, case, process.returncode, stderr.decode(errors="replace"), directory)
-    return verdict
+        verdict.fail("hang", f"did not finish in {timeout:g} s")
+        return None
 
 
 def _judge(verdict: Verdict, case: ProcessCase, code: int, stderr: str, directory: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.fuzz import data_cases, option_cases, output_cases
+from tests.fuzz import api_cases, data_cases, hostile_cases, option_cases, output_cases
 from tests.fuzz.judge import Verdict, judge_files, judge_streams, run_cli, snapshot
 from tests.fuzz.models import FIXTURE_DATA, FIXTURE_MODELS, TIMEOUT, Base, run_model_case
 
@@ -20,16 +20,31 @@ DATA_MODELS = {"mlp": (32,), "cnn": (24, 24, 3), "multi_io": (16, 16, 3)}
 DATA_ROUTES = ("data", "holdout", "analyze")
 
 
+# The hostile kinds of issue 21, each a function of a seed (`hostile_cases.py`, `api_cases.py`).
+SEEDED = {
+    "names": hostile_cases.run_names_case,
+    "config": hostile_cases.run_config_case,
+    "arguments": hostile_cases.run_arguments_case,
+    "api": lambda seed, workdir: api_cases.run_api_case(seed),
+}
+
+
 def run_task(task: tuple, workdir: str, judge_input: bool = True) -> list[Verdict]:
     """One task: ("model", Base, seed, mode) | ("data", case name, model, route) |
-    ("output", name) | ("option", name)."""
+    ("output", name) | ("option", name) | (a SEEDED kind, seed)."""
     kind = task[0]
     if kind == "model":
         _, base, seed, mode = task
         return run_model_case(base, seed, mode, workdir, judge_input)
     if kind == "data":
         return [run_data_case(task[1], task[2], workdir, task[3])]
+    if kind in SEEDED:
+        return SEEDED[kind](task[1], workdir)
     return [run_output_case(task[1], workdir, kind)]
+
+
+def seeded_tasks(kind: str, count: int, seed: int) -> list[tuple]:
+    return [(kind, seed * 1_000_003 + i) for i in range(count)]
 
 
 def _case_dir(workdir: str, prefix: str) -> Path:
@@ -148,4 +163,5 @@ __all__ = [
     "all_output_tasks",
     "model_tasks",
     "run_task",
+    "seeded_tasks",
 ]

@@ -16,12 +16,13 @@ ALL_FIXTURES = [MODELS / f"{name}.tflite" for name in float_model_names()] + tf_
 
 
 def plain(value):
-    """A comparable structure: arrays become lists, dataclasses dicts."""
+    """A comparable structure: arrays become lists, dataclasses dicts (without the fields that
+    take no part in comparisons: where a model was read from)."""
     if isinstance(value, np.ndarray):
         return ("array", str(value.dtype), value.tolist())
     if hasattr(value, "__dataclass_fields__"):
         return {
-            k: plain(getattr(value, k)) for k in value.__dataclass_fields__ if k != "source_path"
+            k: plain(getattr(value, k)) for k, f in value.__dataclass_fields__.items() if f.compare
         }
     if isinstance(value, dict):
         return {k: plain(v) for k, v in value.items()}

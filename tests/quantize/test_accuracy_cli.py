@@ -24,7 +24,7 @@ def test_target_reached_with_integer_remedies(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     report = json.loads(out.with_name("cnn.report.json").read_text())
     jsonschema.validate(report, SCHEMA)
-    target = report["target"]
+    target = report["sqnr_target"]
     assert target["reached"] and min(target["subgraphs"][0]["output_sqnr_db"]) >= 45
     kinds = {r["kind"] for r in target["subgraphs"][0]["remedies"]}
     assert kinds and "float" not in kinds
@@ -59,8 +59,8 @@ def test_allow_float_reaches_what_integers_cannot(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["target"]["reached"]
-    assert any(r["kind"] == "float" for r in report["target"]["subgraphs"][0]["remedies"])
+    assert report["sqnr_target"]["reached"]
+    assert any(r["kind"] == "float" for r in report["sqnr_target"]["subgraphs"][0]["remedies"])
     assert all(
         row["reason"] == "kept in float to reach the target SQNR" for row in report["float_ops"]
     )

@@ -66,7 +66,7 @@ def test_the_page_lists_the_float_ops_and_the_remedies() -> None:
     assert any(f["op"] == "MEAN" and "keep-float" in f["reason"] for f in float_ops)
     for kept in float_ops:  # the target search may keep more
         assert html.escape(kept["reason"], quote=True) in page
-    remedies = result.report["target"]["subgraphs"][0]["remedies"]
+    remedies = result.report["sqnr_target"]["subgraphs"][0]["remedies"]
     assert remedies
     for remedy in remedies:
         assert html.escape(printable(remedy["tensor"]), quote=True) in page

@@ -1,4 +1,7 @@
-"""The JSON report of `qtool check` (schemas/check.schema.json); also the baseline file format."""
+"""The JSON report of `qtool check` (schemas/check.schema.json); also the baseline file format.
+
+Findings left out by ignores or a baseline are listed apart (`suppressed`, each with what left
+it out), so that the report keeps a record of everything the audit found."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ def to_json(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dic
             "error": result.error,
             "operators": len(result.operators),
             "findings": [finding.to_dict() for finding in result.findings],
+            "suppressed": [suppressed.to_dict() for suppressed in result.suppressed],
             "summary": result.summary,
             **({"weights": result.weights} if result.weights is not None else {}),
             **({"target": result.target} if result.target is not None else {}),
@@ -36,5 +40,6 @@ def to_json(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dic
             "models": len(models),
             "unreadable": sum(result.error is not None for result in results),
             **totals,
+            "suppressed": sum(len(result.suppressed) for result in results),
         },
     }

@@ -3,7 +3,9 @@
 Each result points at the model file (a binary artifact: the region is its first "line", which is
 what GitHub needs to place an alert) and, as logical locations, at the operator and the tensor.
 `partialFingerprints` hash what the finding is about (model, rule, op type, role, tensor name), so
-code scanning keeps one alert per problem across runs even when operator indices shift.
+code scanning keeps one alert per problem across runs even when operator indices shift. Findings
+an ignore or a baseline left out are results with `suppressions` (kind external, accepted, the
+justification naming the ignore or the baseline).
 """
 
 from __future__ import annotations
@@ -116,6 +118,15 @@ def to_sarif(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> di
         sarif_results += [
             _result(result.path, f, artifact, rule_index[f.rule]) for f in result.findings
         ]
+        # Suppressed findings stay results, marked so: code scanning shows them as dismissed,
+        # and the log keeps a record of what an ignore or a baseline left out.
+        for suppressed in result.suppressed:
+            finding = suppressed.finding
+            entry = _result(result.path, finding, artifact, rule_index[finding.rule])
+            entry["suppressions"] = [
+                {"kind": "external", "status": "accepted", "justification": suppressed.source}
+            ]
+            sarif_results.append(entry)
     driver = {
         "name": "qtool",
         "version": __version__,

@@ -37,17 +37,19 @@ def summary_line(result: ModelResult) -> str:
         # Load errors already name the file; do not repeat it.
         return f"{result.path}: cannot read: {result.error.removeprefix(result.path + ': ')}"
     counts = result.summary
+    suppressed = f", {len(result.suppressed)} suppressed" if result.suppressed else ""
     return (
         f"{result.path}: {counts['errors']} error{'s' * (counts['errors'] != 1)}, "
         f"{counts['warnings']} warning{'s' * (counts['warnings'] != 1)}, "
-        f"{counts['infos']} info"
+        f"{counts['infos']} info{suppressed}"
     )
 
 
 def target_line(target: dict[str, Any]) -> str:
     """A target placement summary (`TargetReport.summary`) in one line."""
-    share = target["mac_share"]
-    macs = "no MACs" if share is None else f"{share:.1%} of {target['macs']:,} MACs"
+    from qtool.targets.placement import macs_text  # only with --target (start-up budget)
+
+    macs = macs_text(target["mac_share"], target["macs"], target["compiled"])
     return (
         f"target {target['target']}: {target['on_target']} of {target['ops']} ops ({macs}) run "
         f"on the {target['accelerator']}, {target['fallback']} fall back to the CPU, "
@@ -95,8 +97,9 @@ def finding_line(path: str, finding: Finding) -> str:
 
 
 def _findings_table(result: ModelResult) -> Table:
-    # Text cells throughout: paths and tensor names may contain "[...]", which is not markup.
-    table = Table(title=Text(result.path), title_justify="left", expand=True)
+    # Text cells throughout, escaped: paths, tensor and custom op names may hold "[...]",
+    # which is not markup, and control characters, which must not reach the terminal.
+    table = Table(title=Text(printable(result.path)), title_justify="left", expand=True)
     table.add_column("severity", no_wrap=True)
     table.add_column("rule", no_wrap=True)
     table.add_column("where", ratio=1, overflow="fold")
@@ -105,8 +108,8 @@ def _findings_table(result: ModelResult) -> Table:
         table.add_row(
             Text(finding.severity, style=_STYLES[finding.severity]),
             Text(finding.rule),
-            Text(location(finding)),
-            Text(finding.message),
+            Text(printable(location(finding))),
+            Text(printable(finding.message)),
         )
     return table
 
@@ -128,7 +131,7 @@ def render_text(results: Sequence[ModelResult], console: Console, quiet: bool = 
         )
         console.print(Text(printable(summary_line(result)), style=style), soft_wrap=True)
         for line in extra_lines(result):
-            console.print(Text(f"  {line}"), soft_wrap=True)
+            console.print(Text(f"  {printable(line)}"), soft_wrap=True)
 
 
 def to_text(results: Sequence[ModelResult], quiet: bool = False) -> str:

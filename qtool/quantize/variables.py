@@ -1,0 +1,93 @@
+"""Resource variables in the plan: one variable, one type, one set of parameters.
+
+LiteRT's READ_VARIABLE and ASSIGN_VARIABLE copy bytes and READ_VARIABLE refuses a variable whose
+type differs from its output's (the spec file's `resource_variables`). So, per variable (a
+VAR_HANDLE's container and shared name):
+
+- its READ_VARIABLE outputs and ASSIGN_VARIABLE values form one group of the plan, whose
+  parameters cover every value read or assigned (the initial value included: the first read
+  returns it);
+- they are all integer or all float: one float reader or writer keeps every one float;
+- the initial value, which a CALL_ONCE subgraph assigns from a constant, is quantized with the
+  same parameters (`initialiser_plans`, a plan of that subgraph for the rewriter); a variable
+  whose initial value is not a constant stays float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from qtool.model import Model
+from qtool.model.variables import Variable, accesses, initial_values
+from qtool.quantize.plan import FLOAT, INTEGER, QUANTIZED, OpDecision, Plan, Slot
+from qtool.spec import resource_variable_ops
+
+
+def settle(model: Model, subgraph_index: int, decisions: list[OpDecision]) -> None:
+    """Make every reader and writer of a variable run alike: all in one integer mode, or all in
+    float with the reason (the first float one's, or an initial value that is not a constant)."""
+    subgraph = model.subgraphs[subgraph_index]
+    initial = initial_values(model, subgraph_index)
+    for variable, ops in accesses(model, subgraph).items():
+        modes = {decisions[i].mode for i in ops}
+        reason = None
+        if variable is None:
+            reason = "reads or assigns a variable whose handle comes from outside the subgraph"
+        elif len(modes) > 1 or not modes <= set(QUANTIZED):
+            first = next(i for i in ops if decisions[i].mode not in QUANTIZED or len(modes) > 1)
+            why = decisions[first].reason or f"runs in {decisions[first].mode}"
+            reason = f"variable {variable[1]!r} is one type everywhere; op {first}: {why}"
+        elif not all(_constant_value(model, s, i) for s, i in initial.get(variable, [])):
+            reason = f"variable {variable[1]!r} is initialised from a value that is not a constant"
+        if reason is not None:
+            for i in ops:
+                if decisions[i].mode != FLOAT or decisions[i].reason is None:
+                    decisions[i] = OpDecision(FLOAT, reason, decisions[i].source_index)
+
+
+def _constant_value(model: Model, subgraph_index: int, op_index: int) -> bool:
+    subgraph = model.subgraphs[subgraph_index]
+    value = subgraph.tensors[subgraph.operators[op_index].inputs[1]]
+    return model.is_constant(value)
+
+
+def variable_slots(model: Model, plan: Plan) -> dict[Variable, list[Slot]]:
+    """Per quantized variable, the slots of its values: READ_VARIABLE outputs and
+    ASSIGN_VARIABLE values."""
+    subgraph = model.subgraphs[plan.subgraph_index]
+    ops = resource_variable_ops()
+    found: dict[Variable, list[Slot]] = {}
+    for variable, indices in accesses(model, subgraph).items():
+        for i in indices:
+            if variable is None or plan.decisions[i].mode not in QUANTIZED:
+                continue
+            read = model.op_type(subgraph.operators[i]) == ops.read
+            slot = plan.writes.get((i, 0)) if read else plan.reads.get((i, 1))
+            if slot is not None:
+                found.setdefault(variable, []).append(slot)
+    return found
+
+
+def initialiser_plans(model: Model, plans: Mapping[int, Plan]) -> dict[int, Plan]:
+    """Plans of the CALL_ONCE subgraphs of planned subgraphs: each ASSIGN_VARIABLE of a
+    quantized variable stores its constant initial value with the variable's parameters."""
+    found: dict[int, Plan] = {}
+    for plan in plans.values():
+        slots = variable_slots(model, plan)
+        for variable, assignments in initial_values(model, plan.subgraph_index).items():
+            if variable not in slots:
+                continue
+            slot = slots[variable][0]
+            for s, i in assignments:
+                if s in plans:
+                    continue
+                if s not in found:
+                    count = len(model.subgraphs[s].operators)
+                    decisions = [OpDecision(INTEGER, None, k) for k in range(count)]
+                    found[s] = Plan(s, decisions, params={}, ranges={})
+                value = model.subgraphs[s].operators[i].inputs[1]
+                read = (value, slot[1], i, 1)  # the assignment's own copy of the constant
+                found[s].decisions[i] = OpDecision(slot[1], None, i)
+                found[s].reads[(i, 1)] = read
+                found[s].params[read] = plan.params[slot]
+    return found
