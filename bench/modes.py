@@ -54,6 +54,7 @@ MODES = {  # name -> (QuantizeOptions fields, TensorFlow baseline, ai-edge-quant
     ),
 }
 TOKEN_MLP = "token_mlp"
+MARKDOWN = ROOT / "build" / "modes_table.md"
 
 
 @dataclass
@@ -203,12 +204,15 @@ def token_mlp() -> dict:
 
 
 def entries(names: list[str] | None) -> list[dict]:
-    """The development models, the Keras models with converter baselines, the token MLP."""
+    """The development models, all of MediaPipe's, the Keras models with converter baselines,
+    the token MLP."""
     corpus = load_manifest()
     chosen = [
         entry
         for entry in corpus.values()
-        if entry["role"] == "development" or entry.get("baselines")
+        if entry["role"] == "development"
+        or entry.get("baselines")
+        or entry["source"].get("package") == "mediapipe"
     ]
     chosen.append(token_mlp())
     return [entry for entry in chosen if not names or entry["name"] in names]
@@ -231,6 +235,9 @@ def bench_modes(names: list[str] | None = None) -> list[dict]:
         rows += _model_rows(entry, scratch, table)
     console.print(table)
     _goals(rows)
+    MARKDOWN.parent.mkdir(parents=True, exist_ok=True)
+    MARKDOWN.write_text(markdown(rows))
+    console.print(f"markdown tables (docs/quantize.md): {MARKDOWN}")
     return rows
 
 
@@ -277,6 +284,42 @@ def _model_rows(entry: dict, scratch: Path, table: Table) -> list[dict]:
     return rows
 
 
+def _cell(figures: Figures) -> str:
+    if figures.bytes is None:
+        return figures.failure[:40] or "-"
+    db = "-" if figures.sqnr is None else f"{figures.sqnr:.1f}"
+    return f"{figures.bytes / 1000:,.0f} kB, {db} dB"
+
+
+def markdown(rows: list[dict]) -> str:
+    """The docs' tables: qtool's every mode on every model (size, worst-output SQNR, what
+    `qtool check` said), and the comparisons with TensorFlow's converter and ai-edge-quantizer."""
+    modes = list(MODES)
+    by_model: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        by_model.setdefault(row["model"], {})[row["mode"]] = row
+    lines = [
+        "| model | " + " | ".join(modes) + " | check |",
+        "|---|" + "---|" * (len(modes) + 1),
+    ]
+    for model, found in by_model.items():
+        flagged = sum(bool(found[m]["qtool"].findings) for m in modes if m in found)
+        verdict = "compliant" if not flagged else f"{flagged} modes with findings"
+        cells = [_cell(found[m]["qtool"]) if m in found else "-" for m in modes]
+        lines.append(f"| {model} | " + " | ".join(cells) + f" | {verdict} |")
+    lines += [
+        "",
+        "| model | mode | qtool | TensorFlow's converter | ai-edge-quantizer |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        if row["tf"].bytes is None and row["model"] != TOKEN_MLP:
+            continue
+        cells = [_cell(row[tool]) for tool in ("qtool", "tf", "aeq")]
+        lines.append(f"| {row['model']} | {row['mode']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _goals(rows: list[dict]) -> None:
     """The issue's goals, each comparison printed with its verdict, and what `qtool check` said
     of every model measured."""
@@ -293,7 +336,7 @@ def _goals(rows: list[dict]) -> None:
         )
     for row in rows:
         ours, theirs, peer_figures = row["qtool"], row["tf"], row["aeq"]
-        if row["model"].startswith("keras_") and theirs.bytes and ours.bytes:
+        if theirs.bytes and ours.bytes:  # every model with a SavedModel
             size = ours.bytes / theirs.bytes - 1
             db = ours.sqnr - theirs.sqnr
             met = db >= -0.5 and size <= 0.01
