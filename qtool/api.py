@@ -110,7 +110,17 @@ class Quantized:
         report_path = Path(report) if report else path.with_name(f"{path.stem}.report.json")
         self.report["output_model"]["path"] = str(path)
         pages = [(Path(html), self.html())] if html is not None else []
-        write_pair(path, self.model_bytes, report_path, self.report, force, pages, self.inputs)
+        source = self.result.float_model
+        write_pair(
+            path,
+            self.model_bytes,
+            report_path,
+            self.report,
+            force,
+            pages,
+            self.inputs,
+            source=source.source_data or model_to_bytes(source),
+        )
         return path
 
 

@@ -447,7 +447,7 @@ def quantize_file(
         max_size=job.max_size,
     )
     pages = [(path, quantize_html(report, quantize_pictures(result))) for path in html]
-    write_pair(output, blob, report_path, report, job.force, pages)
+    write_pair(output, blob, report_path, report, job.force, pages, source=model.source_data)
     return QuantizeOutcome(
         result=result,
         report=report,
@@ -465,17 +465,19 @@ def write_pair(
     force: bool,
     pages: Sequence[tuple[Path, str]] = (),
     inputs: InputFiles | None = None,
+    source: bytes | None = None,
 ) -> None:
     """Stage the model, its report and any `(path, text)` pages, read the model back, then put
     all in place (the model last) or none. None may replace a file of `inputs` or one the run
-    read; without `force` none may replace any file."""
+    read; without `force` none may replace any file. LiteRT's refusal of the model does not
+    count where it refuses the `source` model too."""
     refuse_shared_destinations(
         output, report_path, *(path for path, _ in pages), what="the model, the report and the page"
     )
     staged = []
     try:
         staged.append(stage(output, blob, overwrite=force, inputs=inputs))
-        problem = written_model_problem(staged[0].temporary)
+        problem = written_model_problem(staged[0].temporary, source)
         if problem:
             raise OutputCheckError(
                 f"{output}: the quantized model is not valid, not written: {problem}"

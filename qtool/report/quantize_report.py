@@ -223,7 +223,7 @@ def build_report(
         "calibration": _calibration_rows(result, source),
         "io": [
             {"subgraph": s, **row}
-            for s in sorted(result.calibrations or _measured(result))
+            for s in sorted(result.calibrations or {0})  # the weight modes calibrate none
             for row in io_details(result.model, s)
         ],
         "ops": _op_rows(result, source),
@@ -250,11 +250,6 @@ def build_report(
             for e in layer_errors
         ],
     }
-
-
-def _measured(result: QuantizeResult) -> set[int]:
-    """The subgraphs whose accuracy was measured (the weight modes calibrate none)."""
-    return {a.subgraph for a in result.accuracy}
 
 
 def _names(result: QuantizeResult, s: int, tensors=(), ops=()) -> list[str]:

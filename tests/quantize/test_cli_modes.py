@@ -86,3 +86,39 @@ def test_weight_mode_options_that_do_not_go_together(cnn: Path, args, message) -
     assert done.stderr.strip().splitlines()[-1].startswith("qtool: error:")
     assert message in done.stderr
     assert not list(cnn.parent.glob("cnn_*.tflite"))
+
+
+def _dynamic_shape_conv(path: Path) -> None:
+    """A CONV_2D (3x3, VALID) declared on a 1x1 image with dynamic height and width: LiteRT
+    cannot prepare it at its declared shape, float or quantized (openWakeWord's melspectrogram
+    is declared [1, 1] so)."""
+    import numpy as np
+
+    from qtool.model import model_to_bytes
+    from qtool.model.build import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 1, 1, 4])
+    b.subgraph.tensors[x].shape_signature = [1, -1, -1, 4]
+    weights = np.random.default_rng(24).normal(size=(64, 3, 3, 4)).astype(np.float32)
+    conv = b.op(
+        "CONV_2D",
+        [x, b.constant("w", weights), b.constant("bias", np.zeros(64, np.float32))],
+        output_shape=[1, 1, 1, 64],
+        options_type="Conv2DOptions",
+        options={"padding": 1, "stride_w": 1, "stride_h": 1},
+    )
+    b.subgraph.tensors[conv].shape_signature = [1, -1, -1, 64]
+    path.write_bytes(model_to_bytes(b.finish([conv])))
+
+
+def test_a_model_litert_cannot_prepare_at_its_declared_shape(tmp_path: Path) -> None:
+    source = tmp_path / "dynamic.tflite"
+    _dynamic_shape_conv(source)
+    done = qtool("quantize", str(source), "--mode", "dynamic")
+    assert done.returncode == 0, done.stderr  # LiteRT refuses the source at [1, 1] too
+    report = json.loads(tmp_path.joinpath("dynamic_dynamic.report.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    assert report["accuracy"]["outputs"] == [] and report["io"][0]["shape"] == [1, 1, 1, 4]
+    assert "accuracy not measured" in done.stdout
+    assert qtool("check", str(tmp_path / "dynamic_dynamic.tflite")).returncode == 0
