@@ -149,6 +149,30 @@ def test_int4_blocks_and_rounding_optimisation() -> None:
     assert audited(rounded.model).findings == []
 
 
+def test_weights_several_ops_read_are_stored_once_rounded_to_nearest() -> None:
+    """A rounding fitted to each reader of shared weights would store a copy per reader."""
+    from qtool.model.build import GraphBuilder
+
+    b = GraphBuilder()
+    x = b.input("x", [1, 128])
+    shared = b.constant("shared", RNG.normal(0, 0.1, (64, 128)).astype(np.float32))
+    own = b.constant("own", RNG.normal(0, 0.1, (64, 128)).astype(np.float32))
+    relu = b.op("RELU", [x], output_shape=[1, 128])
+    layers = [
+        b.op("FULLY_CONNECTED", [source, weights, -1], output_shape=[1, 64])
+        for source, weights in ((x, shared), (relu, shared), (x, own))
+    ]
+    total = b.op("ADD", layers[:2], output_shape=[1, 64])
+    model = b.finish([b.op("ADD", [total, layers[2]], output_shape=[1, 64])])
+    data = Dataset.from_arrays([RNG.normal(0, 1, (64, 128)).astype(np.float32)])
+    options = QuantizeOptions(mode="dynamic", weight_bits=4)
+    plain = quantize_loaded(model, None, options)
+    rounded = quantize_loaded(model, {0: data}, options)
+    assert [op.rounded for op in rounded.weight_plans[0].ops] == [False, False, True]
+    assert len(model_to_bytes(rounded.model)) == len(model_to_bytes(plain.model))
+    assert audited(rounded.model).findings == []
+
+
 def test_float16_keeps_float32_constants_float16_cannot_hold() -> None:
     model = fc_model()
     graph = model.subgraphs[0]
