@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test demo lint docs espeak corpus smoke bench fuzz clean
+.PHONY: install browser test demo lint docs espeak corpus smoke honesty bench fuzz clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,10 @@ corpus: $(VENV)/.bench-installed $(TF_VENV)/.installed espeak
 smoke: corpus
 	$(BIN)/python -m compileall -q qtool
 	$(BIN)/python -m bench.smoke --out build/corpus_status.md
+
+# What qtool says against what it delivers, on every corpus model (bench/honesty.py).
+honesty: corpus
+	$(BIN)/python -m bench.honesty --json build/honesty.json
 
 # Bytecode first: an editable install never compiles it, and where PYTHONDONTWRITEBYTECODE is
 # set (this sandbox) every `qtool` run would compile qtool again (70 ms of each quantize timed).

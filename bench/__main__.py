@@ -1,11 +1,13 @@
 """`python -m bench`: calibration speed and accuracy on the real models (bench/speed.py,
-bench/accuracy.py), engine vs LiteRT on the fixtures, and audit time on a 10 MB model.
+bench/accuracy.py, bench/corpus_accuracy.py), engine vs LiteRT on the fixtures, and audit time on a 10 MB model.
 
 Every figure is a ratio against a baseline timed in the same process, so results compare across
 machines. Targets (from the issues): calibration with the numpy engine takes at most 1.5x
 LiteRT's time; `qtool check` of a 10 MB model takes well under a second, and of any graph well
 under a second per thousand operators, linearly (bench/wide.py); start-up (import time of `qtool
---help` and `qtool check`) stays under 0.1 s (bench/startup.py).
+--help` and `qtool check`) stays under 0.1 s (bench/startup.py); a `--target-sqnr 30
+--allow-float` run on the development models is never bigger than float and takes at most 10x
+the default quantization (bench/target_cost.py).
 """
 
 from __future__ import annotations
@@ -26,10 +28,15 @@ from rich.table import Table
 
 from bench.accuracy import bench_accuracy
 from bench.corpus import load_manifest, manifest_table
+from bench.corpus_accuracy import bench_corpus_accuracy
 from bench.modes import bench_modes
+from bench.phases import bench_phases
+from bench.scale import bench_scale
+from bench.shards import bench_shards
 from bench.size import bench_size
 from bench.speed import bench_speed
 from bench.startup import bench_startup
+from bench.target_cost import bench_target_cost
 from bench.targets import bench_targets
 from bench.timing import best_of
 from bench.wide import bench_wide
@@ -230,9 +237,15 @@ if __name__ == "__main__":
     console.print(manifest_table(load_manifest()))  # `make corpus` built it
     bench_startup()
     bench_speed()
+    bench_phases()
+    bench_scale()
+    for profiled in (True, False):
+        bench_shards(profile=profiled)
     bench_accuracy()
+    bench_corpus_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")
     bench_modes()
+    bench_target_cost(json_path=ROOT / "build" / "target_cost.json")
     bench_calibration()
     bench_check()
     bench_wide()

@@ -1,6 +1,7 @@
 """Smoke run of the qtool command line on every corpus model (bench/corpus.py's manifest): what
-a user gets from `quantize` (default), `analyze`, and `quantize --target-sqnr 30 --allow-float`,
-each with the model's calibration and held-out data and a 10-minute limit. Writes a Markdown
+a user gets from `quantize` (default), `check` of what it wrote, `calibrate`, `analyze`, and
+`quantize --target-sqnr 30 --allow-float`, each with the model's calibration and held-out data
+and a 10-minute limit. Writes a Markdown
 table: exit code, the error line, the worst output SQNR printed, sizes in and out.
 
     python -m bench.smoke [--out corpus_status.md] [MODEL ...]
@@ -23,10 +24,11 @@ QTOOL = Path(sys.executable).parent / "qtool"
 TIMEOUT = 600
 RUNS = {
     "quantize": ["quantize"],
+    "check": ["check"],  # of the model quantize wrote
+    "calibrate": ["calibrate"],
     "analyze": ["analyze"],
     "target-sqnr 30": ["quantize", "--target-sqnr", "30", "--allow-float"],
 }
-SQNR_ROW = re.compile(r"^\s+(\S+)\s+(-?\d+(?:\.\d+)?|inf)\s*$")
 SIZE = re.compile(r"size: ([\d,]+) -> ([\d,]+) bytes")
 
 
@@ -37,22 +39,33 @@ class Outcome:
     message: str  # the error line, or the worst SQNR and size
 
 
-def summary(output: str, exit_code: int | None) -> str:
+def printed_sqnrs(lines: list[str]) -> list[float]:
+    """The SQNR column of the 'outputs vs float' table quantize prints (columns are set apart by
+    two or more spaces), one value per output."""
+    for i, line in enumerate(lines):
+        header = re.split(r"\s{2,}", line.strip())
+        if "SQNR dB" not in header:
+            continue
+        column, found = header.index("SQNR dB"), []
+        for row in lines[i + 1 :]:
+            cells = re.split(r"\s{2,}", row.strip())
+            if not row.startswith("  ") or len(cells) <= column:
+                break
+            found.append(float(cells[column]))
+        return found
+    return []
+
+
+def summary(output: str, exit_code: int | None, prints_sqnr: bool = True) -> str:
     """The line that tells what happened: qtool's error, else the worst SQNR and the size."""
     lines = [line for line in output.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("qtool: ")]
-    sqnrs = []
-    if "SQNR" in output:
-        after = output[output.index("SQNR") :].splitlines()[1:]
-        for line in after:
-            row = SQNR_ROW.match(line)
-            if row:
-                sqnrs.append(float(row.group(2)))
+    sqnrs = printed_sqnrs(output.splitlines())
     size = SIZE.search(output)
     parts = []
     if sqnrs:
         parts.append(f"worst SQNR {min(sqnrs):.1f} dB")
-    elif exit_code == 0:
+    elif exit_code == 0 and prints_sqnr:
         parts.append("no SQNR printed")
     if size:
         parts.append(f"{size.group(1)} -> {size.group(2)} B")
@@ -64,10 +77,19 @@ def summary(output: str, exit_code: int | None) -> str:
 
 
 def run(run_name: str, entry: dict, work: Path) -> Outcome:
-    command = [str(QTOOL), *RUNS[run_name], entry["file"]]
-    command += ["--data", entry["calib"], "--holdout", entry["holdout"]]
+    written = work / f"{entry['name']}_int8.tflite"
+    if run_name == "check":
+        if not written.exists():
+            return Outcome(None, 0.0, "no model from quantize to check")
+        command = [str(QTOOL), "check", "--", str(written)]
+    else:
+        command = [str(QTOOL), *RUNS[run_name], entry["file"], "--data", entry["calib"]]
+    if command[1] in ("quantize", "analyze"):
+        command += ["--holdout", entry["holdout"]]
     if command[1] == "quantize":
-        command += ["-o", str(work / f"{entry['name']}_int8.tflite"), "--force"]
+        command += ["-o", str(written), "--force"]
+    if command[1] == "calibrate":
+        command += ["-o", str(work / f"{entry['name']}_statistics.json"), "--force"]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
@@ -76,7 +98,7 @@ def run(run_name: str, entry: dict, work: Path) -> Outcome:
     seconds = time.perf_counter() - started
     if done.returncode < 0:  # the kernel's out-of-memory killer sends SIGKILL
         return Outcome(done.returncode, seconds, f"killed by signal {-done.returncode}")
-    message = summary(done.stdout + "\n" + done.stderr, done.returncode)
+    message = summary(done.stdout + "\n" + done.stderr, done.returncode, command[1] == "quantize")
     if run_name == "analyze" and done.returncode == 0:
         message = analyze_summary(done.stdout)
     return Outcome(done.returncode, seconds, message)
@@ -93,6 +115,8 @@ def analyze_summary(output: str) -> str:
 
 
 def cell(outcome: Outcome) -> str:
+    if outcome.exit_code is None and outcome.seconds == 0:  # not run: what it needed is missing
+        return outcome.message
     code = "timeout" if outcome.exit_code is None else f"exit {outcome.exit_code}"
     text = outcome.message.replace("|", "\\|")
     return f"{code}, {outcome.seconds:.0f} s: {text}"

@@ -19,8 +19,9 @@ signatures, a dict keyed by signature.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ from typing import Any
 from qtool import arguments
 from qtool.calibrate import ENGINES, model_inputs
 from qtool.calibrate.collect import calibration_statistics
-from qtool.calibrate.datasets import as_dataset, entry_datasets
+from qtool.calibrate.datasets import as_dataset, entry_data, entry_datasets
 from qtool.calibrate.inputs import entry_subgraphs
+from qtool.calibrate.shapes import shaped_model
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import check_loaded
 from qtool.check.findings import SEVERITY_RANK, Finding
@@ -46,6 +48,36 @@ from qtool.spec import spec_profiles
 from qtool.targets import target_names
 
 ModelLike = str | os.PathLike | bytes | bytearray | memoryview | Model
+
+
+InputShapes = dict[str, "tuple[int, ...] | list[int]"]
+
+
+def _shaped(model: Model, data: Any, input_shapes: InputShapes | None) -> tuple[Model, Any]:
+    """The model at the input shapes it runs at (`input_shapes`, else the data's where a
+    dynamic input lets the data choose), and the data (a one-shot iterator whose first sample
+    was read to learn the shape gets it back in front; nothing more is read)."""
+    per_entry = {} if data is None else entry_data(model, data)
+    peeked = False
+
+    def data_for(s: int, specs):
+        """The data of entry subgraph s read as `specs` ask."""
+        nonlocal peeked
+        given = per_entry.get(s)
+        if isinstance(given, Iterator):
+            head = list(itertools.islice(given, 1))
+            per_entry[s], given, peeked = itertools.chain(head, given), head, True
+        return None if given is None else as_dataset(given, specs)
+
+    shaped = shaped_model(model, input_shapes, data_for)
+    if peeked:
+        entries = entry_subgraphs(model)
+        data = (
+            next(iter(per_entry.values()))
+            if len(entries) == 1
+            else {entries[s]: given for s, given in per_entry.items()}
+        )
+    return shaped, data
 
 
 def load_model(model: ModelLike, validate: bool = True) -> Model:
@@ -76,8 +108,22 @@ class Quantized:
 
     @property
     def accuracy(self) -> dict[str, float | None]:
-        """Each output's SQNR (dB) against the float model on held-out samples (None: exact)."""
+        """Each output's SQNR (dB) against the float model on samples no choice saw (None:
+        exact); `outputs` has each output's whole record."""
         return {row["name"]: row["sqnr_db"] for row in self.report["accuracy"]["outputs"]}
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        """Each output's record on samples no choice saw: kind, SQNR and fitting SQNR, their
+        spread over samples, the kind's measures (the report's `accuracy.outputs`)."""
+        return self.report["accuracy"]["outputs"]
+
+    @property
+    def metric(self) -> float | None:
+        """The user's metric (`metric=`) on samples no choice saw (subgraph 0's); None without
+        one."""
+        found = self.report["accuracy"].get("metric") or []
+        return found[0]["value"] if found else None
 
     @property
     def compliant(self) -> bool:
@@ -131,6 +177,7 @@ def quantize_model(
     holdout: Any = None,
     statistics: CalibrationStatistics | str | os.PathLike | None = None,
     samples: int | None = None,
+    input_shapes: InputShapes | None = None,
     strict: bool = False,
     analyze: bool = False,
     layer_sqnr: bool = False,
@@ -142,13 +189,16 @@ def quantize_model(
 
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
     optimize_rounding, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
-    target, engine, mode (full, dynamic, weights, float16), weight_bits, block_size,
-    min_weight_elements. The weight modes need no data: without it their accuracy is measured
-    on synthetic samples (a warning says so). `layer_sqnr` also measures each quantized activation's SQNR along the graph
-    (simulated on the held-out samples, for `Quantized.html()`). `max_size` (bytes, or a
-    ratio of the input's size as "0.5x") refuses a bigger result. Raises QtoolError
-    subclasses for bad input; `strict`, `max_size` and an unreachable `target_sqnr` raise too
-    (exit code 1 on the command line).
+    target, engine, metric (`module:function` or a callable `metric(reference_outputs,
+    quantized_outputs) -> float`, higher is better), target_metric, budget, mode (full, dynamic,
+    weights, float16), weight_bits, block_size, min_weight_elements. The weight modes need no
+    data: without it their accuracy is measured on synthetic samples (a warning says so).
+    `input_shapes` ({input name: shape}) sets the shape a dynamic input (-1 in its signature)
+    runs at; without it, the data's shape where the signature allows it. `layer_sqnr` also
+    measures each quantized activation's SQNR along the graph (simulated on the held-out
+    samples, for `Quantized.html()`). `max_size` (bytes, or a ratio of the input's size as
+    "0.5x") refuses a bigger result. Raises QtoolError subclasses for bad input; `strict`,
+    `max_size` and an unreachable `target_sqnr` raise too (exit code 1 on the command line).
     """
     from qtool.jobs import SizeLimit, finish_quantization
 
@@ -159,7 +209,8 @@ def quantize_model(
     arguments.callback("progress", progress)
     limit = None if max_size is None else SizeLimit.parse(max_size)
     with recording_inputs() as inputs:  # what is read here, `save` will not replace
-        loaded = load_model(model)
+        original = load_model(model)
+        loaded, data = _shaped(original, data, input_shapes)
         if isinstance(statistics, str | os.PathLike):
             statistics = CalibrationStatistics.load(statistics)
         elif statistics is not None and not isinstance(statistics, CalibrationStatistics):
@@ -182,7 +233,7 @@ def quantize_model(
             strict=strict,
             progress=progress,
             input_path=None if source is None else os.fspath(source),
-            input_data=loaded.source_data or model_to_bytes(loaded),
+            input_data=original.source_data or model_to_bytes(original),
             data_sources=[_describe(data)],
             samples_limit=samples,
             measure_layer_sqnr=layer_sqnr,
@@ -210,13 +261,14 @@ def calibrate_model(
     samples: int | None = None,
     engine: str = "auto",
     progress: Callable[[int], None] | None = None,
+    input_shapes: InputShapes | None = None,
 ) -> CalibrationStatistics:
     """The calibration statistics of `data` (`qtool calibrate`): save, merge with other shards
-    (exactly), and pass to `quantize(statistics=...)`."""
+    (exactly), and pass to `quantize(statistics=...)` (with the same `input_shapes`)."""
     samples = arguments.sample_limit(samples)
     arguments.choice("engine", engine, ENGINES)
     arguments.callback("progress", progress)
-    loaded = load_model(model)
+    loaded, data = _shaped(load_model(model), data, input_shapes)
     return calibration_statistics(loaded, entry_datasets(loaded, data, samples), engine, progress)
 
 
@@ -227,13 +279,14 @@ def analyze_model(
     holdout: Any = None,
     samples: int | None = None,
     progress: Callable[[int], None] | None = None,
+    input_shapes: InputShapes | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """Where the quantization error comes from (`qtool analyze --json`)."""
     settings = _options("analyze_model", options)
     samples = arguments.sample_limit(samples)
     arguments.callback("progress", progress)
-    loaded = load_model(model)
+    loaded, data = _shaped(load_model(model), data, input_shapes)
     holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
     diagnosis = analyze_loaded(
         loaded, entry_datasets(loaded, data, samples), settings, progress, holdouts
@@ -291,24 +344,40 @@ def check_model(
     reference: ModelLike | None = None,
     data: Any = None,
     min_sqnr: float = DEFAULT_MIN_SQNR,
+    metric: Any = None,
+    min_metric: float | None = None,
     fail_on: str = "error",
 ) -> CheckResult:
     """Audit a quantized model against the int8 spec (`qtool check`), optionally where its ops
-    run on a `target` device and how close it stays to a float `reference` on `data`."""
+    run on a `target` device and how close it stays to a float `reference` on `data`: each
+    output's fitting SQNR against `min_sqnr`, and `metric` (`module:function` or a callable
+    `metric(reference_outputs, quantized_outputs) -> float`) against `min_metric`."""
     arguments.choice("fail_on", fail_on, SEVERITY_RANK)
     arguments.flag("per_tensor_fc", per_tensor_fc)
     arguments.choice("target", target, target_names(), optional=True)
     min_sqnr = arguments.number("min_sqnr", min_sqnr)
+    if min_metric is not None:
+        min_metric = arguments.number("min_metric", min_metric)
     if (reference is None) != (data is None):
         raise UsageError("an accuracy check needs both reference and data")
+    if metric is not None and reference is None:
+        raise UsageError("a metric needs a reference and data")
+    if min_metric is not None and metric is None:
+        raise UsageError("min_metric needs a metric")
     # Not validated on reading: a model that is not a valid graph is audited (QT-MODEL-INVALID),
     # whether it comes as a path or as bytes.
     loaded = load_model(model, validate=False)
     gate = None
     if reference is not None:
-        float_model = load_model(reference)
+        float_model, data = _shaped(load_model(reference), data, None)
         (s,) = list(entry_subgraphs(float_model))[:1]
-        gate = AccuracyGate(float_model, as_dataset(data, model_inputs(float_model, s)), min_sqnr)
+        gate = AccuracyGate(
+            float_model,
+            as_dataset(data, model_inputs(float_model, s)),
+            min_sqnr,
+            metric=metric,
+            min_metric=min_metric,
+        )
     profiles = spec_profiles(per_tensor_fc)
     audited = check_loaded(
         loaded,

@@ -1,4 +1,6 @@
-"""Compare a quantized model with its float reference over a dataset: per-output SQNR and top-1.
+"""Compare a quantized model with its float reference over a dataset: each output's record
+(`qtool.quantize.accuracy.OutputAccuracy`: its kind, SQNR, fitting measures) and, when given,
+the user's metric.
 
 The reference runs on qtool's numpy engine (LiteRT when the engine lacks a kernel). The candidate
 runs in LiteRT when `ai-edge-litert` is installed; otherwise it is simulated: its int8 weights and
@@ -10,7 +12,7 @@ integer arithmetic inside kernels, so its SQNR is close to, not equal to, LiteRT
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -21,7 +23,16 @@ from qtool.errors import UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, numpy_dtype
 from qtool.model.edit import clone_model
 from qtool.model.lowbit import constant_values
-from qtool.numerics import SqnrAccumulator, dequantize, quantize
+from qtool.numerics import dequantize, quantize
+from qtool.quantize.accuracy import (
+    LITERT,
+    SIMULATION,
+    OutputAccuracy,
+    OutputsMeter,
+    model_output_steps,
+    output_kinds,
+)
+from qtool.quantize.user_metric import UserMetric
 from qtool.runtime import Engine
 from qtool.runtime.litert import litert_available, litert_feeder, litert_interpreter
 from qtool.spec import boundary_ops
@@ -32,26 +43,14 @@ INTEGER_TYPES = (TensorType.INT8, TensorType.UINT8, TensorType.INT16, TensorType
 
 
 @dataclass(frozen=True)
-class OutputAccuracy:
-    """How close one output of the candidate stays to the reference: SQNR in dB (inf when exact)
-    and the top-1 agreement."""
-
-    name: str  # the candidate's output tensor name
-    sqnr_db: float
-    top1: float | None  # share of samples whose argmax agrees; None unless classifier-like
-
-    def to_dict(self) -> dict:
-        """Every field, JSON-ready."""
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class Comparison:
-    """The comparison of a candidate model with its float reference, output by output."""
+    """The comparison of a candidate model with its float reference, output by output, and the
+    user's metric on all outputs (None without one)."""
 
     outputs: list[OutputAccuracy]
     samples: int
     engine: str  # how the candidate ran: "litert" or "simulate"
+    metric: float | None = None
 
     @property
     def worst_db(self) -> float:
@@ -59,41 +58,24 @@ class Comparison:
         return min(o.sqnr_db for o in self.outputs)
 
     def to_dict(self) -> dict:
-        """JSON-ready: samples, engine and every output's accuracy."""
+        """JSON-ready: samples, engine, every output's record and the metric."""
         return {
             "samples": self.samples,
             "engine": self.engine,
             "outputs": [o.to_dict() for o in self.outputs],
+            "metric": self.metric,
         }
 
 
-PASS_THROUGH = ("DEQUANTIZE", "QUANTIZE", "RESHAPE", "SQUEEZE")
-CLASS_SCORES = ("SOFTMAX", "LOG_SOFTMAX")
-
-
-def classifier_like(model: Model, tensor_index: int) -> bool:
-    """A vector of class scores: written by SOFTMAX/LOG_SOFTMAX (through reshapes and
-    (de)quantization), with one axis of size >= 2."""
-    subgraph = model.subgraphs[0]
-    shape = subgraph.tensors[tensor_index].shape
-    if sum(d > 1 for d in shape) != 1:
-        return False
-    producers = subgraph.producers()
-    while tensor_index in producers:
-        op = subgraph.operators[producers[tensor_index]]
-        op_type = model.op_type(op)
-        if op_type in CLASS_SCORES:
-            return True
-        if op_type not in PASS_THROUGH:
-            return False
-        tensor_index = op.inputs[0]
-    return False
-
-
 def compare_models(
-    reference: Model, candidate: Model, dataset: Dataset, engine: str = "auto"
+    reference: Model,
+    candidate: Model,
+    dataset: Dataset,
+    engine: str = "auto",
+    metric: UserMetric | None = None,
 ) -> Comparison:
-    """Run both models over `dataset` (float samples of the reference's inputs) and compare."""
+    """Run both models over `dataset` (float samples of the reference's inputs) and compare.
+    With a `metric`, every output is kept to call it once on all samples."""
     if engine not in ENGINES:
         raise UsageError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     if engine == "auto":
@@ -115,34 +97,35 @@ def compare_models(
     run_candidate = (
         _litert_runner(candidate) if engine == "litert" else _simulated_runner(candidate)
     )
-    outputs = [cand_graph.tensors[t] for t in cand_graph.outputs]
-    sqnr = [SqnrAccumulator() for _ in outputs]
-    agree = [0] * len(outputs)
-    samples = 0
+    steps = model_output_steps(candidate)
+    meter = None
+    kept: tuple[list, list] = ([], [])
     for batch in dataset.iter_chunks(CHUNK):
         expected, got = run_reference(batch), run_candidate(batch)
         refuse_nonfinite(expected, dataset.source)
-        samples += batch[0].shape[0]
-        for k, (want, have) in enumerate(zip(expected, got, strict=True)):
-            have = np.asarray(have, np.float64).reshape(want.shape)
-            sqnr[k].add(want, have)
-            n = want.shape[0]
-            agree[k] += int(np.sum(want.reshape(n, -1).argmax(1) == have.reshape(n, -1).argmax(1)))
-    if not samples:
-        raise UsageError(f"{dataset.source}: no samples to compare on")
-    return Comparison(
-        outputs=[
-            OutputAccuracy(
-                name=tensor.name,
-                sqnr_db=acc.db,
-                top1=agree[k] / samples
-                if classifier_like(reference, ref_graph.outputs[k])
-                else None,
+        got = [np.reshape(g, np.shape(w)) for w, g in zip(expected, got, strict=True)]
+        if meter is None:  # the kinds from the graph and the first chunk's values
+            meter = OutputsMeter(
+                [cand_graph.tensors[t].name for t in cand_graph.outputs],
+                output_kinds(reference, 0, expected),
+                [ref_graph.tensors[t].shape for t in ref_graph.outputs],
+                [steps.get(t) for t in cand_graph.outputs],
             )
-            for k, (tensor, acc) in enumerate(zip(outputs, sqnr, strict=True))
-        ],
-        samples=samples,
+        meter.add(expected, got)
+        if metric is not None:
+            kept[0].append(expected)
+            kept[1].append(got)
+    if meter is None or not meter.samples:
+        raise UsageError(f"{dataset.source}: no samples to compare on")
+    value = None
+    if metric is not None:
+        whole = [[np.concatenate(parts) for parts in zip(*side, strict=True)] for side in kept]
+        value = metric(*whole)
+    return Comparison(
+        outputs=meter.results(LITERT if engine == "litert" else SIMULATION),
+        samples=meter.samples,
         engine=engine,
+        metric=value,
     )
 
 
@@ -179,7 +162,8 @@ def _litert_runner(model: Model):
             for k, t in enumerate(subgraph.outputs):
                 value = np.asarray(interpreter.get_tensor(t))
                 results[k].append(_real(value, subgraph.tensors[t]))
-        return [np.concatenate(r) if batched else np.stack(r) for r in results]
+        # A sample of a 0-d output has no row to join along: stacked, as unbatched ones.
+        return [np.concatenate(r) if batched and r[0].ndim else np.stack(r) for r in results]
 
     return run
 

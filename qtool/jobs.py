@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from qtool.arguments import sample_limit
-from qtool.calibrate import Dataset, model_inputs, synthetic_dataset
+from qtool.calibrate import Dataset, InputSpec, load_dataset, model_inputs, synthetic_dataset
 from qtool.calibrate.collect import calibration_statistics
-from qtool.calibrate.datasets import source_datasets
+from qtool.calibrate.datasets import source_datasets, split_sources
 from qtool.calibrate.inputs import entry_subgraphs
 from qtool.calibrate.sample_sources import source_files
+from qtool.calibrate.shapes import parse_input_shapes, shaped_model
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.check.audit import audit_model
 from qtool.check.findings import severity_counts
@@ -41,7 +42,9 @@ from qtool.quantize import QuantizeOptions, QuantizeResult, quantize_loaded
 from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
 from qtool.quantize.quantizer import calibrate_loaded
+from qtool.quantize.search import BUDGET
 from qtool.quantize.weight_plan import FULL
+from qtool.quantize.weight_quantizer import output_suffix, weight_mode_job, weight_search_failure
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
@@ -112,24 +115,67 @@ class OutputCheckError(QtoolError):
     exit_code = 1
 
 
+def _worst_output(result, s: int) -> str:
+    """The estimate's worst output of subgraph `s`, in words."""
+    rows = [a for a in result.accuracy if a.subgraph == s]
+    if not rows:
+        return "no estimate"
+    worst = min(rows, key=lambda a: a.fitting_db)
+    text = f"worst output {worst.name} {worst.fitting_db:.1f} dB"
+    if s in result.metric:
+        text += f", metric {result.metric[s]:.4g}"
+    return text
+
+
 def target_failure(result) -> str | None:
-    """Why the target SQNR was missed (the places that would need float), or None."""
-    missed = {s: r for s, r in result.searches.items() if not r.reached}
-    if not missed:
-        return None
+    """Why the target was missed, or None: the places that would need float when the search
+    fell short; both measurements when the samples no choice saw contradict the search's."""
     parts = []
-    for s, search in missed.items():
-        worst = min(search.output_sqnr)
-        if result.mode != FULL:  # the weight modes: the ops whose weights hold the most noise
-            places = ", ".join(f"{n.op_type} {n.tensor} ({n.chosen})" for n in search.noisiest)
-            parts.append(f"worst output {worst:.1f} dB; most of the noise comes from {places}")
-            continue
-        places = ", ".join(f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5])
-        parts.append(
-            f"subgraph {s}: worst output {worst:.1f} dB after "
-            f"{len(search.remedies)} remedies; most of the remaining noise comes from {places}"
-        )
-    return "; ".join(parts)
+    for s, search in result.searches.items():
+        if result.mode != FULL and not search.reached:
+            parts.append(weight_search_failure(search))
+        elif search.stopped is not None:
+            recipe = search.recipe
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            why = (
+                f"its time budget ran out after {search.seconds:.0f} s and {search.candidates} "
+                "candidates (--budget SECONDS allows more)"
+                if search.stopped == BUDGET
+                else "the float places it would need make the model bigger than the float model"
+            )
+            parts.append(
+                f"subgraph {s}: {why}; the best candidate measured had worst output "
+                f"{min(search.output_sqnr):.1f} dB{metric} with {len(recipe.int16_tensors)} "
+                f"int16 and {len(recipe.float_ops)} float places"
+            )
+        elif not search.reached:
+            worst = min(search.output_sqnr)
+            places = ", ".join(
+                f"{n.op_type} {n.name} ({n.place.kind})" for n in search.needs_float[:5]
+            )
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            parts.append(
+                f"subgraph {s}: worst output {worst:.1f} dB{metric} after "
+                f"{len(search.remedies)} remedies; most of the remaining noise comes from {places}"
+            )
+        elif not result.target_confirmed.get(s, False):
+            metric = "" if search.metric is None else f", metric {search.metric:.4g}"
+            parts.append(
+                f"subgraph {s}: reached on the samples the search judged it on (worst output "
+                f"{min(search.output_sqnr):.1f} dB{metric}), but not on samples that no choice "
+                f"saw ({_worst_output(result, s)}, {result.accuracy_source})"
+            )
+    return "; ".join(parts) or None
+
+
+def _target_text(options: QuantizeOptions) -> str:
+    """The target in words: "target SQNR 30 dB", "target metric 0.95", or both."""
+    parts = []
+    if options.target_sqnr is not None:
+        parts.append(f"target SQNR {options.target_sqnr:g} dB")
+    if options.target_metric is not None:
+        parts.append(f"target metric {options.target_metric:g}")
+    return " and ".join(parts)
 
 
 @dataclass
@@ -145,6 +191,7 @@ class ModelJob:
     samples: int | None = None
     seed: int = 0
     custom_ops: str | None = None
+    input_shapes: tuple[str, ...] = ()  # NAME=DIMS: the shape a dynamic input runs at
     options: QuantizeOptions = field(default_factory=QuantizeOptions)
 
 
@@ -200,9 +247,8 @@ class QuantizeOutcome:
 
 def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     """The output model and report paths of a quantize job: as given, else `<model>_int8.tflite`
-    (`_dynamic`, `_weights`, `_float16`, `_dynamic_int4`... in the weight modes) beside the
-    input and `<output>.report.json` beside the output; UsageError for a path given as '' or
-    ending in a separator."""
+    (`_dynamic`, `_float16`, `_dynamic_int4`... in a weight mode) beside the input and
+    `<output>.report.json` beside the output; UsageError for a path '' or ending in a separator."""
     for what, given in (("output path", job.output_path), ("report path", job.report_path)):
         if given is not None and (given == "" or given.endswith(("/", os.sep))):
             raise UsageError(f"{what} {given!r} is not a file name")
@@ -218,14 +264,6 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
         else output.with_name(f"{output.stem}.report.json")
     )
     return output, report
-
-
-def output_suffix(options: QuantizeOptions) -> str:
-    """What the default output name adds to the input's stem: int8, or the weight mode (with
-    int4 when its weights are)."""
-    if options.mode == FULL:
-        return "int8"
-    return options.mode + ("_int4" if options.weight_bits == 4 else "")
 
 
 def job_inputs(job: ModelJob) -> list[str]:
@@ -255,20 +293,22 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
     if job.custom_ops:
         load_custom_ops(job.custom_ops)
     model = load_model(job.model_path)
+    sources = split_sources(job.data, entry_subgraphs(model)) if job.data else {}
+
+    def data_for(s: int, specs: list[InputSpec]) -> Dataset | None:
+        """The `--data` sources of entry subgraph s read as `specs` ask."""
+        return load_dataset(sources[s], specs) if s in sources else None
+
+    model = shaped_model(model, parse_input_shapes(job.input_shapes), data_for)
     entries = entry_subgraphs(model)
-    if job.options.mode != FULL:
-        _refuse_full_only(job)
+    weight_mode = weight_mode_job(job)  # a weight mode calibrates nothing
     if job.data:
         datasets = source_datasets(model, job.data, job.samples)
-    elif job.statistics:
+    elif job.statistics or (weight_mode and job.holdout):
         datasets = {}
-    elif job.synthetic or (job.options.mode != FULL and not job.holdout):
-        # The weight modes calibrate nothing: synthetic samples only measure them (a warning
-        # says so).
+    elif job.synthetic or weight_mode:  # synthetic samples measure a weight mode (warned)
         count = job.samples or DEFAULT_SYNTHETIC_SAMPLES
         datasets = {s: synthetic_dataset(model_inputs(model, s), count, job.seed) for s in entries}
-    elif job.options.mode != FULL:
-        datasets = {}
     else:
         raise UsageError(
             "calibration needs data: give `data`, or `statistics` from qtool calibrate (or "
@@ -276,24 +316,6 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
         )
     holdouts = source_datasets(model, job.holdout) if job.holdout else {}
     return model, datasets, holdouts
-
-
-def _refuse_full_only(job: ModelJob) -> None:
-    """What a weight mode (no calibration, float activations) has no use for."""
-    asked = [
-        name
-        for name, given in (
-            ("statistics", job.statistics),
-            ("layer_errors", getattr(job, "layer_errors", False)),
-            ("analyze", getattr(job, "analyze", False)),
-        )
-        if given
-    ]
-    if asked:
-        raise UsageError(
-            f"{', '.join(asked)} applies to mode full (int8 activations), not to mode "
-            f"{job.options.mode}"
-        )
 
 
 def merged_statistics(paths: tuple[str, ...]) -> CalibrationStatistics | None:
@@ -307,12 +329,17 @@ def merged_statistics(paths: tuple[str, ...]) -> CalibrationStatistics | None:
 
 
 def calibrate_file(
-    job: CalibrateJob, progress: Callable[[int], None] | None = None
+    job: CalibrateJob,
+    progress: Callable[[int], None] | None = None,
+    on_total: Callable[[int | None], None] | None = None,
 ) -> CalibrationStatistics:
-    """Run `qtool calibrate`: the statistics of the job's data, written to its output path."""
+    """Run `qtool calibrate`: the statistics of the job's data, written to its output path;
+    `on_total` gets the expected number of samples (None when unknown), as for quantize."""
     inputs = InputFiles.of(job_inputs(job))
     check_destination(job.output_path, overwrite=job.force, inputs=inputs)
     model, datasets, _ = load_job_inputs(job)
+    if on_total:
+        _announce_total(datasets, on_total)
     statistics = calibration_statistics(model, datasets, job.options.engine, progress)
     statistics.save(job.output_path, overwrite=job.force)
     return statistics
@@ -331,6 +358,11 @@ def analyze_file(job: AnalyzeJob, progress: Callable[[int], None] | None = None)
         tensors = analysis_histograms(diagnosis, calibrated.prepared.model)
         write_atomic(html, analysis_html(analysis, tensors))
     return analysis
+
+
+def _announce_total(datasets: dict[int, Dataset], on_total: Callable[[int | None], None]) -> None:
+    expected = [d.expected_samples for d in datasets.values()]
+    on_total(None if None in expected else sum(expected))
 
 
 def finish_quantization(
@@ -352,6 +384,7 @@ def finish_quantization(
     measure_layers: bool = False,
     measure_layer_sqnr: bool = False,
     max_size: SizeLimit | None = None,
+    search_progress: Callable[[str], None] | None = None,
 ) -> tuple[QuantizeResult, dict[str, Any], bytes]:
     """Quantize in memory, refuse what the options forbid, audit, and build the report:
     (result, report, model bytes). Nothing is written. `measure_layers` runs both models in
@@ -366,12 +399,16 @@ def finish_quantization(
         analyze=analyze,
         statistics=statistics,
         measure_layer_sqnr=measure_layer_sqnr,
+        search_progress=search_progress,
     )
     missed = target_failure(result)
     if missed:
-        target = options.target_sqnr
-        remedy = "" if options.allow_float else " (allowing float would let them stay float)"
-        raise TargetNotReachedError(f"target SQNR {target:g} dB not reached: {missed}{remedy}")
+        remedy = (
+            ""
+            if options.allow_float or all(r.reached for r in result.searches.values())
+            else " (allowing float would let them stay float)"
+        )
+        raise TargetNotReachedError(f"{_target_text(options)} not reached: {missed}{remedy}")
     if strict and result.float_ops:
         listed = "; ".join(f"op {f.index} {f.op_type}: {f.reason}" for f in result.float_ops)
         raise StrictModeError(
@@ -401,6 +438,20 @@ def finish_quantization(
         audit=audit,
         layer_errors=errors,
     )
+    source_bytes = report["input_model"]["size_bytes"]
+    if (
+        result.searches
+        and max_size is None
+        and len(blob) > max(source_bytes, result.baseline_size or 0)
+    ):
+        # A target's result is a quantization only if it is smaller than what it replaces (or,
+        # for a model so small that plain int8 is bigger, than plain int8); a size the user
+        # gives (`max_size`) replaces that bound.
+        raise TargetNotReachedError(
+            f"{_target_text(options)} not reached within the float model's size: the result "
+            f"would be {len(blob):,} bytes, the float model {source_bytes:,} "
+            f"({_precision_counts(report)}); nothing written"
+        )
     if max_size is not None:
         limit = max_size.bytes_for(report["input_model"]["size_bytes"])
         if len(blob) > limit:
@@ -413,20 +464,26 @@ def finish_quantization(
     return result, report, blob
 
 
+def _precision_counts(report: dict[str, Any]) -> str:
+    ops = report["sqnr_target"]["ops"]
+    return ", ".join(f"{count} {mode}" for mode, count in ops.items()) + " ops"
+
+
 def quantize_file(
     job: QuantizeJob,
     progress: Callable[[int], None] | None = None,
     on_total: Callable[[int | None], None] | None = None,
+    search_progress: Callable[[str], None] | None = None,
 ) -> QuantizeOutcome:
     """Run `qtool quantize`; `progress(n)` follows calibration, `on_total` gets the expected
-    number of samples (None when only reading all the data would tell)."""
+    number of samples (None when only reading all the data would tell), `search_progress` a
+    line per candidate of a target search."""
     output, report_path = default_paths(job)
     html = [Path(job.html_path)] if job.html_path else []
     _check_destinations(job, output, report_path, *html)
     model, datasets, holdouts = load_job_inputs(job)
     if on_total:
-        expected = [d.expected_samples for d in datasets.values()]
-        on_total(None if None in expected else sum(expected))
+        _announce_total(datasets, on_total)
     result, report, blob = finish_quantization(
         model,
         datasets,
@@ -445,6 +502,7 @@ def quantize_file(
         measure_layers=job.layer_errors,
         measure_layer_sqnr=bool(html),
         max_size=job.max_size,
+        search_progress=search_progress,
     )
     pages = [(path, quantize_html(report, quantize_pictures(result))) for path in html]
     write_pair(output, blob, report_path, report, job.force, pages, source=model.source_data)

@@ -28,6 +28,7 @@ class OperandFacts:
     listed: bool = False  # optional, but listed (as -1 when absent): LiteRT reads the slot
     repeat: bool = False  # the last operand may occur any number of times (at least once)
     constant: bool = False  # must be a constant tensor
+    shape_only: bool = False  # only its shape is read, never its values (SHAPE's input)
     runtime_buffer: bool = False  # a buffer the runtime places: no data and no producer
 
 
@@ -123,6 +124,7 @@ def _operand(raw: dict[str, Any], classes: dict[str, list[str]]) -> OperandFacts
         listed=raw.get("listed", False),
         repeat=raw.get("repeat", False),
         constant=raw.get("constant", False),
+        shape_only=raw.get("shape_only", False),
         runtime_buffer=raw.get("runtime_buffer", False),
     )
 
@@ -158,6 +160,15 @@ def type_class(name: str) -> frozenset[str]:
     floating-point type, what computes in float), "quantized" (the integer types only quantized
     tensors use), ... One list for the validator, the audit and the planner."""
     return frozenset(raw_facts()["type_classes"][name])
+
+
+def shape_only_inputs(op_type: str) -> frozenset[int]:
+    """Input positions of an operator type whose values it never reads, only their shape: a
+    float tensor there carries no real-valued data into the op (SHAPE does no arithmetic)."""
+    facts = load_op_facts().facts(op_type)
+    if facts is None:
+        return frozenset()
+    return frozenset(p for p, operand in enumerate(facts.inputs) if operand.shape_only)
 
 
 def options_table(op_type: str) -> str | None:

@@ -73,6 +73,9 @@ class OpRule:
     same_scale: bool
     origin: str  # "op-table" (the normative table) or "tflite-kernel" (extended)
     int8_version: int = 1  # operator-code version of the op's int8 kernel
+    # "branches" (IF) or "loop" (WHILE): the op runs other subgraphs on its operands, which
+    # keep their parameters across the call (the spec file says how); None for other ops
+    control_flow: str | None = None
 
     def input_rule(self, position: int) -> OperandRule | None:
         """The rule of input `position`; None when the spec has none."""
@@ -195,6 +198,7 @@ def load_spec(profiles: tuple[str, ...] = (), scheme: str = "int8") -> QuantSpec
             same_scale=op.get("same_scale", False),
             origin=op["origin"],
             int8_version=op.get("int8_version", 1),
+            control_flow=op.get("control_flow"),
         )
         for name, op in ops.items()
     }

@@ -227,5 +227,5 @@ def test_samples_folded_into_one_axis_and_concatenated_keep_their_places() -> No
     samples = rng.standard_normal((40, 4, 4, 3)).astype(np.float32)
     by_numpy = collect(model, Dataset.from_arrays([samples], "test"), engine="numpy")
     by_litert = collect(model, Dataset.from_arrays([samples], "test"), engine="litert")
-    (expected,), (got,) = by_numpy.evaluation.reference, by_litert.evaluation.reference
+    (expected,), (got,) = by_numpy.estimate.reference, by_litert.estimate.reference
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

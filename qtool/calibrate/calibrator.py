@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from qtool.calibrate.datasets import Batch, Dataset
 from qtool.calibrate.memory import check_memory
 from qtool.calibrate.observers import MinMaxObserver, RangeObserver
+from qtool.calibrate.statistics import activation_tensors
 from qtool.errors import DataError, UnsupportedOpError, UsageError
 from qtool.heap import retained_heap
-from qtool.model import Model, TensorType
+from qtool.model import Model
+from qtool.model.calls import call_sites
 from qtool.runtime import Engine
 from qtool.runtime.litert import (
     XnnpackRunner,
@@ -26,7 +28,7 @@ from qtool.runtime.litert import (
     litert_can_run,
     run_preserved,
 )
-from qtool.runtime.state import keeps_state, state_tensors
+from qtool.runtime.state import keeps_state
 
 ENGINES = ("auto", "numpy", "litert")
 Progress = Callable[[int], None]
@@ -61,24 +63,6 @@ class CalibrationResult:
     observer: RangeObserver
 
 
-def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
-    """Float tensors whose values come from running the graph: inputs, op outputs, the
-    intermediates some ops report (LSTM's gates) and state tensors (LSTM's states, observed at
-    every step)."""
-    subgraph = model.subgraphs[subgraph_index]
-    produced = set(subgraph.inputs) | {
-        t for op in subgraph.operators for t in (*op.outputs, *op.intermediates)
-    }
-    produced.update(state_tensors(model, subgraph_index))
-    return [
-        t
-        for t in sorted(produced)
-        if t >= 0
-        and subgraph.tensors[t].dtype == TensorType.FLOAT32
-        and not model.is_constant(subgraph.tensors[t])
-    ]
-
-
 def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
     """The engine a calibration runs on: `requested`, or for "auto" the fastest that can run
     the model (docs/performance.md: "Choosing the calibration engine"); for a model that keeps
@@ -98,7 +82,13 @@ def choose_engine(model: Model, requested: str, subgraph_index: int = 0) -> str:
         return requested
     # LiteRT with XNNPACK calibrates subgraph 0 several times faster than the numpy engine on
     # every real model measured (bench/speed.py); other subgraphs only run preserved, slower.
-    if litert_available() and subgraph_index == 0 and litert_can_run(model, xnnpack=True):
+    # Only the numpy engine shows what the subgraphs control flow runs compute.
+    if (
+        litert_available()
+        and subgraph_index == 0
+        and not call_sites(model, subgraph_index)
+        and litert_can_run(model, xnnpack=True)
+    ):
         return "litert"
     return _auto_without_xnnpack(model, subgraph_index)
 
@@ -145,8 +135,17 @@ class Calibrator:
         check_memory(model, subgraph_index)  # before any engine allocates for a sample
         self.model, self.subgraph_index, self.observer = model, subgraph_index, observer
         self.xnnpack: XnnpackRunner | None = None
+        # Only the numpy engine observes what control flow calls; a model that keeps state
+        # runs its samples as one sequence.
+        calling = bool(call_sites(model, subgraph_index))
         stateful = keeps_state(model, subgraph_index)
-        if engine == "auto" and subgraph_index == 0 and litert_available() and not stateful:
+        if (
+            engine == "auto"
+            and subgraph_index == 0
+            and litert_available()
+            and not stateful
+            and not calling
+        ):
             # Building LiteRT's runner is the test of whether XNNPACK runs the model
             # (`choose_engine` would load it once more first: 0.1 s of a 2 s quantization).
             with contextlib.suppress(UnsupportedOpError):
@@ -178,8 +177,9 @@ class Calibrator:
         with retained_heap():
             if self.engine == "numpy":
                 runner = Engine(model, subgraph_index)
+                called = getattr(observer, "calls", {})  # statistics of what control flow runs
                 for batch in counted(runner.chunk * runner.threads * _CHUNKS_PER_THREAD):
-                    runner.run(batch, observers=[observer])
+                    runner.run(batch, observers=[observer], calls_observed=called)
             elif self.xnnpack is not None:
                 xnnpack = self.xnnpack
                 for batch in counted(xnnpack.batch * xnnpack.threads * _CHUNKS_PER_THREAD):

@@ -1,15 +1,24 @@
-"""One calibration pass that also sets samples aside for an honest accuracy estimate.
+"""One calibration pass that also sets samples aside for honest choices and an honest estimate.
 
-A quarter of the first `FOLD_WINDOW` samples goes to an evaluation fold: its float outputs are
-kept as the reference, and its statistics are kept apart from those of the other samples (the
-fitting fold). Quantization choices that need a measurement (which calibration
-method, which layers need 16 bits) are fitted on one fold and judged on the other, and the final
-model is calibrated on both. A separate held-out dataset, when given, is the evaluation fold
-instead and never contributes to calibration.
+Without a held-out dataset, half of the first `FOLD_WINDOW` calibration samples are set aside in
+two folds (which samples: `fold_of`):
 
-A model that keeps state (qtool.runtime.state) reads its samples as one sequence: its fold is
-the last quarter of the samples, a sequence of its own that starts from the initial state, as
-every run of a dataset (calibration, held-out data) does.
+- the *selection fold* (a quarter): quantization choices that need a measurement (which
+  calibration method, bias correction, rounding optimisation, the layers a target needs in
+  16 bits or float) are fitted on the other samples (the *fitting fold*) and judged on it;
+- the *estimate fold* (a quarter): no choice ever sees it. The accuracy qtool reports is that
+  of the plan fitted on the fitting and selection folds with the choices made, measured on it.
+
+The final model is calibrated on every sample. A held-out dataset, when given, is the estimate
+fold instead (it never calibrates), and the selection fold comes from the calibration samples
+as before. With fewer than `MIN_SAMPLES_FOR_HOLDOUT` calibration samples there are no folds:
+without a held-out dataset nothing is estimated, with one the choices are judged on it too, and
+the estimate says so (`Collected.shared`).
+
+A model that keeps state (qtool.runtime.state) reads its samples as one sequence: its folds are
+its tail (the last quarter the estimate fold, the quarter before it the selection fold), each a
+sequence of its own that starts from the initial state, as every run of a dataset (calibration,
+held-out data) does.
 """
 
 from __future__ import annotations
@@ -38,10 +47,14 @@ from qtool.runtime import Engine
 from qtool.runtime.litert import XnnpackRunner
 from qtool.runtime.state import keeps_state
 
-FOLD_WINDOW = 128  # samples among which the fold is chosen (later ones all calibrate)
-_FOLD_SHARE = 1 << 30  # a quarter of the 32-bit hash range
+FOLD_WINDOW = 128  # samples among which the folds are chosen (later ones all calibrate)
+_QUARTER = 1 << 30  # a quarter of the 32-bit hash range
 _GOLDEN = np.uint64(2654435769)  # 2^32 / golden ratio
 MIN_SAMPLES_FOR_HOLDOUT = 8
+FIT, SELECTION, ESTIMATE = 0, 1, 2  # the folds, as `fold_of` numbers them
+HELD_OUT = "held-out data"
+ESTIMATE_FOLD = "calibration fold"  # the estimate fold's source
+SELECTION_FOLD = "selection fold"
 
 
 @dataclass
@@ -50,7 +63,7 @@ class EvaluationSet:
 
     inputs: list[np.ndarray]  # one array per model input, (N, *sample_shape)
     reference: list[np.ndarray]  # float outputs, (N, ...)
-    source: str  # "calibration fold" or the held-out dataset's name
+    source: str  # HELD_OUT, ESTIMATE_FOLD or SELECTION_FOLD
 
     def __post_init__(self) -> None:
         refuse_nonfinite(self.reference, self.source)
@@ -78,15 +91,32 @@ def refuse_nonfinite(reference: list[np.ndarray], source: str) -> None:
 
 @dataclass
 class Collected:
-    """What calibrating one subgraph yields: the statistics of every sample and of the fitting
-    fold, the evaluation fold (None when there is none: too few samples and no held-out dataset,
-    or a model the numpy engine cannot run), and the pass's CalibrationResult."""
+    """What calibrating one subgraph yields.
 
-    statistics: SubgraphStatistics  # every calibration sample
-    fit: SubgraphStatistics  # the calibration samples outside the evaluation fold
-    evaluation: EvaluationSet | None
+    Attributes:
+        statistics: every calibration sample (what the final plan is fitted on).
+        fit: the fitting fold: what candidate plans are fitted on.
+        selection: the samples choices are judged on (None: no choice can be measured).
+        estimate: the samples the reported accuracy is measured on (None: not estimated).
+        estimate_fit: what the estimated plan is fitted on: every calibration sample with a
+            held-out dataset, else the fitting and selection folds.
+        calibration: the pass's CalibrationResult.
+        fit_data: the samples `fit` came from, for further passes (None: unknown).
+    """
+
+    statistics: SubgraphStatistics
+    fit: SubgraphStatistics
+    selection: EvaluationSet | None
+    estimate: EvaluationSet | None
+    estimate_fit: SubgraphStatistics
     calibration: CalibrationResult
-    fit_data: Dataset | None  # the samples `fit` came from, for further passes (None: unknown)
+    fit_data: Dataset | None
+
+    @property
+    def shared(self) -> bool:
+        """Whether the choices were judged on the estimate's own samples (too few calibration
+        samples for a selection fold): the estimate is then optimistic."""
+        return self.estimate is not None and self.estimate is self.selection
 
 
 def selected(
@@ -143,7 +173,10 @@ def _reference(
     outputs = list(subgraph.outputs)
     leading_one = subgraph.inputs_lead_with_one()
     if not _litert_runs_reference(model, subgraph_index, engine):
-        return Engine(model, subgraph_index).run(inputs, observers=[observer])
+        called = getattr(observer, "calls", {})  # statistics of what control flow runs
+        return Engine(model, subgraph_index).run(
+            inputs, observers=[observer], calls_observed=called
+        )
     observers = [observer]
     if elsewhere is not None:
         # Only the observed tensors run here, in batches: read with the outputs, a detector's
@@ -173,6 +206,29 @@ def _reference(
     return [join(parts[t]) for t in outputs]
 
 
+def _split_folds(
+    dataset: Dataset, assign: Callable[[np.ndarray], np.ndarray], own_estimate: bool
+) -> dict[int, list[np.ndarray]]:
+    """The selection fold's samples and, with `own_estimate`, the estimate fold's, in one
+    read of `dataset` (fold number -> one array per input; `assign`: each index's fold)."""
+    wanted = (SELECTION, ESTIMATE) if own_estimate else (SELECTION,)
+    parts: dict[int, list[Batch]] = {fold: [] for fold in wanted}
+    start = 0
+    for batch in dataset.iter_chunks(256):
+        n = batch[0].shape[0]
+        folds = assign(np.arange(start, start + n))
+        start += n
+        for fold in wanted:
+            mask = folds == fold
+            if mask.any():
+                parts[fold].append([values[mask] for values in batch])
+    return {
+        fold: [np.concatenate(arrays) for arrays in zip(*chunks, strict=True)]
+        for fold, chunks in parts.items()
+        if chunks
+    }
+
+
 def collect(
     model: Model,
     dataset: Dataset,
@@ -185,12 +241,13 @@ def collect(
     float_outputs: Callable[[list[np.ndarray]], Callable[[], list[np.ndarray] | None]]
     | None = None,
 ) -> Collected:
-    """Calibrate `model` on `dataset`, keeping an evaluation fold (or using `holdout`).
+    """Calibrate `model` on `dataset`, keeping a selection fold and an estimate fold (or using
+    `holdout` as the estimate's samples): the module docstring says what each is for.
 
-    With `evaluate` False, or when the numpy engine cannot run the model (the fold's reference
-    outputs and every simulation need it), all samples calibrate and there is no fold.
-    `on_fit(fit statistics, evaluation inputs)` is called once both exist, before the
-    evaluation samples run (the returned `EvaluationSet` holds that very list of inputs).
+    With `evaluate` False, or when the numpy engine cannot run the model (the folds' reference
+    outputs and every simulation need it), all samples calibrate and there are no folds.
+    `on_fit(fit statistics, selection inputs)` is called once both exist, before the folds'
+    samples run (the selection `EvaluationSet` holds that very list of inputs).
     `float_outputs(inputs)`, where LiteRT computes the float outputs, starts computing them
     elsewhere (LiteRT in child processes) and returns what waits for them (samples stacked,
     a leading 1 kept; None: they could not be): this process then only observes.
@@ -208,19 +265,20 @@ def collect(
         except UnsupportedOpError:
             evaluate = False
     expected = dataset.expected_samples
-    in_fold, fold_size = _in_fold, _fold_size
+    own_estimate = holdout is None
+    assign = partial(fold_of, own_estimate=own_estimate)
+    window = FOLD_WINDOW
     if keeps_state(model, subgraph_index):
-        # A sequence: the fold is its tail, which needs the length known beforehand (unknown:
-        # no fold).
+        # A sequence: the folds are its tail, which needs the length known beforehand (unknown:
+        # no folds).
         expected = expected or 0
-        in_fold, fold_size = partial(_in_tail, expected), _tail_size
-    folded = (
-        evaluate and holdout is None and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
-    )
+        assign, window = partial(_tail_folds, expected, own_estimate), expected
+    folded = evaluate and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
     fit_data = dataset
     if folded:
-        fit_data = selected(dataset, lambda i: ~in_fold(i), None)
-        fit_data.size_hint = None if expected is None else expected - fold_size(expected)
+        fit_data = selected(dataset, lambda i: assign(i) == FIT, None)
+        held_back = None if expected is None else assign(np.arange(min(expected, window))) != FIT
+        fit_data.size_hint = None if expected is None else expected - int(held_back.sum())
     fit = fresh()
     began = time.perf_counter()  # the engine's set-up counts in the calibration's time
     calibrator = Calibrator(model, engine, subgraph_index, fit)
@@ -228,57 +286,76 @@ def collect(
     fit.samples = calibration.samples
     fit.flush()
     statistics = copy.deepcopy(fit)
-    evaluation = None
-    if folded or (evaluate and holdout is not None):
-        source = holdout or selected(dataset, in_fold, None)
-        inputs = _materialise(source)
-        if holdout is not None and not (inputs and inputs[0].shape[0]):
-            raise DataError(f"{holdout.source}: no held-out samples found")
-        if inputs and inputs[0].shape[0]:
-            outputs_elsewhere = None
-            if float_outputs is not None and _litert_runs_reference(
-                model, subgraph_index, calibration.engine
-            ):
-                outputs_elsewhere = float_outputs(inputs)  # before on_fit's: first in line
-            if on_fit is not None:
-                on_fit(fit, inputs)
-            fold = fresh()
+    sets: dict[int, EvaluationSet] = {}
+    estimate_fit = statistics
+    if evaluate:
+        held = _split_folds(dataset, assign, own_estimate) if folded else {}
+        if holdout is not None:
+            held[ESTIMATE] = _materialise(holdout)
+            if not (held[ESTIMATE] and held[ESTIMATE][0].shape[0]):
+                raise DataError(f"{holdout.source}: no held-out samples found")
+        held = {fold: inputs for fold, inputs in held.items() if inputs and inputs[0].shape[0]}
+        elsewhere = {}
+        if float_outputs is not None and _litert_runs_reference(
+            model, subgraph_index, calibration.engine
+        ):
+            # Before on_fit's candidates: first in line.
+            elsewhere = {fold: float_outputs(inputs) for fold, inputs in held.items()}
+        if on_fit is not None and SELECTION in held:
+            on_fit(fit, held[SELECTION])
+        for fold in (SELECTION, ESTIMATE):
+            if fold not in held:
+                continue
+            observed = fresh()
             reference = _reference(
                 model,
                 subgraph_index,
-                inputs,
-                fold,
+                held[fold],
+                observed,
                 calibration.engine,
-                outputs_elsewhere,
+                elsewhere.get(fold),
                 calibrator.xnnpack,
             )
-            fold.samples = int(inputs[0].shape[0])
-            if holdout is None:
-                statistics.merge(fold)
+            observed.samples = int(held[fold][0].shape[0])
+            if fold == ESTIMATE and holdout is not None:
+                source = HELD_OUT
+                estimate_fit = statistics  # the final plan's: every calibration sample
+            else:
+                source = SELECTION_FOLD if fold == SELECTION else ESTIMATE_FOLD
+                if fold == ESTIMATE:
+                    estimate_fit = copy.deepcopy(statistics)  # the fitting and selection folds
+                statistics.merge(observed)
                 if progress:
-                    progress(fold.samples)
-            evaluation = EvaluationSet(
-                inputs, reference, "held-out data" if holdout is not None else "calibration fold"
-            )
-    if holdout is None and evaluation is not None and statistics.samples < MIN_SAMPLES_FOR_HOLDOUT:
+                    progress(observed.samples)
+            sets[fold] = EvaluationSet(held[fold], reference, source)
+    if folded and statistics.samples < MIN_SAMPLES_FOR_HOLDOUT:
         # A dataset of unknown size (a generator) turned out too small to hold samples out.
-        evaluation, fit, fit_data = None, copy.deepcopy(statistics), dataset
+        sets = {ESTIMATE: sets[ESTIMATE]} if holdout is not None and ESTIMATE in sets else {}
+        fit, fit_data, estimate_fit = copy.deepcopy(statistics), dataset, statistics
+    estimate = sets.get(ESTIMATE)
+    selection = sets.get(SELECTION, estimate)  # none of its own: judged on the estimate's
     calibration.samples = statistics.samples
-    return Collected(statistics, fit, evaluation, calibration, fit_data)
+    return Collected(statistics, fit, selection, estimate, estimate_fit, calibration, fit_data)
 
 
-def _in_fold(index: np.ndarray) -> np.ndarray:
-    """Whether samples belong to the evaluation fold: those of the first FOLD_WINDOW whose
-    golden-ratio (Weyl) sequence value falls in the lowest quarter.
+def fold_of(index: np.ndarray, own_estimate: bool = True) -> np.ndarray:
+    """Each sample's fold (FIT, SELECTION or ESTIMATE): among the first FOLD_WINDOW samples,
+    those whose golden-ratio (Weyl) sequence value falls in the lowest quarter are the
+    selection fold and, with `own_estimate`, those in the next quarter the estimate fold.
 
-    Every prefix of the data holds close to a quarter of fold samples, and no period in the
-    data lines up with the fold: every 4th sample would be exactly the whole faces of a
-    dataset built as three crops then a face, an estimate 6 dB too optimistic (measured).
+    Every prefix of the data holds close to a quarter of each fold, and no period in the data
+    lines up with a fold: every 4th sample would be exactly the whole faces of a dataset built
+    as three crops then a face, an estimate 6 dB too optimistic (measured).
     """
     index = np.asarray(index)
     # From index + 1: sample 0 always calibrates (a generator of one sample has no fold).
     weyl = ((index.astype(np.uint64) + np.uint64(1)) * _GOLDEN) & np.uint64(0xFFFFFFFF)
-    return (weyl < _FOLD_SHARE) & (index < FOLD_WINDOW)
+    inside = index < FOLD_WINDOW
+    folds = np.full(index.shape, FIT, np.int8)
+    folds[inside & (weyl < _QUARTER)] = SELECTION
+    if own_estimate:
+        folds[inside & (weyl >= _QUARTER) & (weyl < 2 * _QUARTER)] = ESTIMATE
+    return folds
 
 
 def first_samples(dataset: Dataset, count: int = FOLD_WINDOW) -> list[np.ndarray]:
@@ -287,24 +364,27 @@ def first_samples(dataset: Dataset, count: int = FOLD_WINDOW) -> list[np.ndarray
 
 
 def fold_inputs(dataset: Dataset) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """The samples of the first FOLD_WINDOW outside the evaluation fold and those in it: what
-    a choice is fitted on and what judges it (the weight modes' `--target-sqnr`)."""
+    """The samples of the first FOLD_WINDOW in the fitting fold and those held out of it (the
+    selection fold of `fold_of` without an estimate fold): what a choice is fitted on and what
+    the accuracy is measured on (the weight modes' `--target-sqnr`)."""
     window = selected(dataset, lambda i: i < FOLD_WINDOW, None)
-    fitting = _materialise(selected(window, lambda i: ~_in_fold(i), None))
-    return fitting, _materialise(selected(window, _in_fold, None))
+    fitting = _materialise(selected(window, lambda i: fold_of(i, False) == FIT, None))
+    return fitting, _materialise(selected(window, lambda i: fold_of(i, False) != FIT, None))
 
 
-def _fold_size(samples: int) -> int:
-    return int(_in_fold(np.arange(min(samples, FOLD_WINDOW))).sum())
-
-
-def _in_tail(samples: int, index: np.ndarray) -> np.ndarray:
-    """The fold of a sequence of `samples`: its last quarter."""
-    return np.asarray(index) >= samples - _tail_size(samples)
-
-
-def _tail_size(samples: int) -> int:
-    return samples // 4
+def _tail_folds(samples: int, own_estimate: bool, index: np.ndarray) -> np.ndarray:
+    """Each sample's fold in a sequence of `samples`: with `own_estimate`, the last quarter is
+    the estimate fold and the quarter before it the selection fold; else the last quarter is the
+    selection fold."""
+    index = np.asarray(index)
+    quarter = samples // 4
+    folds = np.full(index.shape, FIT, np.int8)
+    if own_estimate:
+        folds[index >= samples - 2 * quarter] = SELECTION
+        folds[index >= samples - quarter] = ESTIMATE
+    else:
+        folds[index >= samples - quarter] = SELECTION
+    return folds
 
 
 def from_statistics(
@@ -315,13 +395,14 @@ def from_statistics(
     source: str = "statistics",
 ) -> Collected:
     """What `collect` returns, for statistics gathered earlier (merged shards, say): no pass
-    over calibration data; a held-out dataset, when given, is the evaluation fold."""
-    evaluation = None
+    over calibration data, so no folds; a held-out dataset, when given, is the estimate's
+    samples and the choices are judged on it too."""
+    estimate = None
     if holdout is not None:
         inputs = _materialise(holdout)
         if inputs and inputs[0].shape[0]:
             reference = Engine(model, subgraph_index).run(inputs)
-            evaluation = EvaluationSet(inputs, reference, "held-out data")
+            estimate = EvaluationSet(inputs, reference, HELD_OUT)
     calibration = CalibrationResult(
         ranges=statistics.ranges(),
         samples=statistics.samples,
@@ -331,7 +412,7 @@ def from_statistics(
         synthetic=False,
         observer=statistics,
     )
-    return Collected(statistics, statistics, evaluation, calibration, None)
+    return Collected(statistics, statistics, estimate, estimate, statistics, calibration, None)
 
 
 def calibration_statistics(
@@ -340,7 +421,7 @@ def calibration_statistics(
     engine: str = "auto",
     progress: Callable[[int], None] | None = None,
 ) -> CalibrationStatistics:
-    """Statistics of every sample (no evaluation fold), to save and merge with other shards
+    """Statistics of every sample (no folds), to save and merge with other shards
     (`qtool calibrate`), then quantize from (`statistics=`)."""
     prepared = prepare_float_model(model)
     collected = {

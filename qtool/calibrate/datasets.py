@@ -218,9 +218,9 @@ def as_dataset(data: Any, inputs: Sequence[InputSpec], limit: int | None = None)
     raise UsageError(f"cannot use a {type(data).__name__} as calibration data")
 
 
-def entry_datasets(model: Model, data: Any, limit: int | None = None) -> dict[int, Dataset]:
-    """Data per entry subgraph, from the Python API: one source (any form `as_dataset` takes)
-    for a model with one entry point, or a dict keyed by signature key."""
+def entry_data(model: Model, data: Any) -> dict[int, Any]:
+    """The Python API's data per entry subgraph: one source (any form `as_dataset` takes) for a
+    model with one entry point, or a dict keyed by signature key."""
     entries = entry_subgraphs(model)
     by_key = {key: s for s, key in entries.items() if key is not None}
     if len(entries) > 1:
@@ -229,11 +229,17 @@ def entry_datasets(model: Model, data: Any, limit: int | None = None) -> dict[in
                 f"the model has signatures {', '.join(sorted(by_key))}: give data as a dict "
                 "keyed by signature"
             )
-        return {
-            by_key[k]: as_dataset(v, model_inputs(model, by_key[k]), limit) for k, v in data.items()
-        }
+        return {by_key[k]: v for k, v in data.items()}
     (s,) = entries
-    return {s: as_dataset(data, model_inputs(model, s), limit)}
+    return {s: data}
+
+
+def entry_datasets(model: Model, data: Any, limit: int | None = None) -> dict[int, Dataset]:
+    """Data per entry subgraph, from the Python API (`entry_data`), as datasets."""
+    return {
+        s: as_dataset(given, model_inputs(model, s), limit)
+        for s, given in entry_data(model, data).items()
+    }
 
 
 def split_sources(sources: Sequence[str], entries: dict[int, str | None]) -> dict[int, list[str]]:

@@ -28,7 +28,7 @@ from qtool.calibrate.npyfile import (
     read_rows,
 )
 from qtool.calibrate.usercode import as_parameter, load_generator
-from qtool.errors import DataError, exception_summary
+from qtool.errors import DataError, UsageError, exception_summary
 from qtool.files import exists, lookup, open_regular, os_reason
 
 # `package.module:function`, or `path/to/file.py:function`.
@@ -193,9 +193,10 @@ def _leading_samples(array: Any, spec: InputSpec, where: str) -> np.ndarray:
 
 
 def _check_sample_shape(shape: tuple[int, ...], spec: InputSpec, where: str) -> None:
-    """Data of `shape` holds N samples of the input's sample shape."""
+    """Data of `shape` holds N samples of the input's sample shape (or of a shape its
+    signature allows)."""
     sample = tuple(spec.sample_shape)
-    if tuple(shape[1:]) != sample or not shape:
+    if not shape or not spec.fits(tuple(shape[1:])):
         expected = "(N, " + ", ".join(map(str, sample)) + ")" if sample else "(N,)"
         raise DataError(
             f"{where}: input {spec.name!r} expects samples of shape {list(sample)}, "
@@ -245,6 +246,19 @@ def source_files(source: str) -> list[str]:
         return [module_name]
     folder = Path(*module_name.split("."))
     return [str(folder.with_suffix(".py")), str(folder / "__init__.py")]
+
+
+def load_function(source: str, parameter: str = "data") -> tuple[Callable[[], Any], str]:
+    """The function a `module:function` or `path/to/file.py:function` source names, imported
+    as a `--data` generator is, and its label (`module.function`); errors name `parameter`
+    (`metric` for `--metric`) instead of `data`."""
+    named = f"`{parameter}={source!r}`"
+    if GENERATOR.fullmatch(source) is None:
+        raise UsageError(f"{named}: not a function: give module:function or file.py:function")
+    try:
+        return load_generator(source)
+    except (UsageError, DataError) as exc:
+        raise type(exc)(str(exc).replace(as_parameter(source), named, 1)) from exc.__cause__
 
 
 def _read_generator(source: str, inputs: Sequence[InputSpec]) -> Iterator[Batch]:

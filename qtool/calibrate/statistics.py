@@ -23,6 +23,8 @@ from qtool.calibrate.ranges import MINMAX, Method
 from qtool.errors import DataError
 from qtool.files import open_regular, os_reason, write_atomic
 from qtool.model import Model, TensorType
+from qtool.model.calls import called_subgraphs
+from qtool.runtime.state import state_tensors
 from qtool.spec import weighted_operands
 
 STATISTICS_FORMAT = "qtool-calibration-statistics"
@@ -74,6 +76,9 @@ class SubgraphStatistics:
     histograms: HistogramObserver
     means: MeanObserver
     samples: int = 0
+    # The statistics of the subgraphs this one's control-flow operators ran (directly or not),
+    # by subgraph index; their `samples` count the runs.
+    calls: dict[int, SubgraphStatistics] = field(default_factory=dict)
     _pending: dict[int, list[np.ndarray]] = field(default_factory=dict, repr=False)
     _pending_bytes: dict[int, int] = field(default_factory=dict, repr=False)
 
@@ -115,14 +120,24 @@ class SubgraphStatistics:
     def _flush_tensor(self, tensor_index: int) -> None:
         parts = self._pending.pop(tensor_index, [])
         self._pending_bytes.pop(tensor_index, None)
-        if parts:
-            self._fold(tensor_index, np.concatenate(parts) if len(parts) > 1 else parts[0])
+        if len(parts) > 1:
+            # Whole samples one after the other, flat: a 0-d tensor (a scalar activation) has
+            # no axis to join its samples along; both statistics reshape to sample rows anyway.
+            self._fold(tensor_index, np.concatenate([part.reshape(-1) for part in parts]))
+        elif parts:
+            self._fold(tensor_index, parts[0])
+
+    def count_call(self) -> None:
+        """One more run of this subgraph by a control-flow operator (the engine's `Callees`)."""
+        self.samples += 1
 
     def flush(self) -> None:
         """Fold every value still held back."""
         for tensor_index in list(self._pending):
             self._flush_tensor(tensor_index)
         self.means.close()
+        for called in self.calls.values():
+            called.flush()
 
     def merge(self, other: SubgraphStatistics) -> None:
         """Add the statistics of another shard of the same subgraph (exact)."""
@@ -131,6 +146,11 @@ class SubgraphStatistics:
         self.histograms.merge(other.histograms)
         self.means.merge(other.means)
         self.samples += other.samples
+        for s, called in other.calls.items():
+            if s in self.calls:
+                self.calls[s].merge(called)
+            else:
+                self.calls[s] = called
 
     def ranges(self, method: Method = MINMAX) -> dict[int, tuple[float, float]]:
         """The (low, high) range `method` picks for every tensor with a finite value (min/max by
@@ -152,6 +172,37 @@ class SubgraphStatistics:
 def new_subgraph_statistics(
     model: Model, subgraph_index: int, tensors: Iterable[int], batched: bool
 ) -> SubgraphStatistics:
+    """Empty statistics of `tensors` of a subgraph, and of the float activations of every
+    subgraph its control flow runs (each run is one sample of it: a leading 1 is its batch)."""
+    statistics = _subgraph_statistics(model, subgraph_index, tensors, batched)
+    for body in called_subgraphs(model, subgraph_index):
+        statistics.calls[body] = _subgraph_statistics(
+            model, body, activation_tensors(model, body), True
+        )
+    return statistics
+
+
+def activation_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
+    """Float tensors whose values come from running the graph: inputs, op outputs, the
+    intermediates some ops report (LSTM's gates) and state tensors (LSTM's states, observed at
+    every step)."""
+    subgraph = model.subgraphs[subgraph_index]
+    produced = set(subgraph.inputs) | {
+        t for op in subgraph.operators for t in (*op.outputs, *op.intermediates)
+    }
+    produced.update(state_tensors(model, subgraph_index))
+    return [
+        t
+        for t in sorted(produced)
+        if t >= 0
+        and subgraph.tensors[t].dtype == TensorType.FLOAT32
+        and not model.is_constant(subgraph.tensors[t])
+    ]
+
+
+def _subgraph_statistics(
+    model: Model, subgraph_index: int, tensors: Iterable[int], batched: bool
+) -> SubgraphStatistics:
     """Empty statistics for one subgraph: histograms of `tensors` and means of the layer inputs
     whose bias may be corrected, with sample shapes as the engines hold them (`batched`: a
     declared leading 1 dropped)."""
@@ -167,6 +218,26 @@ def new_subgraph_statistics(
     )
 
 
+def _state(stats: SubgraphStatistics) -> dict[str, Any]:
+    found = {
+        "samples": stats.samples,
+        "histograms": stats.histograms.state()["histograms"],
+        "means": stats.means.state()["means"],
+    }
+    if stats.calls:
+        found["calls"] = {str(s): _state(called) for s, called in sorted(stats.calls.items())}
+    return found
+
+
+def _from_state(raw: dict[str, Any]) -> SubgraphStatistics:
+    return SubgraphStatistics(
+        HistogramObserver.from_state({"histograms": raw["histograms"]}),
+        MeanObserver.from_state({"means": raw["means"]}),
+        int(raw["samples"]),
+        {int(s): _from_state(called) for s, called in raw.get("calls", {}).items()},
+    )
+
+
 @dataclass
 class CalibrationStatistics:
     """Statistics of every calibrated subgraph of one model."""
@@ -178,6 +249,21 @@ class CalibrationStatistics:
     def samples(self) -> int:
         """The samples observed, summed over the subgraphs."""
         return sum(s.samples for s in self.subgraphs.values())
+
+    def of(self, subgraph_index: int) -> SubgraphStatistics | None:
+        """The statistics of a subgraph: an entry point's, or those of a subgraph control flow
+        ran, as its caller's statistics hold them."""
+        found = self.subgraphs.get(subgraph_index)
+        if found is not None:
+            return found
+        return next(
+            (
+                entry.calls[subgraph_index]
+                for entry in self.subgraphs.values()
+                if subgraph_index in entry.calls
+            ),
+            None,
+        )
 
     def merge(self, other: CalibrationStatistics) -> None:
         """Add another shard's statistics (exact); DataError when they come from another model."""
@@ -197,14 +283,7 @@ class CalibrationStatistics:
             "format": STATISTICS_FORMAT,
             "version": STATISTICS_VERSION,
             "fingerprint": self.fingerprint,
-            "subgraphs": {
-                str(s): {
-                    "samples": stats.samples,
-                    "histograms": stats.histograms.state()["histograms"],
-                    "means": stats.means.state()["means"],
-                }
-                for s, stats in sorted(self.subgraphs.items())
-            },
+            "subgraphs": {str(s): _state(stats) for s, stats in sorted(self.subgraphs.items())},
         }
 
     @classmethod
@@ -216,14 +295,7 @@ class CalibrationStatistics:
         if state.get("version") != STATISTICS_VERSION:
             raise DataError(f"statistics format version {state.get('version')} is not supported")
         try:
-            subgraphs = {
-                int(s): SubgraphStatistics(
-                    HistogramObserver.from_state({"histograms": raw["histograms"]}),
-                    MeanObserver.from_state({"means": raw["means"]}),
-                    int(raw["samples"]),
-                )
-                for s, raw in state["subgraphs"].items()
-            }
+            subgraphs = {int(s): _from_state(raw) for s, raw in state["subgraphs"].items()}
             fingerprint = str(state["fingerprint"])
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DataError(f"malformed calibration statistics ({exc})") from None

@@ -77,6 +77,7 @@ def check_loaded(
     if accuracy is not None:
         # Imported here: calibration data and the numpy engine are needed by the gate only.
         from qtool.calibrate import Dataset, load_dataset, model_inputs
+        from qtool.calibrate.shapes import shaped_model
         from qtool.evaluate import compare_models
 
         reference = (
@@ -84,14 +85,34 @@ def check_loaded(
             if isinstance(accuracy.reference, Model)
             else load_model(accuracy.reference)
         )
+        if not isinstance(accuracy.data, Dataset):  # a dynamic input runs at the data's shape
+            reference = shaped_model(
+                reference,
+                data_for=lambda s, specs: (
+                    load_dataset(list(accuracy.data), specs) if s == 0 else None
+                ),
+            )
         data = (
             accuracy.data
             if isinstance(accuracy.data, Dataset)
             else load_dataset(list(accuracy.data), model_inputs(reference))
         )
-        comparison = compare_models(reference, model, data, accuracy.engine)
-        findings += accuracy_findings(comparison, accuracy.min_sqnr, severity)
-        result.accuracy = {**comparison.to_dict(), "min_sqnr": accuracy.min_sqnr}
+        from qtool.quantize.user_metric import as_metric
+
+        metric = as_metric(accuracy.metric)
+        comparison = compare_models(reference, model, data, accuracy.engine, metric)
+        findings += accuracy_findings(
+            comparison,
+            accuracy.min_sqnr,
+            severity,
+            accuracy.min_metric,
+            "metric" if metric is None else f"metric {metric.label}",
+        )
+        result.accuracy = {
+            **comparison.to_dict(),
+            "min_sqnr": accuracy.min_sqnr,
+            "min_metric": accuracy.min_metric,
+        }
     result.findings = sorted((f for f in findings if f.severity != OFF), key=Finding.sort_key)
     return result
 

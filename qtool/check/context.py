@@ -17,7 +17,7 @@ from qtool.check.rulebook import RuleInfo
 from qtool.check.settings import load_settings
 from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.model.types import tensor_types
-from qtool.op_facts import load_op_facts, type_class
+from qtool.op_facts import load_op_facts, shape_only_inputs, type_class
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
 from qtool.weight_spec import weight_rule
 
@@ -96,7 +96,8 @@ def _compute_mode(
     # Weights and biases do not decide the mode: a float op with int8 weights is a hybrid
     # (dynamic-range) op, which computes in float. Without the op table's roles, constants
     # are taken for weights (a hybrid LSTM's twelve int8 weight tensors); a constant where
-    # LiteRT's hybrid kernel reads weights is one too (BATCH_MATMUL's right operand).
+    # LiteRT's hybrid kernel reads weights is one too (BATCH_MATMUL's right operand). Nor do
+    # operands whose values the op never reads (SHAPE's input): they bring no real-valued data.
     narrow = weight_rule(op_type)
     hybrid_weights = set(narrow.weights) if narrow is not None else set()
     if rule is None:
@@ -162,18 +163,26 @@ class AuditContext:
                     p,
                     t,
                     tensors[t],
-                    lookup(p) if lookup else None,
+                    lookup(p) if lookup and real(t) else None,
                     self.model.is_constant(tensors[t]),
                 )
                 for p, t in enumerate(indices)
                 if t >= 0
             )
 
+        def real(t: int) -> bool:
+            """Whether tensor t is audited under the op's rule: a control-flow op passes its
+            condition and integer operands on untouched, only real-valued ones are quantized."""
+            passed = rule is not None and rule.control_flow is not None
+            return not passed or tensors[t].dtype in FLOAT_TYPES | QUANTIZED_TYPES
+
         inputs, outputs = operands("input", op.inputs), operands("output", op.outputs)
         scheme = Mode.INT16 if spec is self.spec16 else Mode.INT8
         device = load_op_facts().compiled_for(op_type)
         if device is not None:  # nothing for the int8 spec's rules to read
             return OpView(s, i, op_type, None, inputs, outputs, False, Mode.INTEGER, "int8", device)
+        shape_only = shape_only_inputs(op_type)
+        valued = tuple(o for o in inputs if o.position not in shape_only)
         return OpView(
             s,
             i,
@@ -182,7 +191,7 @@ class AuditContext:
             inputs,
             outputs,
             boundary=op_type in self.settings.boundary_ops,
-            mode=_compute_mode(op_type, inputs, outputs, rule, scheme),
+            mode=_compute_mode(op_type, valued, outputs, rule, scheme),
             scheme=scheme.value,
         )
 

@@ -23,6 +23,7 @@ FAMILIES: tuple[Family, ...] = (
     graph_rules.check_float_feeds,
     graph_rules.check_legacy_dtypes,
     graph_rules.check_coverage,
+    graph_rules.check_calls,
     weight_rules.check_hybrid_weights,
     weight_rules.check_blockwise_weights,
     operands.check_dtypes,

@@ -81,12 +81,15 @@ def target_findings(report: TargetReport, severity: dict[str, str]) -> list[Find
 
 @dataclass(frozen=True)
 class AccuracyGate:
-    """`--reference FLOAT --data D --min-sqnr DB`: what a quantized model is compared with."""
+    """`--reference FLOAT --data D --min-sqnr DB [--metric M --min-metric V]`: what a quantized
+    model is compared with, and what it must reach."""
 
     reference: Any  # path of the float model, or the Model
     data: Any  # dataset sources (qtool.calibrate.load_dataset), or a Dataset
     min_sqnr: float = DEFAULT_MIN_SQNR
     engine: str = "auto"  # qtool.evaluate engines
+    metric: Any = None  # the user's metric: `module:function`, a callable, or a UserMetric
+    min_metric: float | None = None  # the metric's lowest acceptable value
 
 
 SQNR = rule(
@@ -95,7 +98,9 @@ SQNR = rule(
     title="output SQNR against the float reference",
     help=(
         "The quantized model's output over the --data samples compared with the float "
-        "model's (SQNR in dB, and top-1 agreement of class-score outputs)."
+        "model's: its kind (probability, mask, logits, classes, boxes, regression), its "
+        "fitting SQNR in dB (about the decision threshold for probabilities), its plain SQNR, "
+        "and the kind's measures (decision agreement, top-1 agreement, mean error...)."
     ),
 )
 
@@ -105,33 +110,76 @@ SQNR_LOW = rule(
     title="output SQNR below the threshold",
     help=(
         "The quantized model's output is further from the float reference than --min-sqnr "
-        "allows: accuracy regressed. Recalibrate on representative data or keep the "
-        "sensitive layers in float."
+        "allows (its fitting SQNR): accuracy regressed. Recalibrate on representative data or "
+        "keep the sensitive layers in float."
+    ),
+)
+
+METRIC = rule(
+    "QT-METRIC",
+    "info",
+    title="the user's metric against the float reference",
+    help="The value of --metric over the --data samples (the float and quantized outputs).",
+)
+
+METRIC_LOW = rule(
+    "QT-METRIC-LOW",
+    "error",
+    title="the user's metric below the threshold",
+    help=(
+        "--metric over the --data samples is below --min-metric: by the user's own measure, "
+        "accuracy regressed."
     ),
 )
 
 
-@family("accuracy against the float reference", SQNR, SQNR_LOW)
+def _db_text(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2f}"
+
+
+@family("accuracy against the float reference", SQNR, SQNR_LOW, METRIC, METRIC_LOW)
 def accuracy_findings(
-    comparison: Comparison, min_sqnr: float, severity: dict[str, str]
+    comparison: Comparison,
+    min_sqnr: float,
+    severity: dict[str, str],
+    min_metric: float | None = None,
+    metric_name: str = "metric",
 ) -> list[Finding]:
-    """Per output: its SQNR (and top-1 agreement), an error when below `min_sqnr` dB."""
+    """Per output: its kind, fitting SQNR and measures, an error when the fitting SQNR is below
+    `min_sqnr` dB; the user's metric, an error when below `min_metric`."""
     findings = []
+    how = f"quantized model run {'in LiteRT' if comparison.engine == 'litert' else 'simulated'}"
     for output in comparison.outputs:
-        low = not output.sqnr_db >= min_sqnr  # NaN is no measurement: never a pass
+        low = not output.fitting_db >= min_sqnr  # NaN is no measurement: never a pass
         verdict = SQNR_LOW if low else SQNR
-        db = "inf" if math.isinf(output.sqnr_db) else f"{output.sqnr_db:.2f}"
-        top1 = "" if output.top1 is None else f", top-1 agreement {output.top1:.1%}"
+        plain = (
+            ""
+            if output.fitting_db == output.sqnr_db
+            else f", plain SQNR {_db_text(output.sqnr_db)} dB"
+        )
+        floored = " (set by its grid: read the decisions)" if output.floored else ""
+        headline = output.headline()
         findings.append(
             verdict.finding(
                 severity,
                 (
-                    f"output '{output.name}': SQNR {db} dB {'<' if low else '>='} min-sqnr "
-                    f"{min_sqnr:g} dB{top1} over {comparison.samples} samples (quantized model "
-                    f"run {'in LiteRT' if comparison.engine == 'litert' else 'simulated'})"
+                    f"output '{output.name}' ({output.kind}): SQNR {_db_text(output.fitting_db)} dB "
+                    f"{'<' if low else '>='} min-sqnr {min_sqnr:g} dB{plain}{floored}"
+                    + (f"; {headline}" if headline else "")
+                    + f" over {comparison.samples} samples ({how})"
                 ),
                 role="output",
                 tensor=output.name,
+            )
+        )
+    if comparison.metric is not None:
+        low = min_metric is not None and comparison.metric < min_metric
+        bound = "" if min_metric is None else f" {'<' if low else '>='} min-metric {min_metric:g}"
+        findings.append(
+            (METRIC_LOW if low else METRIC).finding(
+                severity,
+                f"{metric_name} {comparison.metric:.6g}{bound} over {comparison.samples} "
+                f"samples ({how})",
             )
         )
     return findings

@@ -10,6 +10,7 @@ from qtool.check.findings import Finding
 from qtool.check.rulebook import family, rule
 from qtool.check.weight_rules import weight_forms
 from qtool.model import dtype_name
+from qtool.model.calls import CallSite, call_sites
 from qtool.spec import QUANTIZED, Mode
 
 NOT_QUANTIZED = rule(
@@ -192,3 +193,66 @@ def check_coverage(ctx: AuditContext) -> Iterator[Finding]:
                 f"rules of its TFLite int8 kernel ({op.rule.origin})",
                 op,
             )
+
+
+CALL_PARAMS = rule(
+    "QT-CALL-PARAMS",
+    "error",
+    title="control flow passes a tensor to a subgraph that reads it otherwise",
+    help=(
+        "IF and WHILE copy the bytes of their operands into the subgraphs they run and of the "
+        "subgraphs' outputs into theirs, never rescaling (LiteRT's if.cc, while.cc): each "
+        "operand and the subgraph tensor it becomes must have one type and one set of "
+        "quantization parameters, or the subgraph reads other values than the caller wrote."
+    ),
+)
+
+
+def _described(tensor) -> str:
+    q = tensor.quantization
+    shown = dtype_name(tensor.dtype)
+    if q is not None and q.is_quantized:
+        shown += f" scale {float(q.scale[0]):.6g} zero point {int(q.zero_point[0])}"
+    return shown
+
+
+def _passed_pairs(ctx: AuditContext, site: CallSite) -> Iterator[tuple[str, int, int, int, int]]:
+    """(what, caller subgraph, caller tensor, callee subgraph, callee tensor) of every tensor a
+    call site hands over, either way."""
+    op = ctx.model.subgraphs[site.subgraph].operators[site.op_index]
+    offset = 1 if site.op_type == "IF" else 0  # IF's condition is not passed on
+    for position, body in enumerate(site.bodies):
+        callee = ctx.model.subgraphs[body]
+        for k, t in enumerate(op.inputs[offset:]):
+            if k < len(callee.inputs) and t >= 0:
+                yield f"input {k + offset}", site.subgraph, t, body, callee.inputs[k]
+        returns = site.op_type == "IF" or position == len(site.bodies) - 1
+        for j, t in enumerate(op.outputs if returns else ()):
+            if j < len(callee.outputs):
+                yield f"output {j}", site.subgraph, t, body, callee.outputs[j]
+
+
+@family("control flow", CALL_PARAMS)
+def check_calls(ctx: AuditContext) -> Iterator[Finding]:
+    """Every tensor an IF or WHILE hands to a subgraph, or takes from it, has one type and one
+    set of quantization parameters on both sides (QT-CALL-PARAMS)."""
+    for s in range(len(ctx.model.subgraphs)):
+        for site in call_sites(ctx.model, s):
+            view = next(op for op in ctx.ops if (op.subgraph, op.index) == (s, site.op_index))
+            for what, caller, t, body, inner in _passed_pairs(ctx, site):
+                outer_tensor = ctx.model.subgraphs[caller].tensors[t]
+                inner_tensor = ctx.model.subgraphs[body].tensors[inner]
+                same_type = outer_tensor.dtype == inner_tensor.dtype
+                if same_type and (
+                    outer_tensor.quantization is None
+                    or not outer_tensor.quantization.is_quantized
+                    or outer_tensor.quantization.same_params(inner_tensor.quantization)
+                ):
+                    continue
+                yield ctx.finding(
+                    CALL_PARAMS,
+                    f"{site.op_type} {what} '{outer_tensor.name}' is {_described(outer_tensor)}"
+                    f" but subgraph {body} holds it as '{inner_tensor.name}', "
+                    f"{_described(inner_tensor)}: the bytes are copied, not rescaled",
+                    view,
+                )

@@ -52,6 +52,7 @@ RULES: dict[str, RuleInfo] = catalogue(
     graph_rules.LEGACY_UINT8,
     graph_rules.OP_UNCOVERED,
     graph_rules.OP_EXTENDED,
+    graph_rules.CALL_PARAMS,
     # the weight modes: hybrid, weight-only, float16 and int4 weights
     weight_rules.HYBRID_KERNEL,
     weight_rules.HYBRID_PARAMS,
@@ -75,4 +76,6 @@ RULES: dict[str, RuleInfo] = catalogue(
     risk.DEAD_CHANNELS,
     gates.SQNR,
     gates.SQNR_LOW,
+    gates.METRIC,
+    gates.METRIC_LOW,
 )

@@ -9,6 +9,7 @@ from qtool.cli.planning import (
     custom_ops_option,
     data_option,
     engine_option,
+    input_shape_option,
     options_from,
     planning_options,
     samples_option,
@@ -19,6 +20,7 @@ from qtool.jobs import AnalyzeJob, analyze_file, job_inputs
 from qtool.model import write_atomic
 from qtool.model.io import refuse_input_overwrite
 from qtool.quantize import QuantizeOptions
+from qtool.quantize.accuracy import LITERT
 from qtool.report.json_text import readable_json
 
 SHOWN = 15
@@ -29,6 +31,7 @@ SHOWN = 15
 @data_option(DATA_AS_FOR_QUANTIZE, required=True)
 @planning_options(target=False)
 @samples_option()
+@input_shape_option()
 @engine_option()
 @custom_ops_option()
 @click.option(
@@ -49,6 +52,7 @@ def analyze_command(
     data: tuple[str, ...],
     holdout: tuple[str, ...],
     samples: int | None,
+    input_shapes: tuple[str, ...],
     engine: str,
     custom_ops: str | None,
     top: int,
@@ -70,6 +74,7 @@ def analyze_command(
         data=data,
         holdout=holdout,
         samples=samples,
+        input_shapes=input_shapes,
         custom_ops=custom_ops,
         html_path=html_path,
         options=QuantizeOptions(engine=engine, **options_from(planning)),
@@ -94,6 +99,10 @@ def _db(value: float | None) -> str:
     return "exact" if value is None else f"{value:.1f}"
 
 
+def _how(measured_in: str) -> str:
+    return "measured in LiteRT" if measured_in == LITERT else "simulated: LiteRT cannot run it"
+
+
 def render(analysis: dict, top: int) -> None:
     for sub in analysis["subgraphs"]:
         print_fields(
@@ -101,10 +110,11 @@ def render(analysis: dict, top: int) -> None:
             [
                 ("model", analysis["model"]),
                 ("ranges", analysis["method"]),
-                ("samples", f"{sub['samples']} ({analysis['samples_from']})"),
+                ("samples", f"{sub['output_samples']} ({analysis['samples_from']})"),
                 (
                     "outputs",
-                    ", ".join(f"{k} {_db(v)} dB" for k, v in sub["output_sqnr_db"].items()),
+                    ", ".join(f"{k} {_db(v)} dB" for k, v in sub["output_sqnr_db"].items())
+                    + f" ({_how(sub['outputs_measured_in'])})",
                 ),
             ],
         )
@@ -127,7 +137,8 @@ def render(analysis: dict, top: int) -> None:
             )
         print_table(
             stdout,
-            "worst places: worst output's SQNR (dB) with only this place quantized",
+            "worst places: worst output's SQNR (dB) with only this place quantized (simulated on "
+            f"{sub['samples']} samples)",
             ("#", "op", "place", "alone", "layer", "recommended", "remedies (alone dB)", "tensor"),
             rows,
         )

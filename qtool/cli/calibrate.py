@@ -14,6 +14,7 @@ from qtool.cli.planning import (
     custom_ops_option,
     data_option,
     engine_option,
+    input_shape_option,
     samples_option,
 )
 from qtool.cli.render import print_fields, print_json, progress, stderr, stdout
@@ -26,6 +27,7 @@ from qtool.quantize import QuantizeOptions
 @data_option(DATA_AS_FOR_QUANTIZE, required=True)
 @click.option("-o", "--output", required=True, help="Statistics file to write (JSON).")
 @samples_option("Use at most N samples.")
+@input_shape_option()
 @engine_option("What runs the float model.")
 @custom_ops_option()
 @click.option("--force", is_flag=True, help="Replace an existing output file.")
@@ -36,6 +38,7 @@ def calibrate_command(
     data: tuple[str, ...],
     output: str,
     samples: int | None,
+    input_shapes: tuple[str, ...],
     engine: str,
     custom_ops: str | None,
     force: bool,
@@ -52,12 +55,13 @@ def calibrate_command(
         output_path=output,
         data=data,
         samples=samples,
+        input_shapes=input_shapes,
         custom_ops=custom_ops,
         force=force,
         options=QuantizeOptions(engine=engine),
     )
-    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, _):
-        statistics = calibrate_file(job, progress=advance)
+    with progress(stderr, "calibrating", enabled=not (quiet or as_json)) as (advance, on_total):
+        statistics = calibrate_file(job, progress=advance, on_total=on_total)
     summary = {
         "output": output,
         "samples": statistics.samples,

@@ -84,7 +84,20 @@ EXIT_OK, EXIT_FINDINGS, EXIT_UNREADABLE = 0, 1, 2
     type=float,
     default=DEFAULT_MIN_SQNR,
     show_default=True,
-    help="With --reference: an output below this SQNR (dB) is an error.",
+    help="With --reference: an output below this SQNR (dB) is an error (the SQNR that fits "
+    "the output's kind: about the decision threshold for probabilities).",
+)
+@click.option(
+    "--metric",
+    metavar="MODULE:FUNCTION",
+    help="With --reference: your own measure of the outputs (as for qtool quantize --metric), "
+    "reported.",
+)
+@click.option(
+    "--min-metric",
+    type=float,
+    metavar="VALUE",
+    help="With --metric: a value below this is an error.",
 )
 @click.option(
     "--ignore",
@@ -120,6 +133,8 @@ def check_command(
     reference: str | None,
     data: tuple[str, ...],
     min_sqnr: float,
+    metric: str | None,
+    min_metric: float | None,
     ignores: tuple[str, ...],
     baseline: str | None,
     write_baseline: str | None,
@@ -152,6 +167,10 @@ def check_command(
     refuse_shared_destinations(*outputs, what="the report and the baseline")
     if (reference is None) != (not data):
         raise click.UsageError("--reference and --data go together (the accuracy gate)")
+    if metric is not None and reference is None:
+        raise click.UsageError("--metric needs --reference and --data (the accuracy gate)")
+    if min_metric is not None and metric is None:
+        raise click.UsageError("--min-metric needs --metric")
     settings = ctx.meta.get(SETTINGS_FILE)
     from_file = ctx.get_parameter_source("ignores") is ParameterSource.DEFAULT_MAP
     ignore_rules = [
@@ -159,7 +178,11 @@ def check_command(
     ]
     known = load_baseline(baseline) if baseline is not None else None
     profiles = spec_profiles(per_tensor_fc)
-    accuracy = AccuracyGate(reference, data, min_sqnr) if reference is not None else None
+    accuracy = (
+        AccuracyGate(reference, data, min_sqnr, metric=metric, min_metric=min_metric)
+        if reference is not None
+        else None
+    )
     results, _ = apply_ignores(check_paths(models, profiles, target, accuracy), ignore_rules)
     if write_baseline is not None:
         write_atomic(write_baseline, _report("json", results, profiles, quiet, fail_on))

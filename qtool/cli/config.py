@@ -45,6 +45,7 @@ COMMAND_LINE_ONLY = frozenset(
     {
         "data",
         "holdout",
+        "metric",
         "statistics",
         "custom_ops",
         "reference",

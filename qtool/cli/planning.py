@@ -31,6 +31,19 @@ def engine_option(help: str = "What runs the float model during calibration.") -
     )
 
 
+def input_shape_option() -> Decorator:
+    """--input-shape NAME=DIMS: the shape a dynamic input runs at, repeatable."""
+    return click.option(
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        metavar="NAME=DIMS",
+        help="Run the input NAME (tensor or signature name) at this shape, e.g. input=1,1760, "
+        "where its signature leaves dimensions dynamic (-1); the written model keeps its "
+        "signature. Without it, a dynamic input takes the shape of the data. Repeatable.",
+    )
+
+
 def custom_ops_option(help: str = "Python module registering custom-op kernels.") -> Decorator:
     return click.option("--custom-ops", metavar="MODULE", help=help)
 
@@ -40,10 +53,11 @@ _OPTIONS = [
         "--holdout",
         multiple=True,
         metavar="[KEY=]PATH",
-        help="Held-out samples (same forms as --data) on which accuracy is measured; they never "
-        "calibrate. Without them, a quarter of the first 128 calibration samples (spread evenly; "
-        "with 8 samples or more) is held out: choices are fitted on the others and judged on "
-        "it, and the final ranges are calibrated on all.",
+        help="Held-out samples (same forms as --data) on which the reported accuracy is "
+        "measured; they never calibrate and never judge a choice. Without them, a quarter of "
+        "the first 128 calibration samples (spread evenly; with 8 samples or more) is kept from "
+        "every choice for that estimate. Either way choices are judged on another quarter and "
+        "the final ranges are calibrated on all calibration samples.",
     ),
     click.option(
         "--calibration",
@@ -51,7 +65,8 @@ _OPTIONS = [
         show_default=True,
         metavar="METHOD",
         help="How activation ranges are chosen: minmax, percentile[:P] (default P 99.99), mse, kl, "
-        "or auto (the method scoring best on held-out calibration samples).",
+        "or auto (the method whose worst output scores best on held-out calibration samples, "
+        "or whose --metric does).",
     ),
     click.option(
         "--bias-correction/--no-bias-correction",
@@ -81,6 +96,14 @@ _OPTIONS = [
         help="Run matching ops in int16x8 (op-type glob or glob over produced tensor names), the "
         "rest in int8. Repeatable.",
     ),
+    click.option(
+        "--metric",
+        metavar="MODULE:FUNCTION",
+        help="Your own measure of the outputs: a function (module:function or "
+        "file.py:function, as for --data generators) taking the float and the quantized "
+        "outputs (lists of arrays, samples along axis 0) and returning a number, higher is "
+        "better. Reported on held-out samples; the auto choice maximises it.",
+    ),
 ]
 
 _TARGET_OPTIONS = [
@@ -88,21 +111,38 @@ _TARGET_OPTIONS = [
         "--target-sqnr",
         type=float,
         metavar="DB",
-        help="Every output must reach this SQNR on held-out samples: the most sensitive layers get "
-        "rounding optimisation or int16 (and float with --allow-float); exit 1 writing nothing "
-        "if it cannot be reached.",
+        help="Every output must reach this SQNR (the one that fits its kind) on held-out samples, "
+        "measured in LiteRT: the most sensitive layers get rounding optimisation or int16 (and "
+        "float with --allow-float); exit 1 writing nothing if it cannot be reached or samples "
+        "no choice saw contradict it.",
+    ),
+    click.option(
+        "--target-metric",
+        type=float,
+        metavar="VALUE",
+        help="--metric must reach this value on held-out samples (as --target-sqnr: remedies "
+        "for the most sensitive layers; exit 1 writing nothing if it cannot be reached).",
     ),
     click.option(
         "--allow-float",
         is_flag=True,
-        help="Let --target-sqnr keep layers in float when integer remedies are not enough.",
+        help="Let --target-sqnr and --target-metric keep layers in float when integer remedies "
+        "are not enough.",
+    ),
+    click.option(
+        "--budget",
+        type=click.FloatRange(min=0, min_open=True),
+        metavar="SECONDS",
+        help="Time the target search may take (default: 4 times what quantizing took before "
+        "it, at least 10 s); past it, exit 1 naming the best candidate it measured.",
     ),
 ]
 
 
 def planning_options(target: bool) -> Decorator:
-    """--holdout, --calibration, --bias-correction, --optimize-rounding, --activations, --int16
-    and, with `target`, --target-sqnr and --allow-float, in that order on --help."""
+    """--holdout, --calibration, --bias-correction, --optimize-rounding, --activations, --int16,
+    --metric and, with `target`, --target-sqnr, --target-metric, --allow-float and --budget, in
+    that order on --help."""
     options = _OPTIONS + (_TARGET_OPTIONS if target else [])
 
     def decorate(command: Callable) -> Callable:
@@ -122,5 +162,8 @@ def options_from(values: dict) -> dict:
         "activations": values["activations"],
         "int16": values["int16_patterns"],
         "target_sqnr": values.get("target_sqnr"),
+        "metric": values.get("metric"),
+        "target_metric": values.get("target_metric"),
         "allow_float": values.get("allow_float", False),
+        "budget": values.get("budget"),
     }

@@ -11,6 +11,7 @@ from qtool.cli.planning import (
     custom_ops_option,
     data_option,
     engine_option,
+    input_shape_option,
     options_from,
     planning_options,
     samples_option,
@@ -19,6 +20,7 @@ from qtool.cli.render import print_fields, print_json, print_table, progress, st
 from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
+from qtool.quantize.accuracy import measures_text
 from qtool.quantize.weight_quantizer import MODES
 from qtool.report import summary_counts
 from qtool.targets import target_names
@@ -45,6 +47,7 @@ from qtool.targets import target_names
     help="Calibrate on random data (ranges are NOT meaningful; for smoke tests).",
 )
 @samples_option()
+@input_shape_option()
 @click.option(
     "--io",
     "io_mode",
@@ -150,6 +153,7 @@ def quantize_command(
     holdout: tuple[str, ...],
     synthetic: bool,
     samples: int | None,
+    input_shapes: tuple[str, ...],
     io_mode: str,
     mode: str,
     weight_bits: str,
@@ -190,6 +194,7 @@ def quantize_command(
         statistics=statistics,
         synthetic=synthetic,
         samples=samples,
+        input_shapes=input_shapes,
         seed=seed,
         strict=strict,
         force=force,
@@ -229,9 +234,15 @@ def quantize_command(
             ),
             soft_wrap=True,
         )
-    calibrating = not (quiet or as_json) and mode == "full"
-    with progress(stderr, "calibrating", enabled=calibrating) as (advance, on_total):
-        outcome = quantize_file(job, progress=advance, on_total=on_total)
+    noisy = not (quiet or as_json)
+    # The weight modes calibrate nothing: no progress bar.
+    with progress(stderr, "calibrating", enabled=noisy and mode == "full") as (advance, on_total):
+        outcome = quantize_file(
+            job,
+            progress=advance,
+            on_total=on_total,
+            search_progress=_search_line if noisy else None,
+        )
     if as_json:
         print_json(outcome.report)
     elif not quiet:
@@ -244,8 +255,59 @@ def quantize_command(
 WORST_LAYERS = 10
 
 
+def render_accuracy(accuracy: dict, metric: str | None) -> None:
+    """Each output's kind, SQNR, fitting SQNR, spread and measures; the user's metric; notes
+    on SQNRs set by an output's grid."""
+    if not accuracy["outputs"]:
+        return
+    print_table(
+        stdout,
+        f"outputs vs float ({accuracy['source']})",
+        ("output", "kind", "SQNR dB", "fitting dB", "per sample min/median", "measures"),
+        [
+            (
+                row["name"],
+                row["kind"],
+                _db(row["sqnr_db"]),
+                _db(row["fitting_sqnr_db"]),
+                f"{_db(row['sample_min_db'])} / {_db(row['sample_median_db'])}",
+                measures_text(row["measures"]),
+            )
+            for row in accuracy["outputs"]
+        ],
+    )
+    for found in accuracy.get("metric", []):
+        print_fields(stdout, [("metric", f"{metric}: {found['value']:.6g}")])
+    for row in accuracy["outputs"]:
+        if row["floored"]:
+            stdout.print(
+                Text("note: ", style="cyan")
+                + Text(
+                    printable(
+                        f"{row['name']}'s plain SQNR is set by its grid (its float values are a "
+                        "few of its steps): read its decisions and its fitting SQNR (about the "
+                        "0.5 threshold)"
+                    )
+                )
+            )
+
+
+def _search_line(text: str) -> None:
+    """A target search's progress: one line per candidate on stderr."""
+    stderr.out(text, highlight=False)
+
+
 def _db(value: float | None) -> str:
     return "exact" if value is None else f"{value:.1f}"
+
+
+def _target_text(target: dict) -> str:
+    parts = []
+    if target["sqnr_db"] is not None:
+        parts.append(f"{target['sqnr_db']:g} dB")
+    if target["metric"] is not None:
+        parts.append(f"metric {target['metric']:g}")
+    return " and ".join(parts)
 
 
 def _target_fields(report: dict) -> list[tuple[str, str]]:
@@ -265,15 +327,16 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
     return [
         *fields,
         (
-            "SQNR target",
-            f"{target['sqnr_db']:g} dB {'reached' if target['reached'] else 'NOT reached'}: "
+            "target",
+            f"{_target_text(target)} "
+            f"{'reached (confirmed on samples no choice saw)' if target['reached'] else 'NOT reached'}: "
             + (
                 f"{kinds['int8']} int8, {kinds['float']} float weights"
                 if report["settings"]["mode"] != "full"
                 else f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
                 "remedies"
             )
-            + cost,
+            + f"{cost}, {target['seconds']:.0f} s searching ({target['candidates']} candidates)",
         ),
     ]
 
@@ -365,14 +428,7 @@ def render_summary(outcome: QuantizeOutcome) -> None:
         ("role", "name", "dtype", "shape", "scale", "zero point"),
         io_rows,
     )
-    accuracy = report["accuracy"]
-    if accuracy["outputs"]:
-        print_table(
-            stdout,
-            f"output SQNR vs float ({accuracy['source']})",
-            ("output", "SQNR dB"),
-            [(row["name"], _db(row["sqnr_db"])) for row in accuracy["outputs"]],
-        )
+    render_accuracy(report["accuracy"], report["settings"].get("metric"))
     if report["float_ops"]:
         print_table(
             stdout,

@@ -120,13 +120,21 @@ class PlainProgress:
             self.console.out(f"{self.what}: {self._status(now)}", highlight=False)
 
     def finish(self) -> None:
-        self.console.out(f"{self.what}: done, {self._status(self.clock())}", highlight=False)
+        self.console.out(
+            f"{self.what}: done, {self._status(self.clock(), finished=True)}", highlight=False
+        )
 
-    def _status(self, now: float) -> str:
+    def _status(self, now: float, finished: bool = False) -> str:
         elapsed = now - self.start
         of = f"/{self.total}" if self.total else ""
         rate = f", {self.done / elapsed:.1f}/s" if elapsed > 0 else ""
-        return f"{self.done}{of} samples{rate}, {elapsed:.1f} s"
+        eta = ""
+        if self.total and self.done and elapsed > 0 and not finished:
+            # What is left at the rate so far: a calibration's rate is steady after the first
+            # chunk (the engine's set-up counts in it, which the estimate then overstates).
+            left = max(0, self.total - self.done) * elapsed / self.done
+            eta = f", about {left:.0f} s left"
+        return f"{self.done}{of} samples{rate}, {elapsed:.1f} s{eta}"
 
 
 @contextlib.contextmanager
@@ -149,6 +157,7 @@ def progress(
         Progress,
         TextColumn,
         TimeElapsedColumn,
+        TimeRemainingColumn,
     )
 
     with Progress(
@@ -157,6 +166,7 @@ def progress(
         MofNCompleteColumn(),
         TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),
         console=console,
         transient=True,
     ) as bar:

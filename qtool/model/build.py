@@ -126,6 +126,18 @@ class GraphBuilder:
         )
         return output
 
+    def shape(self, x: int, name: str | None = None) -> int:
+        """SHAPE of tensor `x`: its dimensions as an int32 vector."""
+        return self.op(
+            "SHAPE",
+            [x],
+            output_shape=[len(self.subgraph.tensors[x].shape)],
+            output_dtype=np.int32,
+            name=name,
+            options_type="ShapeOptions",
+            options={"out_type": TensorType.INT32},
+        )
+
     def fully_connected(
         self,
         x: int,

@@ -374,7 +374,7 @@ class Model:
         deduplicates equal constants) and the others must keep their values.
         """
         tensor = subgraph.tensors[index]
-        values = np.ascontiguousarray(values)
+        values = np.asarray(values, order="C")  # ascontiguousarray would make a scalar 1-d
         tensor.buffer = self.add_buffer(values)
         tensor.shape = list(values.shape)
         if _stored_dtype(tensor.dtype) != values.dtype:  # float32 values for a float16 tensor
@@ -388,10 +388,13 @@ class Model:
             for i, op in enumerate(subgraph.operators):
                 yield s, i, subgraph, op
 
-    def op_matches(self, op: Operator, subgraph: Subgraph, pattern: str) -> bool:
+    def op_matches(
+        self, op: Operator, subgraph: Subgraph, pattern: str, op_type: str | None = None
+    ) -> bool:
         """Whether an operator matches a user pattern: a glob over its type (any case, e.g.
-        "conv*"), or over the names of the tensors it produces (case-sensitive)."""
-        if fnmatch.fnmatchcase(self.op_type(op).upper(), pattern.upper()):
+        "conv*"; `op_type` when given: the type it had before a rewrite), or over the names of
+        the tensors it produces (case-sensitive)."""
+        if fnmatch.fnmatchcase((op_type or self.op_type(op)).upper(), pattern.upper()):
             return True
         names = [subgraph.tensors[t].name for t in op.outputs]
         return any(fnmatch.fnmatchcase(name, pattern) for name in names)

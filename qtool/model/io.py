@@ -55,6 +55,10 @@ from qtool.model.validate import validate_model
 
 FILE_IDENTIFIER = b"TFL3"
 BUFFER_ALIGNMENT = 16
+# Small constants (biases, a layer's scales) need only their element's alignment (8 bytes covers
+# every tensor type); 16 bytes each would pad a small model by hundreds of bytes for no reader.
+SMALL_BUFFER = 256
+SMALL_BUFFER_ALIGNMENT = 8
 # The flatbuffers builder cannot exceed 2 GiB; leave headroom for the graph itself.
 INLINE_BUFFER_LIMIT = 2**31 - 2**26
 
@@ -318,11 +322,18 @@ def model_to_bytes(model: Model, inline_limit: int = INLINE_BUFFER_LIMIT) -> byt
 
 
 def _build(model: Model, offsets: list[int] | None) -> bytes:
-    builder = SharingBuilder(1024 + (model.weights_nbytes() if offsets is None else 0))
+    # Room for the weights and the tables up front: a flatbuffers builder that fills up
+    # doubles its buffer and copies it (a 100 MB model held 300 MB at once).
+    tables = 1 << 16
+    tables += 512 * sum(len(s.tensors) + len(s.operators) for s in model.subgraphs)
+    builder = SharingBuilder(tables + (model.weights_nbytes() if offsets is None else 0))
     raw = _model_to_dict(model, builder, offsets)
     root = encode_table(builder, "Model", raw)
     builder.Finish(root, file_identifier=FILE_IDENTIFIER)
-    return bytes(builder.Output())
+    # One copy out of the builder (its Output() slices a bytearray, a copy bytes() would copy
+    # again): one model's size less at the peak of every serialisation.
+    with memoryview(builder.Bytes) as written:
+        return bytes(written[builder.Head() :])
 
 
 def _model_to_dict(model: Model, builder: flatbuffers.Builder, offsets: list[int] | None) -> dict:
@@ -334,9 +345,8 @@ def _model_to_dict(model: Model, builder: flatbuffers.Builder, offsets: list[int
         if offsets is not None and buffer.nbytes:
             entry.update(offset=offsets[i], size=buffer.nbytes)
         elif buffer.data is not None:
-            entry["data"] = Prebuilt(
-                create_numpy_vector(builder, buffer.data, alignment=BUFFER_ALIGNMENT)
-            )
+            alignment = BUFFER_ALIGNMENT if buffer.nbytes > SMALL_BUFFER else SMALL_BUFFER_ALIGNMENT
+            entry["data"] = Prebuilt(create_numpy_vector(builder, buffer.data, alignment=alignment))
         buffer_dicts.append(entry)
     return {
         **model.extra,

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from qtool.errors import ModelError
+from qtool.model.calls import callees
 from qtool.model.custom_options import struct_options
 from qtool.model.graph import Model, Operator, Subgraph, Tensor
 from qtool.model.types import TensorType
@@ -332,3 +333,64 @@ def _range(view: OpView) -> Inferred:
     if not finite or delta == 0 or (limit - start) * delta < 0:
         raise ShapeError(f"range({start:g}, {limit:g}, {delta:g}) does not reach its limit")
     return [(math.ceil(abs((limit - start) / delta)),)]
+
+
+# --------------------------------------------------------------------------- control flow
+
+
+def _called(view: OpView) -> list[Subgraph]:
+    """The subgraphs a control-flow op runs (`calls.callees`), each index in range."""
+    found = []
+    for name, index in callees(view.op, view.model.op_type(view.op)):
+        if not 0 <= index < len(view.model.subgraphs):
+            raise ShapeError(f"option {name} is {index}: the model has no such subgraph")
+        found.append(view.model.subgraphs[index])
+    return found
+
+
+def _passed(view: OpView, callee: Subgraph, what: str, inputs: int, outputs: int | None) -> None:
+    if len(callee.inputs) != inputs or (outputs is not None and len(callee.outputs) != outputs):
+        wanted = f"{inputs} inputs" + ("" if outputs is None else f" and {outputs} outputs")
+        raise ShapeError(
+            f"its {what} subgraph takes {len(callee.inputs)} inputs and gives "
+            f"{len(callee.outputs)} outputs, the op passes {wanted}"
+        )
+
+
+def _declared_outputs(callee: Subgraph) -> Inferred:
+    return [declared_shape(callee.tensors[t]) for t in callee.outputs]
+
+
+@rule("if")
+def _if(view: OpView) -> Inferred:
+    """LiteRT's IF (if.cc): a one-element bool condition; each branch takes the other inputs
+    and gives the outputs; outputs as the branches declare them when they agree."""
+    condition = view.shape(0)
+    if elements(condition) not in (None, 1):
+        raise ShapeError(f"the condition must hold one value, has shape {list(condition)}")
+    then_branch, else_branch = _called(view)
+    for what, branch in (("then", then_branch), ("else", else_branch)):
+        _passed(view, branch, what, len(view.op.inputs) - 1, view.outputs)
+    shapes = _declared_outputs(then_branch)
+    others = _declared_outputs(else_branch)
+    return [a if same_shape(a, b) else None for a, b in zip(shapes, others, strict=True)]
+
+
+@rule("while")
+def _while(view: OpView) -> Inferred:
+    """LiteRT's WHILE (while.cc): as many outputs as inputs, the condition takes them all and
+    gives one value, the body takes and gives them all; outputs as the body declares them."""
+    condition, body = _called(view)
+    count = len(view.op.inputs)
+    if view.outputs != count:
+        raise ShapeError(f"has {count} inputs but {view.outputs} outputs (loop variables)")
+    _passed(view, condition, "condition", count, 1)
+    _passed(view, body, "body", count, count)
+    return _declared_outputs(body)
+
+
+@rule("call_once")
+def _call_once(view: OpView) -> Inferred:
+    (init,) = _called(view)
+    _passed(view, init, "init", 0, 0)
+    return []

@@ -5,6 +5,7 @@ subgraph give the variables their initial values. The operator names come from t
 
 from __future__ import annotations
 
+from qtool.model.calls import call_sites
 from qtool.model.graph import Model, Subgraph
 from qtool.op_facts import options_table
 from qtool.spec import resource_variable_ops
@@ -45,16 +46,16 @@ def initial_values(model: Model, subgraph_index: int) -> dict[Variable, list[tup
     subgraph runs."""
     ops = resource_variable_ops()
     found: dict[Variable, list[tuple[int, int]]] = {}
-    for caller in model.subgraphs[subgraph_index].operators:
-        if model.op_type(caller) != ops.initialiser:
+    for site in call_sites(model, subgraph_index):
+        if site.op_type != ops.initialiser:
             continue
-        body = int(caller.option("init_subgraph_index", options_table(ops.initialiser)))
-        if not 0 <= body < len(model.subgraphs):
-            continue
-        init = model.subgraphs[body]
-        for i, op in enumerate(init.operators):
-            if model.op_type(op) == ops.assign:
-                variable = handle_of(model, init, op.inputs[0])
-                if variable is not None:
-                    found.setdefault(variable, []).append((body, i))
+        for body in site.bodies:
+            if not 0 <= body < len(model.subgraphs):
+                continue
+            init = model.subgraphs[body]
+            for i, op in enumerate(init.operators):
+                if model.op_type(op) == ops.assign:
+                    variable = handle_of(model, init, op.inputs[0])
+                    if variable is not None:
+                        found.setdefault(variable, []).append((body, i))
     return found

@@ -74,7 +74,7 @@ def fold_constants(
             model, subgraph, index, lambda t: model.tensor_data(subgraph.tensors[t])
         )
         for t, value in zip(op.outputs, results, strict=True):
-            value = np.ascontiguousarray(value)
+            value = np.asarray(value, order="C")  # a folded scalar stays 0-d
             tensor = subgraph.tensors[t]
             model.set_tensor_data(subgraph, t, value)
             tensor.dtype = tensor_type(value.dtype) if value.dtype != np.bool_ else TensorType.BOOL

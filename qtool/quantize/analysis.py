@@ -45,8 +45,10 @@ def layer_errors(
     int8_run = _TensorReader(int8_model, subgraph_index)
     int8_tensors = int8_model.subgraphs[subgraph_index].tensors
     batch = next(dataset.iter_chunks(MAX_SAMPLES))  # a few dozen samples rank layers reliably
+    # A sample is the whole declared tensor where an input has no leading 1 to hold it.
+    leading_one = float_model.subgraphs[subgraph_index].inputs_lead_with_one()
     for i in range(batch[0].shape[0]):
-        sample = [values[i : i + 1] for values in batch]
+        sample = [values[i : i + 1] if leading_one else values[i] for values in batch]
         reference, quantized = float_run(sample), int8_run(sample)
         for f, q in pairs:
             expected = reference(f).astype(np.float64)

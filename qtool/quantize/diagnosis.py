@@ -1,8 +1,10 @@
 """`qtool analyze`: where a model's quantization error comes from, and what would help.
 
-On held-out samples, by simulation of the plan (fitted on the other calibration samples):
+On the selection fold (or held-out samples), the plan fitted on the other calibration samples:
 
-- each output's SQNR with everything quantized;
+- each output's SQNR with everything quantized, its integer model run in LiteRT (simulated
+  where LiteRT cannot run it); everything below is simulated, on a few of those samples (only
+  the simulation can quantize one place alone):
 - per place (an operator's weights, an activation tensor): each output's SQNR when only that
   place is quantized (sensitivity.py);
 - per quantized tensor: its own SQNR along the simulated integer model against the float one
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qtool.calibrate.collect import HELD_OUT, Collected, EvaluationSet
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.errors import UsageError
@@ -31,6 +34,7 @@ from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
 from qtool.quantize.simulate import Simulator
 from qtool.runtime import Engine
+from qtool.runtime.engine import join_chunks
 
 REMEDIED = 10  # the most damaging places get their remedies evaluated
 GOOD_ENOUGH_DB = 1.0
@@ -83,6 +87,8 @@ class SubgraphDiagnosis:
     samples: int
     plan: Plan  # the plan analysed
     statistics: SubgraphStatistics  # what the plan was fitted on (its ranges' histograms)
+    measured_in: str = ""  # how output_sqnr was measured: LiteRT or simulation
+    output_samples: int = 0  # the samples output_sqnr was measured on
 
 
 @dataclass
@@ -104,7 +110,7 @@ def _observed(run, feeds: Sequence[np.ndarray], wanted: set[int]) -> dict[int, n
             found.setdefault(t, []).append(np.array(value))
 
     run(feeds, observers=[keep])
-    return {t: np.concatenate(parts) for t, parts in found.items()}
+    return {t: join_chunks(parts) for t, parts in found.items()}
 
 
 def layer_sqnr(model: Model, plan: Plan, inputs: Sequence[np.ndarray]) -> dict[int, float]:
@@ -195,29 +201,45 @@ def diagnose_calibrated(calibrated, remedied: int = REMEDIED) -> Diagnosis:
     """Analyse the plan a calibrated model (`quantizer.Calibrated`) gets without a target."""
     subgraphs = []
     for s, found in calibrated.collected.items():
-        if found.evaluation is None:
+        if found.selection is None:
             raise UsageError(
                 "the analysis needs held-out samples: give more calibration samples or a "
                 "held-out dataset"
             )
         planner = calibrated.planners[s]
-        plan = planner.plan(found.fit, calibrated.start)
-        analyzer = Analyzer(planner.model, plan, found.evaluation.inputs)
+        fit, samples = analysed(found)
+        plan = planner.plan(fit, calibrated.start)
+        analyzer = Analyzer(planner.model, plan, samples.inputs)
         subgraphs.append(
-            _diagnose_subgraph(planner, plan, analyzer, calibrated.start, found, remedied)
+            _diagnose_subgraph(planner, plan, analyzer, calibrated.start, fit, samples, remedied)
         )
-    source = next((c.evaluation.source for c in calibrated.collected.values() if c.evaluation), "")
+    source = next((analysed(c)[1].source for c in calibrated.collected.values() if c.selection), "")
     return Diagnosis(str(calibrated.start.method), source, subgraphs)
 
 
+def analysed(found: Collected) -> tuple[SubgraphStatistics, EvaluationSet]:
+    """What an analysis looks at: with a held-out dataset, the plan quantize writes (every
+    calibration sample) on it; else the plan fitted on the fitting fold, on the selection fold
+    (the estimate fold stays unseen, as in quantize)."""
+    if found.estimate is not None and found.estimate.source == HELD_OUT:
+        return found.estimate_fit, found.estimate
+    return found.fit, found.selection
+
+
 def _diagnose_subgraph(
-    planner: Planner, plan: Plan, analyzer: Analyzer, recipe: Recipe, found, remedied: int
+    planner: Planner,
+    plan: Plan,
+    analyzer: Analyzer,
+    recipe: Recipe,
+    fit: SubgraphStatistics,
+    samples: EvaluationSet,
+    remedied: int,
 ) -> SubgraphDiagnosis:
     subgraph = planner.subgraph
     found_places = [analyzer.measure(p) for p in places(planner.model, plan)]
     found_places.sort(key=lambda s: s.worst_db)
     layers = layer_sqnr(analyzer.model, analyzer.plan, analyzer.inputs)
-    remedies = _Remedies(planner, found.fit, recipe, found.evaluation.inputs)
+    remedies = _Remedies(planner, fit, recipe, samples.inputs)
     remedies.analyzers[recipe] = analyzer
     reports = []
     model_db = min(analyzer.full(), default=float("inf"))
@@ -230,13 +252,16 @@ def _diagnose_subgraph(
             report.remedies = remedies.effects(place)
             report.recommended = _recommend(sensitivity.worst_db, model_db, report.remedies)
         reports.append(report)
+    measured = planner.accuracy(fit, recipe, samples)
     return SubgraphDiagnosis(
         plan.subgraph_index,
         [subgraph.tensors[t].name for t in subgraph.outputs],
-        analyzer.full(),
+        [o.sqnr_db for o in measured.outputs],
         reports,
         {subgraph.tensors[t].name: v for t, v in layers.items()},
         analyzer.float.samples,
         plan,
-        found.fit,
+        fit,
+        measured.measured_in,
+        samples.samples,
     )

@@ -1,7 +1,8 @@
 """The child process of `litert_worker`: runs int8 models in LiteRT and sends their outputs back.
 
 Run as a script (`python -I litert_child.py`), so that it imports only numpy and LiteRT, not
-qtool. Each request on stdin is a length-prefixed pickle `(model bytes, inputs, leading_one)`,
+qtool. Each request on stdin is a length-prefixed pickle `(model bytes, inputs, leading_one)`
+(its buffers out of band: `_write`),
 inputs None for the same ones as the request before; each reply on stdout is
 `("outputs", [array per output, samples stacked])` or `("error", text)`.
 A model LiteRT aborts on kills this process only.
@@ -19,16 +20,30 @@ _HEADER = struct.Struct("<Q")
 
 
 def _read(stream) -> object | None:
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        return None
-    return pickle.loads(stream.read(_HEADER.unpack(header)[0]))
+    """A message `_write` wrote; None at the end of the stream (or a truncated header)."""
+    sizes = []
+    for _ in range(2):
+        header = stream.read(_HEADER.size)
+        if len(header) < _HEADER.size:
+            return None
+        sizes.append(_HEADER.unpack(header)[0])
+    data, count = stream.read(sizes[0]), sizes[1]
+    buffers = [stream.read(_HEADER.unpack(stream.read(_HEADER.size))[0]) for _ in range(count)]
+    return pickle.loads(data, buffers=buffers)
 
 
 def _write(stream, message: object) -> None:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    stream.write(_HEADER.pack(len(data)))
+    """Length-prefixed pickle, its large buffers (arrays, a model in a pickle.PickleBuffer)
+    written out of band, straight from their memory: a 100 MB model is not copied into the
+    pickle first."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = pickle.dumps(message, protocol=5, buffer_callback=buffers.append)
+    stream.write(_HEADER.pack(len(data)) + _HEADER.pack(len(buffers)))
     stream.write(data)
+    for buffer in buffers:
+        with buffer.raw() as raw:
+            stream.write(_HEADER.pack(raw.nbytes))
+            stream.write(raw)
     stream.flush()
 
 

@@ -53,7 +53,7 @@ class _Worker:
         held, self.held = self.held, None  # unknown until the child has read the request
         fresh = held is None or held[0] is not inputs or held[1] != share
         samples = [np.asarray(x[share]) for x in inputs] if fresh else None
-        _write(self.process.stdin, (model, samples, leading_one))
+        _write(self.process.stdin, (pickle.PickleBuffer(model), samples, leading_one))
         self.held = (inputs, share)
 
     def receive(self) -> object | None:

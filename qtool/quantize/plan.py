@@ -1,8 +1,9 @@
-"""Planning: which operators become integer, and the parameters of every quantized tensor.
+"""Planning: the parameters of every quantized tensor, given how each operator runs.
 
 Every rule comes from the spec data (`qtool.spec`): the int8 table, and the int16x8 table for
 operators asked to run with 16-bit activations. An operator runs in int8, in int16x8, in float
-(no kernel, or kept on purpose) or is left alone (integer-only shape arithmetic).
+(no kernel, or kept on purpose) or is left alone (integer-only shape arithmetic): its
+`OpDecision` (`qtool.quantize.decisions`).
 
 A quantized version of an activation is a *slot*: `(tensor, dtype)` (the operand's dtype in the
 spec: int16 activations of a 16x8 op, but an int8 PRELU alpha), or `(tensor, dtype, op,
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from qtool.model import Model, Operator, Subgraph, Tensor, TensorType
+from qtool.model import Model, Operator, Subgraph, Tensor
 from qtool.model.types import activation_name
 from qtool.numerics import (
     AffineParams,
@@ -39,31 +40,23 @@ from qtool.numerics import (
     symmetric_activation_params,
 )
 from qtool.quantize import recurrent
+from qtool.quantize.decisions import (
+    INT8,
+    INT16,
+    OpDecision,
+    Precision,
+    decide,
+    is_float,
+)
 from qtool.runtime.state import keeps_state
 from qtool.spec import (
     QUANTIZED,
-    Mode,
     OpRule,
-    QuantSpec,
     input_scale_below_one,
-    integer_lstm,
     kernel_contracts,
 )
-from qtool.weight_spec import weight_rule
-
-FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
 
 Slot = tuple  # (tensor, dtype) or (tensor, dtype, op index, input position)
-
-
-@dataclass
-class OpDecision:
-    """How one operator runs. `reason` says why an operator stays in float, or why an int16x8
-    candidate runs in int8 instead (None otherwise)."""
-
-    mode: str  # INT8, INT16, FLOAT or INTEGER
-    reason: str | None = None
-    source_index: int | None = None  # index in the input model
 
 
 @dataclass
@@ -82,16 +75,32 @@ class Plan:
     # The weight modes: (op, input position) -> NarrowWeight (weight_store.py), the narrow form
     # a float op's constant weights are stored in.
     narrow: dict[tuple[int, int], object] = field(default_factory=dict)
+    # A subgraph a control-flow op runs: the int8 parameters its inputs arrive with and its
+    # outputs must leave with (the caller's operands'), by tensor.
+    boundary_inputs: dict[int, AffineParams] = field(default_factory=dict)
+    boundary_outputs: dict[int, AffineParams] = field(default_factory=dict)
+    # The plans of the subgraphs this one's control-flow ops run in int8, by subgraph index
+    # (nested calls in theirs).
+    bodies: dict[int, Plan] = field(default_factory=dict)
     # Why a group's range was widened to meet a kernel contract (one line per group).
     widened: list[str] = field(default_factory=list)
 
+    def with_bodies(self) -> list[Plan]:
+        """This plan and the plans of every subgraph it runs, callers first."""
+        found = [self]
+        for body in self.bodies.values():
+            found += body.with_bodies()
+        return found
+
     def requantized(self, model: Model) -> list[tuple[int, int]]:
-        """(op, input position) of every activation read through a private requantized copy."""
-        tensors = model.subgraphs[self.subgraph_index].tensors
+        """(op, input position) of every activation an integer op writes that is read through
+        a private requantized copy."""
+        subgraph = model.subgraphs[self.subgraph_index]
+        written = self.home(subgraph)
         return sorted(
             key
             for key, slot in self.reads.items()
-            if len(slot) > 2 and not model.is_constant(tensors[slot[0]])
+            if len(slot) > 2 and slot[0] in written and written[slot[0]] != slot
         )
 
     def home(self, subgraph: Subgraph) -> dict[int, Slot]:
@@ -100,33 +109,6 @@ class Plan:
             subgraph.operators[op].outputs[position]: slot
             for (op, position), slot in self.writes.items()
         }
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Which operators are asked to run in int16x8, and the spec tables of both schemes."""
-
-    specs: Mapping[str, QuantSpec]  # INT8 -> int8 table, INT16 -> int16x8 table
-    int16_patterns: tuple[str, ...] = ()  # op-type or tensor-name globs; "*" for every op
-    weight_bits: int = 8  # 4: int4 weights where an int8 kernel reads them
-
-    def weight_bits_of(self, op_type: str, mode: str, per_axis: bool) -> int:
-        """The width of an int8 op's weights: 4 where asked and its int8 kernel reads int4
-        weights of that granularity (`schemas/weight_modes.json`), else 8."""
-        rule = weight_rule(op_type)
-        granularity = "per-axis" if per_axis else "per-tensor"
-        if self.weight_bits == 4 and mode == INT8 and rule is not None:
-            return 4 if granularity in rule.int4_with_int8_activations else 8
-        return 8
-
-    def wanted(self, model: Model, subgraph: Subgraph, op: Operator) -> str:
-        """INT16 for an operator matching an int16 pattern when an int16x8 table is loaded, else
-        INT8 (what is asked, not yet what is possible)."""
-        if INT16 in self.specs and any(
-            model.op_matches(op, subgraph, p) for p in self.int16_patterns
-        ):
-            return INT16
-        return INT8
 
 
 class _Groups:
@@ -176,131 +158,13 @@ class _Groups:
         return self.fixed.get(self.find(slot))
 
 
-def keep_float_match(
-    model: Model, subgraph: Subgraph, op: Operator, patterns: tuple[str, ...]
-) -> str | None:
-    """The first keep-float pattern the operator matches (its type or an output's name), or None."""
-    return next((p for p in patterns if model.op_matches(op, subgraph, p)), None)
-
-
-def _is_float(tensor: Tensor) -> bool:
-    return tensor.dtype == TensorType.FLOAT32
-
-
-def _unsupported(
-    model: Model,
-    subgraph: Subgraph,
-    op: Operator,
-    rule: OpRule | None,
-    ranges: Mapping[int, tuple[float, float]],
-    scheme: str,
-) -> str | None:
-    """Why `op` cannot run under `rule` (None when it can)."""
-    tensors = subgraph.tensors
-    if rule is None:
-        op_type = model.op_type(op)
-        float_only = integer_lstm().no_integer_kernel.get(op_type)
-        if float_only is not None:
-            return f"{op_type} has no integer kernel in LiteRT ({float_only})"
-        return f"{op_type} has no {scheme} kernel in the {scheme} spec"
-    for position, t in enumerate(op.inputs):
-        if t < 0:
-            continue
-        if not _is_float(tensors[t]):
-            operand = rule.input_rule(position)
-            live = not model.is_constant(tensors[t])
-            if live and operand is not None and operand.role == "activation":
-                return f"input {position} is not float: nothing to quantize it from"
-            continue
-        operand = rule.input_rule(position)
-        constant = model.is_constant(tensors[t])
-        if operand is None:
-            return f"input {position} is float but the spec has no {scheme} rule for it"
-        if operand.role in ("weight", "bias") and not constant:
-            return f"{operand.role} (input {position}) is not constant"
-        if not constant and t not in ranges:
-            return f"input {position} ({tensors[t].name}) has no calibrated range"
-    for position, t in enumerate(op.outputs):
-        if not _is_float(tensors[t]):
-            continue
-        operand = rule.output_rule(position)
-        if operand is None:
-            return f"output {position} is float but the spec has no {scheme} rule for it"
-        if operand.fixed is None and not rule.same_scale and t not in ranges:
-            return f"output {position} ({tensors[t].name}) was never produced during calibration"
-    if rule.name in integer_lstm().ops:
-        return recurrent.unsupported(model, subgraph, op, ranges)
-    return None
-
-
-def decide(
-    model: Model,
-    subgraph: Subgraph,
-    op: Operator,
-    precision: Precision,
-    ranges: Mapping[int, tuple[float, float]],
-    keep_float: tuple[str, ...],
-) -> OpDecision:
-    """How an operator runs: in int16x8 when asked and possible, else int8, else float."""
-    tensors = subgraph.tensors
-    has_float = any(t >= 0 and _is_float(tensors[t]) for t in op.inputs + op.outputs)
-    if not has_float:
-        return OpDecision(INTEGER)
-    pattern = keep_float_match(model, subgraph, op, keep_float)
-    if pattern is not None:
-        return OpDecision(FLOAT, f"kept in float by keep-float pattern {pattern!r}")
-    op_type = model.op_type(op)
-    note = None
-    if precision.wanted(model, subgraph, op) == INT16:
-        rule16 = precision.specs[INT16].rule(op_type)
-        why = _unsupported(model, subgraph, op, rule16, ranges, INT16)
-        if why is None:
-            why = _comparison_scale(model, subgraph, op, ranges, INT16)
-        if why is None:
-            return OpDecision(INT16)
-        note = f"int8 instead of int16: {why}"
-    why = _unsupported(model, subgraph, op, precision.specs[INT8].rule(op_type), ranges, INT8)
-    if why is None:
-        why = _comparison_scale(model, subgraph, op, ranges, INT8)
-    if why is not None:
-        return OpDecision(FLOAT, why)
-    return OpDecision(INT8, note)
-
-
-def _comparison_scale(
-    model: Model,
-    subgraph: Subgraph,
-    op: Operator,
-    ranges: Mapping[int, tuple[float, float]],
-    scheme: str,
-) -> str | None:
-    """Why a comparison's kernel cannot resolve its inputs (kernel_contracts.comparison_scale:
-    LiteRT compares round(2^8 * value)), or None."""
-    contracts = kernel_contracts(scheme)
-    if model.op_type(op) not in contracts.comparison_ops:
-        return None
-    low, high = contracts.comparison_scale
-    dtype = np.int16 if scheme == INT16 else np.int8
-    for position, t in enumerate(op.inputs):
-        if t < 0 or t not in ranges or model.is_constant(subgraph.tensors[t]):
-            continue
-        scale = float(activation_params(*ranges[t], dtype=dtype).scale[0])
-        if not low <= scale < high:
-            return (
-                f"input {position} scale {scale:.3g} is outside [{low:g}, {high:g}): LiteRT's "
-                f"{scheme} comparison kernel compares values rounded to 1/256 with the scale "
-                "as a multiplier below 1"
-            )
-    return None
-
-
 def activation_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> list[int]:
     """Input positions of an integer op that carry real-valued activations (constant or not)."""
     return [
         p
         for p, t in enumerate(op.inputs)
         if t >= 0
-        and _is_float(tensors[t])
+        and is_float(tensors[t])
         and (r := rule.input_rule(p)) is not None
         and r.role == "activation"
     ]
@@ -311,7 +175,7 @@ def output_positions(rule: OpRule, op: Operator, tensors: list[Tensor]) -> list[
     return [
         p
         for p, t in enumerate(op.outputs)
-        if rule.output_rule(p) is not None and _is_float(tensors[t])
+        if rule.output_rule(p) is not None and is_float(tensors[t])
     ]
 
 
@@ -324,11 +188,18 @@ def make_plan(
     subgraph_index: int = 0,
     decisions: list[OpDecision] | None = None,
     shared: Callable[[Plan], Iterable[list[Slot]]] | None = None,
+    pins: Mapping[Slot, tuple[float, int]] | None = None,
+    boundary_inputs: Mapping[int, AffineParams] | None = None,
+    boundary_outputs: Mapping[int, AffineParams] | None = None,
 ) -> Plan:
     """Decide every operator of a subgraph (unless `decisions` are given) and the parameters of
     every slot. `source_index[i]` is the input-model index of operator i (for reports).
     `shared(plan)`, given the plan's reads and writes, names further groups of slots that must
-    share one set of parameters (the values of one resource variable)."""
+    share one set of parameters (the values of one resource variable). `pins` fixes the
+    parameters of slots of control-flow operators; `boundary_inputs` and `boundary_outputs` are
+    the int8 parameters a subgraph that control flow runs receives its inputs with and must
+    give its outputs with (its group takes them unless fixed otherwise; where they differ, the
+    rewriter requantizes)."""
     subgraph = model.subgraphs[subgraph_index]
     if decisions is None:
         decisions = [
@@ -337,7 +208,11 @@ def make_plan(
     for position, decision in enumerate(decisions):
         decision.source_index = source_index[position]
     plan = Plan(subgraph_index, decisions, params={}, ranges=dict(ranges))
+    plan.boundary_inputs = dict(boundary_inputs or {})
+    plan.boundary_outputs = dict(boundary_outputs or {})
     groups = _Groups()
+    for t, params in plan.boundary_inputs.items():
+        groups.pin((t, INT8), _fixed(params))
     tensors = subgraph.tensors
     multi_input = []
     for i, op in enumerate(subgraph.operators):
@@ -357,8 +232,10 @@ def make_plan(
         inputs = activation_positions(rule, op, tensors)
         for p in inputs:
             slot = (op.inputs[p], rule.input_rule(p).dtype)
-            if model.is_constant(tensors[op.inputs[p]]):
-                slot = (*slot, i, p)  # this reader's own copy: joins only this op's group
+            if model.is_constant(tensors[op.inputs[p]]) or rule.control_flow == "loop":
+                # This reader's own copy: joins only this op's group (a loop variable is
+                # requantized to the parameters it has all along the loop).
+                slot = (*slot, i, p)
             plan.reads[(i, p)] = slot
             _require(groups, slot, rule.input_rule(p))
             groups.find(slot)
@@ -384,6 +261,9 @@ def make_plan(
     for tied in shared(plan) if shared is not None else ():
         for slot in tied[1:]:
             groups.union(tied[0], slot)
+    for slot, fixed in (pins or {}).items():
+        if groups.pinned(slot) is None:
+            groups.pin(slot, fixed)
     for i, inputs, outputs in multi_input:
         anchor = plan.writes[(i, outputs[0])] if outputs else plan.reads[(i, inputs[0])]
         for p in inputs:
@@ -399,10 +279,18 @@ def make_plan(
             groups.union(anchor, slot)
         for q in outputs[1:]:
             groups.union(anchor, plan.writes[(i, q)])
+    home = plan.home(subgraph)
+    for t, params in plan.boundary_outputs.items():
+        if t in home and groups.pinned(home[t]) is None:
+            groups.pin(home[t], _fixed(params))
     _assign_params(model, subgraph, plan, groups)
     if keeps_state(model, subgraph_index):
         recurrent.snap_to_input_grids(model, subgraph, plan, groups.find, groups.pinned)
     return plan
+
+
+def _fixed(params: AffineParams) -> tuple[float, int]:
+    return float(params.scale[0]), int(params.zero_point[0])
 
 
 def _require(groups: _Groups, slot: Slot, operand) -> None:

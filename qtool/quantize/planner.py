@@ -4,6 +4,7 @@ weights."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -14,26 +15,29 @@ from qtool.calibrate.datasets import Dataset
 from qtool.calibrate.ranges import Method
 from qtool.calibrate.statistics import SubgraphStatistics
 from qtool.model import Model, Subgraph
+from qtool.quantize.accuracy import LITERT, SIMULATION
 from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
+from qtool.quantize.control_flow import (
+    NO_BOUNDARY,
+    Boundary,
+    boundaries,
+    call_pins,
+    planned_sites,
+    refusal,
+)
+from qtool.quantize.decisions import FLOAT, INT8, INT16, OpDecision, Precision, decide
 from qtool.quantize.evaluation import (
-    OutputAccuracy,
+    PlanAccuracy,
     candidate_outputs,
-    measured_accuracy,
-    simulated_accuracy,
+    litert_plan_outputs,
+    plan_accuracy,
+    simulated_outputs,
 )
 from qtool.quantize.litert_worker import Pending
-from qtool.quantize.plan import (
-    FLOAT,
-    INT16,
-    QUANTIZED,
-    OpDecision,
-    Plan,
-    Precision,
-    decide,
-    make_plan,
-)
+from qtool.quantize.plan import QUANTIZED, Plan, make_plan
 from qtool.quantize.recurrent import quantize_lstm
+from qtool.quantize.user_metric import UserMetric
 from qtool.quantize.variables import settle, variable_slots
 from qtool.quantize.weights import (
     INT4_MAX,
@@ -94,6 +98,12 @@ class Planner:
     source_index: list[int]
     subgraph_index: int = 0
     calibration: Dataset | None = None  # samples for the second moments of rounding
+    input_types: list[str] | None = None  # each op's type in the input model (for patterns)
+    # Planners of the subgraphs control flow runs (from any subgraph: shared by all planners),
+    # and the engine that observed them ("litert" observes none).
+    callees: dict[int, Planner] = field(default_factory=dict)
+    engine: str = "numpy"
+    metric: UserMetric | None = None  # the user's own measure, computed with every accuracy
     _moments: dict[int, np.ndarray | None] = field(default_factory=dict, repr=False)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
     _shifts: dict[tuple, np.ndarray] = field(default_factory=dict, repr=False)
@@ -110,9 +120,10 @@ class Planner:
     def decisions(self, recipe: Recipe, ranges) -> list[OpDecision]:
         """The precision's decisions, with the recipe's int16 regions and float operators."""
         subgraph = self.subgraph
+        types = self.input_types or [None] * len(subgraph.operators)
         decisions = [
-            decide(self.model, subgraph, op, self.precision, ranges, self.keep_float)
-            for op in subgraph.operators
+            decide(self.model, subgraph, op, self.precision, ranges, self.keep_float, input_type)
+            for op, input_type in zip(subgraph.operators, types, strict=True)
         ]
         if recipe.int16_tensors and INT16 in self.precision.specs:
             wide = Precision(self.precision.specs, ("*",))
@@ -145,17 +156,26 @@ class Planner:
 
     def accuracy(
         self, statistics: SubgraphStatistics, recipe: Recipe, evaluation: EvaluationSet
-    ) -> list[OutputAccuracy]:
-        """Each output's SQNR on the evaluation samples, once per recipe: measured with the
-        integer model in LiteRT where it runs, simulated otherwise (each row says which)."""
+    ) -> PlanAccuracy:
+        """Each output against the float model on the evaluation samples (and the user's
+        metric), once per recipe: measured with the integer model in LiteRT where it runs,
+        simulated otherwise (each record says which)."""
         key = (_Same(statistics), recipe, _Same(evaluation))
         if key not in self._accuracy:
             plan = self.plan(statistics, recipe)
             started = self._started.pop((_Same(statistics), recipe, _Same(evaluation.inputs)), None)
-            measured = measured_accuracy(
-                self.model, plan, self.precision.specs, evaluation, started
+            outputs = litert_plan_outputs(
+                self.model, plan, self.precision.specs, evaluation.inputs, started
             )
-            self._accuracy[key] = measured or simulated_accuracy(self.model, plan, evaluation)
+            measured_in = LITERT
+            if outputs is None:
+                outputs, measured_in = (
+                    simulated_outputs(self.model, plan, evaluation.inputs),
+                    SIMULATION,
+                )
+            self._accuracy[key] = plan_accuracy(
+                self.model, plan, evaluation, outputs, measured_in, self.metric
+            )
         return self._accuracy[key]
 
     def start_measuring(
@@ -169,8 +189,69 @@ class Planner:
             plan = self.plan(statistics, recipe)
             self._started[key] = candidate_outputs(self.model, plan, self.precision.specs, inputs)
 
-    def _build(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
+    def body_plan(
+        self,
+        statistics: SubgraphStatistics,
+        calls: Mapping[int, SubgraphStatistics],
+        recipe: Recipe,
+        boundary: Boundary,
+    ) -> Plan:
+        """The plan of a subgraph control flow runs, around the caller's parameters at its
+        boundary; `calls`: the statistics of every subgraph the calling entry point ran."""
+        key = (_Same(statistics), recipe, boundary.key())
+        if key not in self._plans:
+            self._plans[key] = self._build(statistics, recipe, boundary, calls)
+            if len(self._plans) > KEPT_PLANS:
+                self._plans.popitem(last=False)
+        return self._plans[key]
+
+    def _call_decisions(
+        self, decisions: list[OpDecision], calls: Mapping[int, SubgraphStatistics]
+    ) -> None:
+        """Control-flow operators whose subgraphs cannot be planned around them stay float."""
+        for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
+            if decisions[site.op_index].mode in QUANTIZED:
+                why = refusal(self.model, site, calls, self.engine)
+                if why is not None:
+                    decisions[site.op_index] = OpDecision(FLOAT, why)
+
+    def _body_plans(
+        self, plan: Plan, calls: Mapping[int, SubgraphStatistics], recipe: Recipe
+    ) -> dict[int, Plan]:
+        """Plans of the subgraphs this plan's control flow runs: around the caller's int8
+        parameters, or with a float boundary where the caller stays float (those that ran),
+        none where the recipe keeps the caller float (a target SQNR's remedy)."""
+        inner = Recipe(recipe.method, recipe.bias_correction)
+        found = {}
+        for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
+            if site.op_index in recipe.float_ops:
+                continue  # kept float for a target SQNR: what it runs stays float too
+            mode = plan.decisions[site.op_index].mode
+            around = (
+                boundaries(self.model, plan, site)
+                if mode in QUANTIZED
+                else dict.fromkeys(site.bodies, NO_BOUNDARY)
+            )
+            for body, boundary in around.items():
+                statistics = calls.get(body)
+                planner = self.callees.get(body)
+                if planner is None or statistics is None or not statistics.samples:
+                    continue
+                found[body] = planner.body_plan(statistics, calls, inner, boundary)
+        return found
+
+    def _build(
+        self,
+        statistics: SubgraphStatistics,
+        recipe: Recipe,
+        boundary: Boundary = NO_BOUNDARY,
+        calls: Mapping[int, SubgraphStatistics] | None = None,
+    ) -> Plan:
+        calls = statistics.calls if calls is None else calls
         ranges = statistics.ranges(recipe.method)
+        decisions = self.decisions(recipe, ranges)
+        self._call_decisions(decisions, calls)
+        specs = self.precision.specs
         plan = make_plan(
             self.model,
             self.precision,
@@ -178,8 +259,13 @@ class Planner:
             self.keep_float,
             self.source_index,
             self.subgraph_index,
-            self.decisions(recipe, ranges),
+            decisions,
             lambda planned: variable_slots(self.model, planned).values(),
+            pins=call_pins(
+                self.model, self.subgraph_index, decisions, specs, ranges, calls, recipe.method
+            ),
+            boundary_inputs=boundary.inputs,
+            boundary_outputs=boundary.outputs,
         )
         quantize_weights(
             self.model,
@@ -191,13 +277,17 @@ class Planner:
             self._shifts,
             self._weights,
         )
+        plan.bodies = self._body_plans(plan, calls, recipe)
         return plan
 
-    def prepare_rounding(self, ops) -> None:
-        """Gather the second moments rounding optimisation needs, for all `ops` in one pass."""
+    def prepare_rounding(self, ops, samples: int | None = None) -> None:
+        """Gather the second moments rounding optimisation needs, for all `ops` in one pass
+        (over the first `samples` calibration samples when given, else all of them)."""
         missing = [i for i in ops if i not in self._moments]
         if missing and self.calibration is not None:
             chunks = self.calibration.iter_chunks(MOMENT_CHUNK)
+            if samples is not None:
+                chunks = _first_samples(chunks, samples)
             gathered = gather_moments(self.model, self.subgraph_index, missing, chunks)
             self._moments.update({i: gathered.moment(i) for i in missing})
 
@@ -220,6 +310,15 @@ class Planner:
         if key not in self._rounded:
             self._rounded[key] = optimise_rounding(weights, scale, moment, layout, qmax)
         return self._rounded[key]
+
+
+def _first_samples(chunks, samples: int):
+    """The chunks of the first `samples` samples, the last one cut to fit."""
+    for chunk in chunks:
+        if samples <= 0:
+            return
+        yield [values[:samples] for values in chunk]
+        samples -= chunk[0].shape[0]
 
 
 def _region(subgraph: Subgraph, tensors: frozenset[int]) -> set[int]:

@@ -1,18 +1,22 @@
 """The quantization pipeline: prepare, calibrate, choose, plan from the spec, rewrite.
 
 1. Prepare: fold constant operators, rewrite ops into forms with integer kernels.
-2. Calibrate: one pass collecting histograms and layer input means, with an evaluation fold of
-   held-out samples (or a held-out dataset) and the float model's outputs on it.
-3. Choose the calibration method (`auto`: the one whose plan, fitted without the fold, scores
-   best on it) and, with a target SQNR, the layers that need more precision.
+2. Calibrate: one pass collecting histograms and layer input means, with a selection fold and
+   an estimate fold of held-out samples (or a held-out dataset as the estimate's samples) and
+   the float model's outputs on them (collect.py).
+3. Choose the calibration method (`auto`: the one whose plan, fitted without the folds, scores
+   best on the selection fold) and, with a target, the layers that need more precision.
 4. Plan every subgraph on all calibration samples: decisions, parameters, integer weights with
    bias correction and optional rounding optimisation.
 5. Rewrite the graph.
+6. Estimate: the plan fitted without the estimate's samples, with the same choices, run in
+   LiteRT on them; a target holds only when this estimate confirms it.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -23,29 +27,38 @@ from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT, Collected, collect,
 from qtool.calibrate.ranges import parse_method
 from qtool.calibrate.statistics import (
     CalibrationStatistics,
-    SubgraphStatistics,
     model_fingerprint,
 )
 from qtool.errors import DataError, UsageError
-from qtool.model import Model, TensorType, model_to_bytes
+from qtool.model import Model, model_to_bytes
+from qtool.model.calls import called_subgraphs
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.fold import StoredForm
-from qtool.quantize.auto import AUTO, choose_recipe, start_candidates
+from qtool.quantize.auto import AUTO, CandidateScore, choose_recipe, start_candidates
+from qtool.quantize.decisions import FLOAT, INT8, INT16, Precision, unmatched_pattern
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
-from qtool.quantize.evaluation import LITERT, OutputAccuracy
+from qtool.quantize.estimate import estimate_accuracy
+from qtool.quantize.float_subgraphs import computes_in_float, float_body_plans, subgraph_warnings
 from qtool.quantize.litert_worker import start_children, submit_model
-from qtool.quantize.plan import FLOAT, INT8, INT16, Plan, Precision
+from qtool.quantize.plan import Plan
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.result import FloatOp, QuantizeResult
-from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
-from qtool.quantize.search import Remedy, search, weight_limited_rounding
+from qtool.quantize.rewrite import IO_TYPES, rewritten
+from qtool.quantize.search import (
+    Remedy,
+    Target,
+    search,
+    weight_limited_rounding,
+)
+from qtool.quantize.search_limits import SearchSpace, search_limits
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
+from qtool.quantize.user_metric import MetricFunction, as_metric
 from qtool.quantize.weight_plan import FULL, WeightSettings
 from qtool.quantize.weight_quantizer import WeightRun, quantize_weight_mode, weight_options_problem
 from qtool.runtime.litert import litert_available
-from qtool.spec import QUANTIZED, boundary_ops, load_spec, spec_profiles
+from qtool.spec import QUANTIZED, load_spec, spec_profiles
 from qtool.targets import load_target, target_names
 from qtool.weight_spec import default_min_weight_elements
 
@@ -86,6 +99,13 @@ class QuantizeOptions:
     weight_bits: int = 8
     block_size: int | None = None
     min_weight_elements: int | None = None
+    # The user's measure of the outputs (`module:function` or a callable, user_metric.py):
+    # reported, maximised by the auto choice, and with `target_metric` a target.
+    metric: str | MetricFunction | None = None
+    target_metric: float | None = None  # the value `metric` must reach on held-out samples
+    # Seconds a target search may take (None: BUDGET_FACTOR times what quantizing took before
+    # it, at least MIN_BUDGET_S); past it, the best candidate measured, not reached.
+    budget: float | None = None
 
     def __post_init__(self) -> None:
         # Python callers can pass anything: every field is checked (lists become tuples).
@@ -112,6 +132,25 @@ class QuantizeOptions:
             or not math.isfinite(self.target_sqnr)
         ):
             raise UsageError(f"target_sqnr must be a finite number of dB, not {self.target_sqnr}")
+        if self.budget is not None and (
+            isinstance(self.budget, bool)
+            or not isinstance(self.budget, int | float)
+            or not self.budget > 0
+            or not math.isfinite(self.budget)
+        ):
+            raise UsageError(f"budget must be a positive number of seconds, not {self.budget!r}")
+        if self.target_metric is not None:
+            if self.metric is None:
+                raise UsageError("target_metric needs a metric (`metric=module:function`)")
+            if not math.isfinite(self.target_metric):
+                raise UsageError(f"target_metric must be a finite number, not {self.target_metric}")
+
+    @property
+    def accuracy_target(self) -> Target | None:
+        """What every output must reach (`target_sqnr`, `target_metric`); None without one."""
+        if self.target_sqnr is None and self.target_metric is None:
+            return None
+        return Target(self.target_sqnr, self.target_metric)
 
     @property
     def profiles(self) -> tuple[str, ...]:
@@ -137,19 +176,6 @@ class QuantizeOptions:
         return Precision(specs, self.int16_patterns, self.weight_bits)
 
 
-def _computes_in_float(model: Model, subgraph_index: int) -> bool:
-    """Whether an operator other than a QUANTIZE/DEQUANTIZE boundary has a float32 operand."""
-    subgraph = model.subgraphs[subgraph_index]
-    return any(
-        model.op_type(op) not in boundary_ops()
-        and any(
-            t >= 0 and subgraph.tensors[t].dtype == TensorType.FLOAT32
-            for t in op.inputs + op.outputs
-        )
-        for op in subgraph.operators
-    )
-
-
 def _as_datasets(data: Dataset | Mapping[int, Dataset] | None) -> dict[int, Dataset]:
     if data is None:
         return {}
@@ -166,7 +192,7 @@ class Calibrated:
     statistics: CalibrationStatistics
     planners: dict[int, Planner]
     start: Recipe  # the recipe before any per-place remedy
-    method_scores: dict[str, float]
+    method_scores: dict[str, CandidateScore]
     datasets: dict[int, Dataset]
 
 
@@ -183,16 +209,31 @@ def calibrate_loaded(
     datasets = _as_datasets(data)
     holdouts = _as_datasets(holdout)
     precision = options.precision()
+    metric = as_metric(options.metric)  # the user's module imports before the long work
     prepared = prepare_float_model(model)
     entries = sorted(statistics.subgraphs) if statistics is not None else sorted(datasets)
-    if not any(_computes_in_float(prepared.model, s) for s in entries):
+    if not any(computes_in_float(prepared.model, s) for s in entries):
         raise UsageError(
             "the model is already quantized: no operator computes in float (qtool check audits it)"
         )
-    planners = {
-        s: Planner(prepared.model, precision, options.keep_float, prepared.source_index[s], s)
-        for s in entries
-    }
+    _check_patterns(prepared, options)
+
+    def planner(s: int) -> Planner:
+        return Planner(
+            prepared.model,
+            precision,
+            options.keep_float,
+            prepared.source_index[s],
+            s,
+            input_types=prepared.input_types(s),
+            callees=callees,
+            metric=metric,
+        )
+
+    callees: dict[int, Planner] = {}  # of the subgraphs control flow runs, shared
+    called = {b for s in entries for b in called_subgraphs(prepared.model, s)}
+    callees.update({b: planner(b) for b in sorted(called)})
+    planners = {s: planner(s) for s in entries}
     if statistics is not None:
         _check_fingerprint(statistics, prepared.model)
         collected = {
@@ -201,11 +242,11 @@ def calibrate_loaded(
         }
     else:
         # The auto choice's candidates run in LiteRT as soon as the fitting fold is calibrated,
-        # beside the calibration of the evaluation fold.
+        # beside the calibration of the folds.
         on_fit = float_outputs = None
         if litert_available() and 0 in datasets:
-            # The children also compute the evaluation fold's float outputs, which leaves
-            # this process only the fold's observation (in batches).
+            # The children also compute the folds' float outputs, which leaves this process
+            # only the folds' observation (in batches).
             start_children()
             float_outputs = partial(_outputs_in_children, prepared.model)
             if options.calibration == AUTO:
@@ -230,12 +271,28 @@ def calibrate_loaded(
         )
     for s, c in collected.items():
         planners[s].calibration = c.fit_data  # samples for the second moments of rounding
+        planners[s].engine = c.calibration.engine
+        for b in called_subgraphs(prepared.model, s):  # what observed the subgraphs it runs
+            callees[b].engine = c.calibration.engine
     if options.calibration == AUTO:
         start, scores = choose_recipe(prepared.model, collected, planners, options.bias_correction)
     else:
         correct = True if options.bias_correction is None else options.bias_correction
         start, scores = Recipe(parse_method(options.calibration), correct), {}
     return Calibrated(prepared, collected, statistics, planners, start, scores, datasets)
+
+
+def _check_patterns(prepared: FloatModel, options: QuantizeOptions) -> None:
+    """A keep-float or int16 pattern that matches no operator is a mistake worth a stop."""
+    types = [prepared.input_types(s) for s in range(len(prepared.model.subgraphs))]
+    for kind, given in (("keep-float", options.keep_float), ("int16", options.int16)):
+        pattern = unmatched_pattern(prepared.model, types, given)
+        if pattern is not None:
+            known = sorted({t for per_subgraph in types for t in per_subgraph})
+            raise UsageError(
+                f"{kind} pattern {pattern!r} matches no operator: neither an op type of the "
+                f"model ({', '.join(known)}) nor the name of a tensor an op produces"
+            )
 
 
 def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None]:
@@ -247,8 +304,8 @@ def _outputs_in_children(model: Model, inputs: list) -> Callable[[], list | None
 def _check_fingerprint(statistics: CalibrationStatistics, model: Model) -> None:
     if statistics.fingerprint != model_fingerprint(model):
         raise DataError(
-            "the calibration statistics were gathered on another model (or another qtool "
-            "version's preparation of it)"
+            "the calibration statistics were gathered on another model (or at other input "
+            "shapes, or by another qtool version's preparation of it)"
         )
 
 
@@ -272,18 +329,21 @@ def quantize_loaded(
     analyze: bool = False,
     statistics: CalibrationStatistics | None = None,
     measure_layer_sqnr: bool = False,
+    search_progress: Callable[[str], None] | None = None,
 ) -> QuantizeResult:
     """Quantize every subgraph that has calibration data; `model` is left unchanged.
 
     `data` is one Dataset for subgraph 0, or a Dataset per subgraph index (one per signature of
     a multi-signature model); `holdout`, the same way, held-out samples that only measure
     accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
-    warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures).
+    warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures);
+    `search_progress` gets a line per candidate of a target search.
     """
     if options.mode != FULL:
         return quantize_weight_mode(
             model, _as_datasets(data), weight_run(options), _as_datasets(holdout)
         )
+    began = time.monotonic()
     calibrated = calibrate_loaded(model, data, options, progress, holdout, statistics)
     diagnosis = diagnose_calibrated(calibrated) if analyze else None
     prepared, collected, planners = calibrated.prepared, calibrated.collected, calibrated.planners
@@ -293,25 +353,36 @@ def quantize_loaded(
     rounded: dict[int, list[Remedy]] = {}
     if options.optimize_rounding:
         for s, found in collected.items():
-            if found.evaluation is not None:
+            if found.selection is not None:
                 recipes[s], rounded[s] = weight_limited_rounding(
-                    planners[s], found.fit, recipes[s], found.evaluation.inputs
+                    planners[s], found.fit, recipes[s], found.selection
                 )
     searches = {}
-    if options.target_sqnr is not None:
+    target = options.accuracy_target
+    forms = _stored_forms(prepared, options.target)
+    sparsify = options.sparsify and forms is prepared.stored_forms
+    if target is not None:
         for s, found in collected.items():
-            if found.evaluation is None:
+            if found.selection is None:
                 raise UsageError(
-                    "a target SQNR needs held-out samples: give more calibration samples "
+                    "a target needs held-out samples: give more calibration samples "
                     f"(at least {MIN_SAMPLES_FOR_HOLDOUT}) or a held-out dataset"
                 )
+            limits = search_limits(
+                SearchSpace(model, prepared, planners, collected, recipes, forms, sparsify),
+                s,
+                options,
+                began,
+                search_progress,
+            )
             searches[s] = search(
                 planners[s],
                 found.fit,
                 recipes[s],
-                found.evaluation.inputs,
-                options.target_sqnr,
+                found.selection,
+                target,
                 options.allow_float,
+                limits=limits,
             )
             recipes[s] = searches[s].recipe
     if options.target is not None:
@@ -325,28 +396,29 @@ def quantize_loaded(
             options.io,
             options.target,
         )
-    plans = {s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()}
-    forms = _stored_forms(prepared, options.target)
-    sparsify = options.sparsify and forms is prepared.stored_forms
-    work, notes = rewritten(prepared.model, plans, precision.specs, options.io, forms, sparsify)
+    entry_plans = {
+        s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()
+    }
+    # Every planned subgraph: the entry points and what their control flow runs.
+    plans = {p.subgraph_index: p for plan in entry_plans.values() for p in plan.with_bodies()}
+    work, notes = rewritten(
+        prepared.model, entry_plans, precision.specs, options.io, forms, sparsify
+    )
     if forms is not prepared.stored_forms:
         notes.warnings += _densified(prepared, plans, options.target)
-    float_ops = [
-        FloatOp(s, decision.source_index, prepared.model.op_type(op), decision.reason or "")
+    float_bodies = float_body_plans(prepared.model, prepared.source_index, plans, notes)
+    plans.update(float_bodies)
+    float_ops = [  # named as in the input model (a SQUARE kept float, not the MUL it became)
+        FloatOp(s, decision.source_index, op_type, decision.reason or "")
         for s, plan in plans.items()
-        for op, decision in zip(prepared.model.subgraphs[s].operators, plan.decisions, strict=True)
+        for op_type, decision in zip(prepared.input_types(s), plan.decisions, strict=True)
         if decision.mode == FLOAT
     ]
-    accuracy = [
-        row
-        for s, found in collected.items()
-        if found.evaluation is not None
-        for row in planners[s].accuracy(_estimated(found), recipes[s], found.evaluation)
-    ]
+    estimate = estimate_accuracy(collected, planners, recipes, precision.specs)
     layers = {
         s: _layer_sqnr(planners[s], found, recipes[s])
         for s, found in collected.items()
-        if measure_layer_sqnr and found.evaluation is not None
+        if measure_layer_sqnr and found.estimate is not None
     }
     baseline_size = None
     if searches:  # what the remedies cost: the size of the model without them
@@ -373,15 +445,25 @@ def quantize_loaded(
         notes=notes,
         statistics=calibrated.statistics,
         method=str(method),
-        method_scores=calibrated.method_scores,
+        method_scores={m: c.worst_db for m, c in calibrated.method_scores.items()},
+        method_metrics={
+            m: c.metric for m, c in calibrated.method_scores.items() if c.metric is not None
+        },
         recipes=recipes,
         rounded=rounded,
         searches=searches,
         baseline_size=baseline_size,
         diagnosis=diagnosis,
-        accuracy=accuracy,
-        accuracy_source=_accuracy_source(collected, accuracy),
-        warnings=_warnings(work, collected, calibrated.datasets, notes),
+        accuracy=estimate.outputs,
+        accuracy_source=estimate.source,
+        metric=estimate.metric,
+        estimate_independent=estimate.independent,
+        target_confirmed=estimate.confirms(target, searches),
+        simulation_checks=estimate.checks,
+        warnings=subgraph_warnings(
+            work, plans, float_bodies, any(d.synthetic for d in calibrated.datasets.values()), notes
+        )
+        + estimate.warnings(),
         layer_sqnr=layers,
     )
 
@@ -437,50 +519,10 @@ def _densified(prepared: FloatModel, plans: Mapping[int, Plan], target: str) -> 
     ]
 
 
-def _estimated(found: Collected) -> SubgraphStatistics:
-    """The statistics of the plan whose held-out accuracy is reported: all calibration samples
-    (the final plan) when a separate held-out dataset measures it, else the samples outside the
-    evaluation fold (the final plan has seen the fold)."""
-    return found.statistics if found.evaluation.source == "held-out data" else found.fit
-
-
 def _layer_sqnr(planner: Planner, found: Collected, recipe: Recipe) -> dict[int, float]:
     """Each quantized activation's SQNR along the plan whose accuracy is reported, on the
-    first few held-out samples (a picture of where the error builds up needs no more)."""
-    plan = planner.plan(_estimated(found), recipe)
-    inputs = [x[:MAX_SAMPLES] for x in found.evaluation.inputs]
+    first few of the estimate's samples (a picture of where the error builds up needs no
+    more)."""
+    plan = planner.plan(found.estimate_fit, recipe)
+    inputs = [x[:MAX_SAMPLES] for x in found.estimate.inputs]
     return layer_sqnr(planner.model, plan, inputs)
-
-
-def _accuracy_source(collected: Mapping[int, Collected], accuracy: list[OutputAccuracy]) -> str:
-    evaluations = [c.evaluation for c in collected.values() if c.evaluation is not None]
-    if not evaluations:
-        return ""
-    samples = sum(e.samples for e in evaluations)
-    how = "measured in LiteRT" if all(a.measured_in == LITERT for a in accuracy) else "simulated"
-    if evaluations[0].source == "held-out data":
-        return f"{how} on {samples} held-out samples"
-    return f"{how} on {samples} calibration samples held out, calibrating on the others"
-
-
-def _warnings(
-    work: Model,
-    collected: Mapping[int, Collected],
-    datasets: Mapping[int, Dataset],
-    notes: RewriteNotes,
-) -> list[str]:
-    warnings = list(notes.warnings)
-    for s, subgraph in enumerate(work.subgraphs):
-        # A subgraph rewritten without data of its own initialises quantized variables.
-        if s not in collected and s not in notes.origins:
-            warnings.append(
-                f"subgraph {s} ({subgraph.name or 'unnamed'}) has no calibration "
-                "data (not a signature's entry point): kept in float"
-            )
-    if any(d.synthetic for d in datasets.values()):
-        warnings.insert(
-            0,
-            "calibrated on synthetic random data: activation ranges do not "
-            "reflect real inputs, so accuracy is not meaningful",
-        )
-    return warnings

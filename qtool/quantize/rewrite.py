@@ -29,7 +29,8 @@ from qtool.model.sparsity import compact_sparsity, sparsity_nbytes, stored_value
 from qtool.numerics import AffineParams, activation_params, pack_int4, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.prepare.fold import StoredForm
-from qtool.quantize.plan import FLOAT, INT8, INT16, QUANTIZED, Plan, Slot
+from qtool.quantize.decisions import FLOAT, INT8, INT16
+from qtool.quantize.plan import QUANTIZED, Plan, Slot
 from qtool.quantize.recurrent import TENSOR_TYPES, RecurrentOperands
 from qtool.quantize.variables import initialiser_plans
 from qtool.quantize.weight_store import WeightStore
@@ -121,9 +122,13 @@ class _Rewriter(WeightStore):
     def _slot_version(self, slot: Slot) -> _Version:
         return _Version(slot[1], self.plan.params[slot])
 
-    def _boundary_version(self, t: int) -> _Version:
-        """The version of a model input or output that `io` asks for."""
-        if self.io == FLOAT:
+    def _boundary_version(self, t: int, output: bool = False) -> _Version:
+        """The version of a model input or output that `io` asks for; in a subgraph control
+        flow runs, the int8 version its caller passes (`Plan.boundary_inputs`/`_outputs`)."""
+        given = (self.plan.boundary_outputs if output else self.plan.boundary_inputs).get(t)
+        if given is not None:
+            return _Version(INT8, given)
+        if self.plan.boundary_inputs or self.plan.boundary_outputs or self.io == FLOAT:
             return _Version(FLOAT, None)
         params = self.plan.params.get((t, INT8))
         if params is None:
@@ -159,7 +164,7 @@ class _Rewriter(WeightStore):
                 if t not in boundary:
                     self._register(key, version, t)
                     continue
-                outer = self._boundary_version(t)
+                outer = self._boundary_version(t, output=t in self.subgraph.outputs)
                 self._register(("io", t), outer, t)
                 if outer.dtype == FLOAT:
                     self._register(("float", t), outer, t)  # float readers use the output itself
@@ -511,11 +516,27 @@ class _Rewriter(WeightStore):
             self._emit(op, i)
             for t in boundary_outputs:
                 self._emit_converter(self.tensor_of[self.home[t]], t, self.kind[("io", t)].dtype)
+        self._passed_through()
         for key, t in self.tensor_of.items():
             self._set_type(t, self.kind[key])
         self.subgraph.operators = self.emitted
         self.notes.origins[self.plan.subgraph_index] = self.origins
         return self.notes
+
+    def _passed_through(self) -> None:
+        """An output that is an input of the subgraph (a branch passing an operand on) leaves
+        with the parameters its caller expects: a requantized copy where they differ."""
+        for position, t in enumerate(self.subgraph.outputs):
+            wanted = self.plan.boundary_outputs.get(t)
+            if t not in self.subgraph.inputs or wanted is None:
+                continue
+            version = _Version(INT8, wanted)
+            if self.kind[("io", t)].same_as(version):
+                continue
+            copy = self._copy_tensor(t, "int8_out")
+            self._register(("out", t), version, copy)
+            self._emit_converter(t, copy, INT8)
+            self.subgraph.outputs[position] = copy
 
     def _set_type(self, t: int, version: _Version) -> None:
         tensor = self.subgraph.tensors[t]
@@ -559,13 +580,22 @@ def rewrite_plans(
     stored_forms: StoredForms | None = None,
     sparsify: bool = False,
 ) -> RewriteNotes:
-    """Rewrite every planned subgraph of `work` in place, then drop the unused float originals
-    (operators stay: `RewriteNotes.origins` maps the result's operators to the plans')."""
+    """Rewrite every planned subgraph of `work` (and those its control flow runs, planned with
+    it) in place, then drop the unused float originals (operators stay: `RewriteNotes.origins`
+    maps the result's operators to the plans')."""
     notes = RewriteNotes()
     forms = stored_forms or {}
+    planned: dict[int, tuple[Plan, str]] = {}
+    for entry in plans.values():
+        for plan in entry.with_bodies():
+            # The boundary of a subgraph control flow runs is its caller's business.
+            planned.setdefault(plan.subgraph_index, (plan, io if plan is entry else FLOAT))
     # The subgraphs that initialise quantized variables store their initial values quantized.
-    for s, plan in {**plans, **initialiser_plans(work, plans)}.items():
-        rewrite(work, plan, specs, io, notes, forms.get(s), sparsify)
+    every = {s: plan for s, (plan, _) in planned.items()}
+    for s, plan in initialiser_plans(work, every).items():
+        planned.setdefault(s, (plan, FLOAT))
+    for s, (plan, boundary) in planned.items():
+        rewrite(work, plan, specs, boundary, notes, forms.get(s), sparsify)
     remove_unused(work)
     _restore_names(work, notes.copies)
     return notes

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from qtool.model import Model, Subgraph
+from qtool.model.calls import call_sites
 from qtool.model.edit import clone_model
 from qtool.numerics import SqnrAccumulator
 from qtool.quantize.plan import Plan, Slot
 from qtool.quantize.simulate import Parts, Simulator, simulation_model
 from qtool.runtime import Engine
-from qtool.runtime.engine import OPAQUE_TYPES
+from qtool.runtime.engine import OPAQUE_TYPES, join_chunks
 from qtool.runtime.state import keeps_state
 
 MAX_SAMPLES = 16  # a ranking of places needs a few samples, not the whole fold
@@ -34,16 +35,20 @@ MAX_SAMPLES = 16  # a ranking of places needs a few samples, not the whole fold
 class Place:
     """A place where quantization adds noise: an operator's weights or an activation tensor."""
 
-    kind: str  # "weights" | "activation"
-    op_index: int  # the operator (weights), or the producer of the tensor (activation)
-    tensor: int  # the weight tensor, or the activation tensor
+    kind: str  # "weights" | "activation" | "calls"
+    # the operator (weights), the producer of the tensor (activation), or the control-flow
+    # operator whose subgraphs are quantized (calls)
+    op_index: int
+    tensor: int  # the weight tensor, the activation tensor, or the call's first output
     slots: tuple[Slot, ...] = ()  # activation: every slot the tensor is stored in
 
     def parts(self) -> Parts:
         """The part of the quantization that is this place alone, for the simulation."""
         if self.kind == "weights":
-            return Parts(weights={self.op_index}, slots=())
-        return Parts(weights=(), slots=set(self.slots))
+            return Parts(weights={self.op_index}, slots=(), bodies=False)
+        if self.kind == "calls":
+            return Parts(weights=(), slots=(), bodies=True)
+        return Parts(weights=(), slots=set(self.slots), bodies=False)
 
 
 @dataclass
@@ -62,7 +67,8 @@ class Sensitivity:
 
 
 def places(model: Model, plan: Plan) -> list[Place]:
-    """Every operator with planned weights and every activation stored in some slot."""
+    """Every operator with planned weights, every activation stored in some slot, and every
+    control-flow operator whose subgraphs are quantized (their noise, as one place)."""
     subgraph = model.subgraphs[plan.subgraph_index]
     found = [
         Place("weights", i, subgraph.operators[i].inputs[layer.weight_position])
@@ -76,6 +82,10 @@ def places(model: Model, plan: Plan) -> list[Place]:
     for t, tensor_slots in sorted(slots.items()):
         producer = producers.get(t, -1)
         found.append(Place("activation", producer, t, tuple(dict.fromkeys(tensor_slots))))
+    for site in call_sites(model, plan.subgraph_index):
+        if plan.bodies.keys() & set(site.bodies):
+            op = subgraph.operators[site.op_index]
+            found.append(Place("calls", site.op_index, op.outputs[0] if op.outputs else -1))
     return found
 
 
@@ -128,7 +138,7 @@ class FloatTensors:
 
         engine = Engine(model, subgraph_index)
         self.outputs = engine.run(inputs, observers=[keep])
-        self.values = {t: np.concatenate(parts) for t, parts in chunks.items()}
+        self.values = {t: join_chunks(parts) for t, parts in chunks.items()}
         # Computed from constants when the engine was built (a DEQUANTIZE of float16 weights
         # that a model output keeps): never observed, the same for every sample.
         self.constants = engine.constants
@@ -192,8 +202,10 @@ class Analyzer:
         feeds = [self.float.feed(t, batched) for t in sub_graph.inputs]
         outputs = Engine(sub, self.plan.subgraph_index).run(feeds) if sub_graph.outputs else []
         perturbed = dict(zip(sub_graph.outputs, outputs, strict=True))
+        # A suffix whose inputs lost the leading 1 (a scalar among them) holds its samples
+        # in front of the declared shape: the same values as the reference's rows.
         final = [
-            perturbed.get(t, reference)
+            np.reshape(perturbed.get(t, reference), reference.shape)
             for t, reference in zip(self.subgraph.outputs, self.float.outputs, strict=True)
         ]
         name = self.subgraph.tensors[place.tensor].name

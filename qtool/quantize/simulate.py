@@ -11,6 +11,9 @@ inside kernels (fixed-point multipliers, lookup tables), well below the quantiza
 itself: tests compare both. One kernel rounding is simulated because it flips decisions rather
 than adding noise: LiteRT's int8 comparisons rescale both operands to multiples of 2^-8 before
 comparing (comparisons.cc, `left_shift = 8`), so values closer than that can compare equal.
+Another is LiteRT's integer AVERAGE_POOL_2D, which rounds the mean of the raw codes with ties
+away from zero: means of codes tie often (a 2x2 window's are quarters), and rounding them as
+any other value put a tenth of its outputs one step off.
 
 Parts of the quantization can be left out (only some layers' weights, only some activations)
 to see which part of the error comes from where.
@@ -25,7 +28,7 @@ import numpy as np
 
 from qtool.model import Model, Operator, QuantParams, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model
-from qtool.numerics import fake_quantize, qrange
+from qtool.numerics import fake_quantize, fake_quantize_mean, qrange
 from qtool.quantize.plan import INT8, INT16, Plan, Slot
 from qtool.quantize.recurrent import RecurrentOperands
 from qtool.runtime import Engine, OpContext, register_custom_op
@@ -35,12 +38,15 @@ FAKE_QUANT = "QtoolFakeQuant"
 _GRIDS = {INT8: np.int8, INT16: np.int16, "int32": np.int32}
 COMPARISONS = frozenset(("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL"))
 _COMPARISON_STEP = 2.0**-8
+# Integer kernels that output the mean of their input codes, rounded their own way.
+INTEGER_MEANS = frozenset(("AVERAGE_POOL_2D",))
 
 
 def _fake_quant_kernel(ctx: OpContext) -> np.ndarray:
     q = ctx.output_tensor().quantization
     low, high = qrange(_GRIDS[q.extra["grid"]])
-    return fake_quantize(ctx.inputs[0], q.scale[0], int(q.zero_point[0]), low, high)
+    snap = fake_quantize_mean if q.extra.get("mean") else fake_quantize
+    return snap(ctx.inputs[0], q.scale[0], int(q.zero_point[0]), low, high)
 
 
 register_custom_op(FAKE_QUANT, _fake_quant_kernel, batch=always)
@@ -52,6 +58,7 @@ class Parts:
 
     weights: Collection[int] | None = None  # operator indices whose weights are quantized
     slots: Collection[Slot] | None = None  # activation slots that are fake-quantized
+    bodies: bool = True  # the subgraphs control flow runs, as their plans quantize them
 
 
 ALL = Parts()
@@ -59,7 +66,7 @@ ALL = Parts()
 
 class _Builder:
     def __init__(self, model: Model, plan: Plan, parts: Parts) -> None:
-        self.model = clone_model(model)
+        self.model = model  # a copy of the float model, edited in place
         self.plan = plan
         self.parts = parts
         self.subgraph = self.model.subgraphs[plan.subgraph_index]
@@ -82,11 +89,13 @@ class _Builder:
             )
         )
 
-    def _fake_quant(self, source: int, slot: Slot, target: int) -> None:
-        """Append `target = fake_quant(source)` on the grid of `slot`."""
+    def _fake_quant(self, source: int, slot: Slot, target: int, mean: bool = False) -> None:
+        """Append `target = fake_quant(source)` on the grid of `slot`; `mean`: the value is
+        the mean of integer codes, rounded as LiteRT's integer average does."""
         params = self.plan.params[slot]
         quantization = QuantParams.of(params.scale, params.zero_point)
         quantization.extra["grid"] = slot[1]
+        quantization.extra["mean"] = mean
         self._append_fake_quant(source, quantization, target)
 
     def _append_fake_quant(self, source: int, quantization: QuantParams, target: int) -> None:
@@ -162,6 +171,15 @@ class _Builder:
                 self._append_fake_quant(t, grid, snapped)
                 op.inputs[position] = snapped
 
+    def _integer_mean(self, op_index: int, op: Operator) -> bool:
+        """Whether the op's integer kernel averages codes of its input's grid (AVERAGE_POOL_2D:
+        same scale in and out, its input read on that grid)."""
+        if self.model.op_type(op) not in INTEGER_MEANS:
+            return False
+        return self.plan.decisions[op_index].mode in (INT8, INT16) and self._wanted(
+            self.plan.reads.get((op_index, 0), ())
+        )
+
     def build(self) -> Model:
         writes = {}
         for (i, position), slot in self.plan.writes.items():
@@ -178,15 +196,21 @@ class _Builder:
                 t = op.outputs[position]
                 raw = self._new_tensor(t, f"{self.subgraph.tensors[t].name}/float")
                 op.outputs[position] = raw
-                self._fake_quant(raw, slot, t)
+                self._fake_quant(raw, slot, t, mean=self._integer_mean(i, op))
                 self.holding[t] = slot
         self.subgraph.operators = self.operators
         return self.model
 
 
 def simulation_model(model: Model, plan: Plan, parts: Parts = ALL) -> Model:
-    """The float graph simulating `plan` on `model` (which stays unchanged)."""
-    return _Builder(model, plan, parts).build()
+    """The float graph simulating `plan` (the `parts` of it) on `model`, which stays
+    unchanged; with `parts.bodies`, the subgraphs its control flow runs too, as their plans
+    (`Plan.bodies`) quantize them."""
+    simulated = clone_model(model)
+    _Builder(simulated, plan, parts).build()
+    for body in plan.with_bodies()[1:] if parts.bodies else ():
+        _Builder(simulated, body, ALL).build()
+    return simulated
 
 
 class Simulator:

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 
 from qtool.model import Model
 from qtool.model.variables import Variable, accesses, initial_values
-from qtool.quantize.plan import FLOAT, INTEGER, QUANTIZED, OpDecision, Plan, Slot
+from qtool.quantize.decisions import FLOAT, INTEGER, OpDecision
+from qtool.quantize.plan import QUANTIZED, Plan, Slot
 from qtool.spec import resource_variable_ops
 
 
@@ -43,6 +44,21 @@ def settle(model: Model, subgraph_index: int, decisions: list[OpDecision]) -> No
             for i in ops:
                 if decisions[i].mode != FLOAT or decisions[i].reason is None:
                     decisions[i] = OpDecision(FLOAT, reason, decisions[i].source_index)
+
+
+def float_reason(model: Model, plan: Plan) -> str | None:
+    """Why variables of the plan's subgraph stay float, as an initialiser assigning them would
+    say it: the reason of the first float assignment of a variable, else of the first float
+    read (None when every one is integer)."""
+    subgraph = model.subgraphs[plan.subgraph_index]
+    assign = resource_variable_ops().assign
+    found = [
+        (model.op_type(subgraph.operators[i]) != assign, i)
+        for indices in accesses(model, subgraph).values()
+        for i in indices
+        if plan.decisions[i].mode == FLOAT and plan.decisions[i].reason
+    ]
+    return plan.decisions[min(found)[1]].reason if found else None
 
 
 def _constant_value(model: Model, subgraph_index: int, op_index: int) -> bool:

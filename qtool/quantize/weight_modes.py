@@ -28,9 +28,10 @@ from qtool.model import Model
 from qtool.model.edit import clone_model
 from qtool.numerics import sqnr_db
 from qtool.prepare import FloatModel, prepare_float_model
-from qtool.quantize.evaluation import LITERT, SIMULATION, OutputAccuracy
+from qtool.quantize.accuracy import LITERT, SIMULATION, OutputAccuracy, measure_outputs
+from qtool.quantize.decisions import FLOAT, OpDecision
 from qtool.quantize.litert_worker import submit_model
-from qtool.quantize.plan import FLOAT, OpDecision, Plan
+from qtool.quantize.plan import Plan
 from qtool.quantize.rewrite import RewriteNotes, rewritten
 from qtool.quantize.weight_plan import (
     OpWeights,
@@ -238,11 +239,10 @@ def measured_accuracy(
         if samples.synthetic:
             return [], ""
         raise
-    subgraph = written.subgraphs[0]
-    accuracy = [
-        OutputAccuracy(0, subgraph.tensors[t].name, db, engine)
-        for t, db in zip(subgraph.outputs, output_sqnr(reference, found), strict=True)
-    ]
+    shaped = [np.reshape(got, np.shape(want)) for want, got in zip(reference, found, strict=True)]
+    # Each output's record on the float model's graph (its kind, fitting SQNR): the written
+    # model keeps its outputs' names and order.
+    accuracy = measure_outputs(weights.prepared.model, 0, reference, shaped, engine)
     how = "measured in LiteRT" if engine == LITERT else "simulated (LiteRT could not run it)"
     return accuracy, f"{how} on {samples.count} samples of {samples.source}"
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from qtool.model import Model, Operator, Subgraph, TensorType
 from qtool.numerics.lowbit import LowBitWeights, quantize_weights
-from qtool.quantize.plan import keep_float_match
+from qtool.quantize.decisions import keep_float_match
 from qtool.quantize.weight_store import DEQUANTIZED, FLOAT16, HYBRID, WeightForm
 from qtool.weight_spec import (
     BLOCKWISE,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from qtool.calibrate import Dataset
 from qtool.errors import UsageError
@@ -29,7 +30,7 @@ from qtool.quantize.weight_plan import (
     check_block_size,
 )
 from qtool.quantize.weight_rounding import input_moments
-from qtool.quantize.weight_search import search_weights
+from qtool.quantize.weight_search import WeightSearchResult, search_weights
 
 NO_CALIBRATION = "none"  # the report's method: the weight modes calibrate nothing
 NOT_MEASURED = (
@@ -81,6 +82,12 @@ def quantize_weight_mode(
         searches[0] = search_weights(weights, samples.fitting, run.target_sqnr, run.allow_float)
     written, notes = weights.write()
     accuracy, source = measured_accuracy(weights, written, samples)
+    # Reached only when the samples the search never saw agree (as in the full pipeline), on
+    # the plain SQNR the search fits.
+    confirmed = {
+        s: found.reached and bool(accuracy) and min(a.sqnr_db for a in accuracy) >= run.target_sqnr
+        for s, found in searches.items()
+    }
     warnings = list(notes.warnings)
     if samples.synthetic:
         warnings.insert(0, SYNTHETIC_WARNING if accuracy else NOT_MEASURED)
@@ -99,6 +106,8 @@ def quantize_weight_mode(
         baseline_size=baseline_size,
         accuracy=accuracy,
         accuracy_source=source,
+        estimate_independent=True if accuracy else None,  # no choice saw the measured samples
+        target_confirmed=confirmed,
         warnings=warnings,
         mode=run.settings.mode,
         weight_plans=dict(weights.plans),
@@ -122,6 +131,15 @@ def _float_ops(weights: WeightModel) -> list[FloatOp]:
     return found
 
 
+class WeightOptions(Protocol):
+    """What the weight modes read of `QuantizeOptions` (quantizer.py, which imports this)."""
+
+    mode: str
+    weight_bits: int
+    block_size: int | None
+    min_weight_elements: int | None
+
+
 MODES = (FULL, *WEIGHT_MODES)
 WEIGHT_BITS = (8, 4)
 # Options of the full int8 pipeline that a weight mode (no calibration, float activations)
@@ -134,10 +152,13 @@ _FULL_ONLY = (
     ("bias_correction", None, "bias_correction"),
     ("sparsify", False, "sparsify"),
     ("target", None, "target"),
+    ("metric", None, "metric"),
+    ("target_metric", None, "target_metric"),
+    ("budget", None, "budget"),
 )
 
 
-def weight_options_problem(options) -> str | None:
+def weight_options_problem(options: WeightOptions) -> str | None:
     """Why the mode, weight width, block size and minimum element count of `QuantizeOptions`
     do not go together (None: they do)."""
     mode, bits, block = options.mode, options.weight_bits, options.block_size
@@ -171,3 +192,34 @@ def weight_options_problem(options) -> str | None:
         if getattr(options, name) != unset:
             return f"{option} applies to mode full (int8 activations), not to mode {mode}"
     return None
+
+
+def output_suffix(options: WeightOptions) -> str:
+    """What the default output name adds to the input's stem: int8, or the weight mode (with
+    int4 when its weights are)."""
+    if options.mode == FULL:
+        return "int8"
+    return options.mode + ("_int4" if options.weight_bits == 4 else "")
+
+
+def weight_mode_job(job: object) -> bool:
+    """Whether a job (jobs.py: its `options`, `statistics`, `layer_errors`, `analyze`) asks for
+    a weight mode; UsageError naming what it was given that a weight mode (no calibration,
+    float activations) has no use for."""
+    mode = job.options.mode
+    if mode == FULL:
+        return False
+    asked = [
+        name for name in ("statistics", "layer_errors", "analyze") if getattr(job, name, False)
+    ]
+    if asked:
+        raise UsageError(
+            f"{', '.join(asked)} applies to mode full (int8 activations), not to mode {mode}"
+        )
+    return True
+
+
+def weight_search_failure(search: WeightSearchResult) -> str:
+    """Why a weight mode's target search fell short: the ops whose weights hold the most noise."""
+    places = ", ".join(f"{n.op_type} {n.tensor} ({n.chosen})" for n in search.noisiest)
+    return f"worst output {min(search.output_sqnr):.1f} dB; most of the noise comes from {places}"

@@ -14,6 +14,7 @@ did not see either.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -56,6 +57,13 @@ class WeightSearchResult:
     output_sqnr: list[float]  # on the fitting samples, of the final rungs
     changes: list[WeightChange] = field(default_factory=list)
     noisiest: list[WeightChange] = field(default_factory=list)  # when not reached
+    candidates: int = 0  # models written and run in LiteRT
+    seconds: float = 0.0
+    # What the full pipeline's SearchResult also says: a weight search has no time budget to
+    # stop it and no user metric.
+    stopped: str | None = None
+    budget: float | None = None
+    metric: float | None = None
 
     @property
     def remedies(self) -> list[WeightChange]:
@@ -91,11 +99,21 @@ class _Search:
         self.top = {id(op): len(op.ladder) - (1 if allow_float else 2) for op in self.ops}
         self.reference, _ = model_outputs(weights.prepared.model, self.inputs)
         self.alone: dict[tuple[int, int], np.ndarray] = {}  # (op, rung) -> noise
+        self.candidates = 0
+        self.began = time.monotonic()
 
     def measure(self) -> list[float]:
+        self.candidates += 1
         written, _ = self.weights.write()
         found, _ = written_outputs(self.weights, written, self.inputs)
         return output_sqnr(self.reference, found)
+
+    def result(self, reached: bool, sqnr: list[float], changes=(), noisiest=()):
+        """The search's outcome, with the candidates it ran and the time it took."""
+        seconds = time.monotonic() - self.began
+        return WeightSearchResult(
+            reached, sqnr, list(changes), list(noisiest), self.candidates, seconds
+        )
 
     def measure_alone(self) -> None:
         """Each rung's noise with only its op narrow."""
@@ -168,7 +186,7 @@ def search_weights(
     run = _Search(weights, inputs, target_db, allow_float)
     sqnr = run.measure()
     if min(sqnr) >= run.target or not run.ops:
-        return WeightSearchResult(min(sqnr) >= target_db, sqnr)
+        return run.result(min(sqnr) >= target_db, sqnr)
     run.measure_alone()
     budget = np.full(len(sqnr), 10 ** (-run.target / 10))
     stepped: list[OpWeights] = []
@@ -191,7 +209,7 @@ def search_weights(
     if not reached:
         ranked = sorted(run.ops, key=lambda op: -float(np.max(run.noise(op, op.rung))))
         noisiest = [_change(run, op) for op in ranked[:5] if np.max(run.noise(op, op.rung)) > 0]
-    return WeightSearchResult(reached, sqnr, changes, noisiest)
+    return run.result(reached, sqnr, changes, noisiest)
 
 
 def _change(run: _Search, op: OpWeights) -> WeightChange:

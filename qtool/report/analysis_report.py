@@ -44,6 +44,8 @@ def analysis_section(diagnosis: Diagnosis) -> dict[str, Any]:
                 "output_sqnr_db": dict(
                     zip(sub.outputs, map(json_db, sub.output_sqnr), strict=True)
                 ),
+                "outputs_measured_in": sub.measured_in,
+                "output_samples": sub.output_samples,
                 "places": [_place(p, sub.outputs) for p in sub.places],
                 "layer_sqnr_db": {name: json_db(v) for name, v in sub.layer_sqnr.items()},
             }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from qtool.quantize.accuracy import LITERT
 from qtool.report.html_sections import (
     Section,
     db_text,
@@ -57,6 +58,7 @@ svg .tick { stroke: #eceef2; } svg .baseline { stroke: #9aa0ab; }
 .exact { fill: #9cc9a9; } .method { fill: #a9b3c4; } .chosen { fill: #55657f; }
 .place-weights, .kind-rounding { fill: #7d6bb3; background: #7d6bb3; }
 .place-activation, .kind-int16 { fill: var(--accent); background: var(--accent); }
+.place-calls { fill: #b3866b; background: #b3866b; }
 .kind-float { fill: var(--poor); background: var(--poor); }
 svg .mark { fill: #fff; stroke: var(--ink); stroke-width: 1.2; }
 svg .reference, svg .target { stroke-width: 1.5; stroke-dasharray: 5 4; }
@@ -167,7 +169,7 @@ def quantize_html(report: dict[str, Any], pictures: dict[str, Any] | None = None
                 ("operators", ", ".join(f"{counts[m]} {m}" for m in counts if counts[m])),
                 (
                     "worst output",
-                    f"{db_text(_worst([o['sqnr_db'] for o in outputs]))} dB"
+                    f"{db_text(_worst([o['fitting_sqnr_db'] for o in outputs]))} dB (fitting SQNR)"
                     if outputs
                     else "not measured",
                 ),
@@ -199,9 +201,13 @@ def _analysis_layers(sub: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _simulated_on(analysis: dict[str, Any]) -> str:
-    samples = sum(sub["samples"] for sub in analysis["subgraphs"])
-    return f"simulated on {samples} samples of the {analysis['samples_from']}"
+def _measured_on(analysis: dict[str, Any]) -> str:
+    """How the analysis' output SQNRs were measured, in words."""
+    subgraphs = analysis["subgraphs"]
+    samples = sum(sub.get("output_samples", sub["samples"]) for sub in subgraphs)
+    litert = all(sub.get("outputs_measured_in") == LITERT for sub in subgraphs)
+    how = "measured in LiteRT" if litert else "simulated"
+    return f"{how} on {samples} samples of the {analysis['samples_from']}"
 
 
 def analysis_html(analysis: dict[str, Any], tensors: Sequence[dict[str, Any]] = ()) -> str:
@@ -222,7 +228,7 @@ def analysis_html(analysis: dict[str, Any], tensors: Sequence[dict[str, Any]] = 
         ]
     )
     sections = [
-        outputs_section(outputs, _simulated_on(analysis)),
+        outputs_section(outputs, _measured_on(analysis)),
         layers_section(
             [row for sub in subgraphs for row in _analysis_layers(sub)],
             _worst([o["sqnr_db"] for o in outputs]),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from qtool.calibrate.collect import MIN_SAMPLES_FOR_HOLDOUT
+from qtool.quantize.accuracy import measures_text
 from qtool.report.quantize_report import REPORTED_MODES
 from qtool.report.svg import (
     Bar,
@@ -84,7 +85,8 @@ def outputs_section(
     target: float | None = None,
     method_scores: dict[str, float | None] | None = None,
 ) -> Section:
-    """Each output's SQNR against the float model (rows: subgraph, name, sqnr_db)."""
+    """Each output's SQNR against the float model (rows: subgraph, name, sqnr_db; with the
+    quantize report's records, also kind, fitting_sqnr_db, spread and measures)."""
     several = len({o["subgraph"] for o in outputs}) > 1
     if not outputs:
         return Section(
@@ -93,12 +95,14 @@ def outputs_section(
             f"<p>Not measured: no held-out samples (it takes {MIN_SAMPLES_FOR_HOLDOUT} calibration "
             "samples or more, or a held-out dataset).</p>",
         )
+    records = all("kind" in o for o in outputs)
+    key = "fitting_sqnr_db" if records else "sqnr_db"
     bars = [
         Bar(
             _named(o["name"], o["subgraph"], several),
-            o["sqnr_db"],
-            f"{o['name']}: {db_text(o['sqnr_db'])} dB",
-            quality(o["sqnr_db"], target),
+            o[key],
+            f"{o['name']}: {db_text(o[key])} dB",
+            quality(o[key], target),
         )
         for o in outputs
     ]
@@ -106,8 +110,31 @@ def outputs_section(
     body = (
         f"<p>Signal-to-quantization-noise ratio of each model output against the float model, "
         f"{text(source)}. Higher is better; every 6 dB halves the error.</p>"
-        + bar_chart(bars, "output SQNR", lines)
     )
+    if records:
+        body += (
+            "<p>Charted: each output's <em>fitting</em> SQNR, the one choices and targets use: "
+            "the plain SQNR, or for a probability (and a detector's score read as one) the "
+            "SQNR of its distance to the 0.5 threshold. The table gives each output's kind, "
+            "from the graph and the values, and the measures that fit it.</p>"
+        )
+    body += bar_chart(bars, "output SQNR", lines)
+    if records:
+        body += table(
+            ("output", "kind", "SQNR dB", "fitting dB", "per sample min / median", "measures"),
+            [
+                (
+                    text(_named(o["name"], o["subgraph"], several)),
+                    text(o["kind"] + (" (SQNR set by its grid)" if o["floored"] else "")),
+                    db_text(o["sqnr_db"]),
+                    db_text(o["fitting_sqnr_db"]),
+                    f"{db_text(o['sample_min_db'])} / {db_text(o['sample_median_db'])}",
+                    text(measures_text(o["measures"])),
+                )
+                for o in outputs
+            ],
+            numeric=(2, 3, 4),
+        )
     if method_scores:
         best = max(method_scores, key=lambda m: _sortable(method_scores[m]))
         scores = [
@@ -120,8 +147,8 @@ def outputs_section(
             for method, score in method_scores.items()
         ]
         body += (
-            "<h3>Calibration methods tried</h3><p>Each candidate's score (mean output SQNR "
-            "with the evaluation fold held out); the best one was used.</p>"
+            "<h3>Calibration methods tried</h3><p>Each candidate's score (its worst output's "
+            "fitting SQNR on the selection fold, fitted without it); the best one was used.</p>"
             + bar_chart(scores, "calibration method scores")
         )
     return Section("outputs", "Output SQNR", body)
@@ -245,10 +272,16 @@ def float_section(ops: Sequence[dict[str, Any]], float_ops: Sequence[dict[str, A
 
 
 def target_section(target: dict[str, Any], outputs: Sequence[dict[str, Any]]) -> Section:
-    """The target SQNR, whether it was reached, and the remedies that reached it."""
+    """The target (SQNR, metric), whether it was reached, and the remedies that reached it."""
     goal = target["sqnr_db"]
     status = "reached" if target["reached"] else "NOT reached"
-    body = f"<p>Target {goal:g} dB on every output: <strong>{status}</strong>.</p>"
+    wanted = [f"{goal:g} dB on every output"] if goal is not None else []
+    if target.get("metric") is not None:
+        wanted.append(f"metric {target['metric']:g}")
+    body = (
+        f"<p>Target {' and '.join(wanted)}: <strong>{status}</strong> (on the selection fold "
+        "the search judged, and confirmed on samples no choice saw).</p>"
+    )
     for sub in target["subgraphs"]:
         s = sub["subgraph"]
         names = [o["name"] for o in outputs if o["subgraph"] == s]
@@ -258,8 +291,8 @@ def target_section(target: dict[str, Any], outputs: Sequence[dict[str, Any]]) ->
             Bar(name, db, f"{name}: {db_text(db)} dB", quality(db, goal))
             for name, db in zip(names, sub["output_sqnr_db"], strict=True)
         ]
-        line = [Line(goal, "target", "target")]
-        body += f"<h3>Subgraph {s}: outputs after the search</h3>" + bar_chart(
+        line = [Line(goal, "target", "target")] if goal is not None else []
+        body += f"<h3>Subgraph {s}: outputs after the search (fitting SQNR)</h3>" + bar_chart(
             bars, "outputs", line
         )
         remedies = sub["remedies"]
@@ -305,7 +338,8 @@ def places_section(analysis: dict[str, Any]) -> Section:
     body = (
         "<p>Output SQNR (worst output) with only one place quantized "
         '(<span class="key place-activation"></span>an activation, <span class="key '
-        "place-weights\"></span>a layer's weights), simulated on the "
+        'place-weights"></span>a layer\'s weights, <span class="key place-calls"></span>the '
+        "subgraphs a control-flow op runs), simulated on the "
         f"{text(analysis['samples_from'])}; diamonds: the same with a remedy applied (hover "
         "for which). Float makes a place exact. The recommended remedy is the cheapest that "
         "comes close to the best.</p>"

@@ -125,8 +125,8 @@ def quantize_pictures(result: QuantizeResult) -> dict[str, Any]:
         "tensors": [  # none in the weight modes: they calibrate nothing
             row
             for s, plan in sorted(result.plans.items())
-            if s in result.statistics.subgraphs
-            for row in tensor_histograms(model, plan, result.statistics.subgraphs[s])
+            if (statistics := result.statistics.of(s)) is not None
+            for row in tensor_histograms(model, plan, statistics)
         ],
     }
 

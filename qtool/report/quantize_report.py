@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qtool.calibrate.inputs import entry_subgraphs
 from qtool.model import Model, dtype_name
 from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
@@ -88,7 +89,8 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
                 "index": None,
                 "op": "QUANTIZE",
                 "mode": INSERTED,
-                "reason": f"{count} requantization(s) in front of same-scale ops",
+                "reason": f"{count} requantization(s) in front of ops that need other "
+                "parameters (same-scale groups, loop variables)",
             }
         )
     return ordered
@@ -168,6 +170,18 @@ def _calibration_rows(result: QuantizeResult, model: Model) -> list[dict[str, An
     ]
 
 
+def _dynamic_input_shapes(result: QuantizeResult) -> dict[str, list[int]]:
+    """The shape each input declared dynamic (-1 in its signature) was quantized at (the entry
+    subgraphs' in a weight mode, which calibrates none)."""
+    model = result.float_model
+    return {
+        model.subgraphs[s].tensors[t].name: list(model.subgraphs[s].tensors[t].shape)
+        for s in sorted(result.calibrations or entry_subgraphs(model))
+        for t in model.subgraphs[s].inputs
+        if -1 in (model.subgraphs[s].tensors[t].shape_signature or ())
+    }
+
+
 def build_report(
     result: QuantizeResult,
     source: Model,
@@ -212,10 +226,13 @@ def build_report(
             "weight_bits": options.weight_bits,
             "block_size": options.block_size,
             "min_weight_elements": options.min_weight_elements,
+            "metric": metric_name(options.metric),
+            "target_metric": options.target_metric,
             "data": data_sources,
             "synthetic": result.synthetic or any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
             "seed": seed,
+            "input_shapes": _dynamic_input_shapes(result),
         },
         "input_model": input_file,
         "output_model": output_file,
@@ -236,7 +253,7 @@ def build_report(
         "warnings": warnings,
         "accuracy": accuracy_section(result),
         "recipe": recipe_section(result),
-        "sqnr_target": target_section(result, options),
+        "sqnr_target": target_section(result, options, input_file, output_file),
         "device": device_section(options),
         "analysis": None if result.diagnosis is None else analysis_section(result.diagnosis),
         "audit": audit,
@@ -276,6 +293,13 @@ def recipe_section(result: QuantizeResult) -> list[dict[str, Any]]:
     return rows
 
 
+def metric_name(metric) -> str | None:
+    """How the report names the user's metric: its `module:function`, or a callable's name."""
+    if metric is None or isinstance(metric, str):
+        return metric
+    return getattr(metric, "__qualname__", None) or type(metric).__name__
+
+
 def device_section(options: QuantizeOptions) -> dict[str, Any] | None:
     """The device profile a --target run planned for (schemas/targets/), or None."""
     if options.target is None:
@@ -290,23 +314,48 @@ def device_section(options: QuantizeOptions) -> dict[str, Any] | None:
     }
 
 
-def target_section(result: QuantizeResult, options: QuantizeOptions) -> dict[str, Any] | None:
-    """The report's target SQNR section: the target, whether each subgraph reached it, and the
-    remedies applied (in a weight mode, the ops given wider weights than asked, or float ones);
-    None without a target."""
-    if options.target_sqnr is None:
+def target_section(
+    result: QuantizeResult,
+    options: QuantizeOptions,
+    input_file: dict[str, Any] | None = None,
+    output_file: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
+    """The report's target section: the target, whether each subgraph reached it (on the
+    search's samples, and confirmed on samples no choice saw), the remedies applied, what the
+    result costs (bytes against the float model's, ops per precision) and what the search took
+    (seconds, candidates, budget); None without a target. In a weight mode the remedies are
+    the ops given wider weights than asked, or float ones."""
+    if options.accuracy_target is None:
         return None
+    confirmed = result.target_confirmed
+    modes = [d.mode for plan in result.plans.values() for d in plan.decisions]
+    searches = result.searches.values()
     remedies = _remedy_rows if result.mode == FULL else _weight_remedy_rows
     return {
         "sqnr_db": options.target_sqnr,
+        "metric": options.target_metric,
         "allow_float": options.allow_float,
-        "reached": all(search.reached for search in result.searches.values()),
+        "size_bytes": None if output_file is None else output_file["size_bytes"],
+        "float_model_bytes": None if input_file is None else input_file["size_bytes"],
+        "ops": {m.value: modes.count(m) for m in (Mode.INT8, Mode.INT16, Mode.FLOAT)},
+        "seconds": round(sum(s.seconds for s in searches), 3),
+        "budget_seconds": max((s.budget or 0.0 for s in searches), default=None) or None,
+        "candidates": sum(s.candidates for s in searches),
+        "reached": all(
+            search.reached and confirmed.get(s, False) for s, search in result.searches.items()
+        ),
         "size_without_remedies_bytes": result.baseline_size,
         "subgraphs": [
             {
                 "subgraph": s,
-                "reached": search.reached,
+                "reached": search.reached and confirmed.get(s, False),
+                "search_reached": search.reached,
+                "stopped": search.stopped,
+                "candidates": search.candidates,
+                "seconds": round(search.seconds, 3),
+                "confirmed": confirmed.get(s, False),
                 "output_sqnr_db": [_db(v) for v in search.output_sqnr],
+                "metric": search.metric,
                 "remedies": remedies(result, s, search),
             }
             for s, search in sorted(result.searches.items())
@@ -348,15 +397,16 @@ def _weight_remedy_rows(result: QuantizeResult, s: int, search) -> list[dict[str
 
 
 def accuracy_section(result: QuantizeResult) -> dict[str, Any]:
-    """How close the quantized model is to the float one on held-out samples."""
+    """How close the quantized model is to the float one on samples no choice saw."""
     return {
         "source": result.accuracy_source or None,
+        "independent": result.estimate_independent,
         "method": result.method,
         "method_scores_db": {m: _db(v) for m, v in result.method_scores.items()},
-        "outputs": [
-            {"subgraph": a.subgraph, "name": a.name, "sqnr_db": _db(a.sqnr_db)}
-            for a in result.accuracy
-        ],
+        "method_metrics": dict(result.method_metrics),
+        "metric": [{"subgraph": s, "value": v} for s, v in sorted(result.metric.items())],
+        "outputs": [a.to_dict() for a in result.accuracy],
+        "simulation_check": [c.to_dict() for c in result.simulation_checks],
     }
 
 

@@ -13,6 +13,10 @@ sparse weights, shape arithmetic) are evaluated once when the engine is built.
 
 Memory. A tensor is dropped after its last consumer, so a pass holds only live activations.
 
+Control flow. IF, WHILE and CALL_ONCE run other subgraphs, each on an engine of its own
+(`Callees`), one sample at a time; observers of those subgraphs' tensors (`calls_observed`) see
+every run.
+
 State. A model that keeps state between invocations (LSTM state tensors, resource variables:
 `qtool.runtime.state`) runs its samples as one sequence: one at a time, in order, on one thread,
 each continuing from the state the previous one left, across `run` calls until `reset`.
@@ -20,15 +24,17 @@ each continuing from the state the previous one left, across `run` calls until `
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from qtool.errors import DataError, UnsupportedOpError
+from qtool.errors import DataError, ModelError, UnsupportedOpError
 from qtool.heap import retained_heap
+from qtool.model.calls import call_sites
 from qtool.model.graph import Model, Operator, Subgraph
 from qtool.model.types import BuiltinOperator, TensorType, dtype_name, numpy_dtype
 from qtool.runtime.parallel import (
@@ -78,7 +84,7 @@ class Engine:
         self.subgraph = model.subgraphs[subgraph_index]
         # The state of a sequence, shared with the engines of the subgraphs CALL_ONCE runs.
         self.stateful = state is not None or keeps_state(model, subgraph_index)
-        self.state = state if state is not None else ModelState(model, self._initialiser)
+        self.state = state if state is not None else ModelState(model)
         self.variables = {t for t, tensor in enumerate(self.subgraph.tensors) if tensor.is_variable}
         self.constants: dict[int, np.ndarray] = {}
         for index, tensor in enumerate(self.subgraph.tensors):
@@ -101,14 +107,11 @@ class Engine:
                 self.constants[index] = np.zeros(tensor.shape, numpy_dtype(tensor.dtype))
         self.steps: list[_Step] = []
         self.batched_inputs = self.subgraph.inputs_lead_with_one()
+        self.calling = {site.op_index for site in call_sites(model, subgraph_index)}
         self.serial = not self.batched_inputs or self.stateful
         if self.stateful:
             self.threads = 1  # a sequence runs in order
         self._plan()
-
-    def _initialiser(self, subgraph_index: int) -> Engine:
-        """An engine for a subgraph CALL_ONCE runs, sharing this engine's state."""
-        return Engine(self.model, subgraph_index, 1, self.state)
 
     def reset(self) -> None:
         """Start a new sequence: the model's state back to its initial value."""
@@ -150,7 +153,7 @@ class Engine:
             op = self.subgraph.operators[op_index]
             entry = self._entry(op_index)
             live_inputs = [t for t in op.inputs if t >= 0 and t not in self.constants]
-            if not live_inputs and op.inputs:
+            if not live_inputs and op.inputs and op_index not in self.calling:
                 self._fold_constant(op_index, entry)
                 continue
             ctx = OpContext(
@@ -219,6 +222,7 @@ class Engine:
         replace: Replacer | None = None,
         chunk: int | None = None,
         profile: dict[str, float] | None = None,
+        calls_observed: Mapping[int, Observer] | None = None,
     ) -> list[np.ndarray]:
         """Run N samples; `feeds[i]` has shape (N, *sample_shape(i)). Returns outputs (N, ...).
 
@@ -229,7 +233,10 @@ class Engine:
         two at once; `replace` (called on the worker threads, so it must not keep state) may
         first swap the value for another (e.g. its fake-quantized version). With `profile`,
         the seconds spent in each op type's kernels (summed over threads) are added to it.
+        `calls_observed[s]` observes the tensors of subgraph s whenever a control-flow op runs
+        it (never two calls at once, in no set order).
         """
+        callees = Callees(self.model, calls_observed or {}, self.state) if self.calling else None
         feeds = self._check_feeds(feeds)
         n = feeds[0].shape[0] if feeds else 1
         step = 1 if self.serial else max(1, chunk or self.chunk)
@@ -242,7 +249,7 @@ class Engine:
         timings = [Counter() if profile is not None else None for _ in parts]
 
         def run_part(k: int, order: OrderedObservation) -> list[np.ndarray]:
-            return self._run_chunk(k, parts[k], order, replace, timings[k])
+            return self._run_chunk(k, parts[k], order, replace, timings[k], callees)
 
         with single_threaded_blas(), retained_heap():
             results = run_chunks(len(parts), run_part, observers, self.threads)
@@ -313,6 +320,7 @@ class Engine:
         order: OrderedObservation,
         replace: Replacer | None,
         timing: Counter | None,
+        callees: Callees | None = None,
     ) -> list[np.ndarray]:
         values: dict[int, np.ndarray] = {}
         batch = feeds[0].shape[0] if feeds and self.batched_inputs else 1
@@ -340,9 +348,11 @@ class Engine:
             ]
             started = time.perf_counter()
             if step.mode == "loop" and batch > 1:
-                outputs = self._run_looped(step, op, inputs, batch)
+                outputs = self._run_looped(step, op, inputs, batch, callees)
             else:
-                ctx = OpContext(self.model, self.subgraph, step.index, op, inputs, batch, state)
+                ctx = OpContext(
+                    self.model, self.subgraph, step.index, op, inputs, batch, state, callees
+                )
                 outputs = step.entry.outputs(ctx)
             if timing is not None:
                 timing[step.op_type] += time.perf_counter() - started
@@ -354,7 +364,9 @@ class Engine:
                 values.pop(t, None)
         return [values[t] if t in values else constants[t] for t in self.subgraph.outputs]
 
-    def _run_looped(self, step: _Step, op, inputs: list, batch: int) -> list[np.ndarray]:
+    def _run_looped(
+        self, step: _Step, op, inputs: list, batch: int, callees: Callees | None
+    ) -> list[np.ndarray]:
         per_sample = []
         rows = {
             i: self._rows(t) for i, t in enumerate(op.inputs) if t >= 0 and t not in self.constants
@@ -363,9 +375,70 @@ class Engine:
             sliced = [
                 x[s * rows[i] : (s + 1) * rows[i]] if i in rows else x for i, x in enumerate(inputs)
             ]
-            ctx = OpContext(self.model, self.subgraph, step.index, op, sliced, 1, self.state)
+            ctx = OpContext(
+                self.model, self.subgraph, step.index, op, sliced, 1, self.state, callees
+            )
             per_sample.append(step.entry.outputs(ctx))
         return [np.concatenate(parts) for parts in zip(*per_sample, strict=True)]
+
+    def call(
+        self, values: Sequence[np.ndarray], observers: Sequence[Observer], callees: Callees
+    ) -> list[np.ndarray]:
+        """One invocation, as a control-flow op makes it: every input whole, as declared (one
+        sample), the outputs likewise; on the calling thread."""
+        feeds = self._check_feeds(
+            [np.asarray(v) if self.batched_inputs else np.asarray(v)[None] for v in values]
+        )
+        part = feeds if self.batched_inputs else [f[0] for f in feeds]
+        order = OrderedObservation(observers, 1)
+        outputs = self._run_chunk(0, part, order, None, None, callees)
+        order.finish(0)
+        return outputs
+
+
+class Callees:
+    """The subgraphs control-flow operators run during one engine run: an engine per subgraph
+    (made on first use, shared by nested calls, sharing the caller's state), and observers of
+    their tensors."""
+
+    def __init__(self, model: Model, observers: Mapping[int, Observer], state: ModelState) -> None:
+        self.model = model
+        self.observers = dict(observers)
+        self.state = state
+        self.engines: dict[int, Engine] = {}
+        self.runs: Counter = Counter()  # runs of each subgraph
+        self._lock = threading.Lock()  # engines made, observers and counts kept, one at a time
+
+    def run(self, subgraph_index: int, values: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The outputs of subgraph `subgraph_index` on `values` (its inputs, whole)."""
+        if not 0 <= subgraph_index < len(self.model.subgraphs):
+            raise ModelError(f"a call names subgraph {subgraph_index}, which does not exist")
+        observer = self.observers.get(subgraph_index)
+        with self._lock:
+            engine = self.engines.get(subgraph_index)
+            if engine is None:
+                engine = Engine(self.model, subgraph_index, 1, self.state)
+                self.engines[subgraph_index] = engine
+            self.runs[subgraph_index] += 1
+            count = getattr(observer, "count_call", None)  # statistics count their runs
+            if count is not None:
+                count()
+        observers = [] if observer is None else [self._locked(observer)]
+        return engine.call(values, observers, self)
+
+    def _locked(self, observer: Observer) -> Observer:
+        def observe(t: int, value: np.ndarray) -> None:
+            with self._lock:
+                observer(t, value)
+
+        return observe
+
+
+def join_chunks(parts: Sequence[np.ndarray]) -> np.ndarray:
+    """The values one tensor took in successive chunks (as observers see them), joined along
+    their rows. A 0-d value (a scalar tensor, whose chunks hold one sample each) becomes one
+    row, so that chunks of scalars join as chunks of anything else."""
+    return np.concatenate([np.reshape(part, (-1, *np.shape(part)[1:])) for part in parts])
 
 
 def samples_per_pass(subgraph: Subgraph, operators: Sequence[Operator] | None = None) -> int:

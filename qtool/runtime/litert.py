@@ -18,8 +18,9 @@ import importlib.util
 import itertools
 import math
 import os
+from collections import deque
 from collections.abc import Callable, Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from qtool.runtime import Engine
 from qtool.runtime.engine import samples_per_pass
 from qtool.runtime.parallel import (
     ApartObservation,
+    ObservedChunk,
     Observer,
     OrderedObservation,
     engine_threads,
@@ -145,6 +147,10 @@ def run_preserved(
             observer(t, np.asarray(interpreter.get_tensor(t, s)))
 
 
+# Parts whose tensors are being observed while the next part runs: two interpreters in turn.
+_IN_FLIGHT = 2
+
+
 class _StillReferenced(Exception):
     """LiteRT refused to invoke: a view of the interpreter's memory is still alive."""
 
@@ -204,6 +210,14 @@ class XnnpackRunner:
         # first input before those of the second. Fine for histograms; tensors in `ordered`
         # (per-element means, reference outputs) need their own places, so batch 1 for them.
         self.vetted = apart is True
+        # Overlapping observation with inference takes a second interpreter, which packs
+        # XNNPACK's weights again: worth it where a sample's activations outweigh the weights
+        # (MediaPipe's models: 13-50 MB of activations a sample, 1-7 MB of weights), not on a
+        # stack of large FULLY_CONNECTED layers (300 MB of weights, kilobytes of activations).
+        activations = sum(
+            4 * math.prod(max(d, 1) for d in shape) for shape in self.declared.values()
+        )
+        self._overlap = activations >= model.weights_nbytes()
         self.ordered = frozenset(ordered)
         self.read_shapes: dict[int, dict[int, list[int]]] = {}  # batch -> tensor -> view shape
         # Idle interpreters by batch size; the first one fails now (UnsupportedOpError) if
@@ -231,17 +245,20 @@ class XnnpackRunner:
         ]
         # An interpreter for every part size before anything is observed: a size LiteRT
         # cannot batch raises _NotBatchable now, not after a part of another size was seen.
-        for size in {self._batch_of(part) for part in parts}:
+        sizes = {self._batch_of(part) for part in parts}
+        if not self._overlap:
+            # Where the weights outweigh a sample's activations, idle interpreters of sizes
+            # this run does not use are let go first: each holds XNNPACK's own packed copy of
+            # the weights (a 100 MB FULLY_CONNECTED stack: 100 MB each).
+            for size, free in self._free.items():
+                if size not in sizes:
+                    free.clear()
+        for size in sizes:
             if not self._free.get(size):
                 self._free.setdefault(size, []).append(self._check(size))
 
         if self.threads == 1 and engine_threads() > 1 and tensors_apart(observers):
-            with ApartObservation(observers, self._groups(engine_threads())) as apart:
-                for part in parts:
-                    batch = self._batch_of(part)
-                    with self._interpreter(batch) as held:
-                        interpreter = self._invoked(held, batch, part)
-                        apart.observe(self._values(interpreter, batch, part))
+            self._run_overlapped(parts, observers, self._overlap)
             return
 
         def work(k: int, order: OrderedObservation) -> None:
@@ -255,6 +272,45 @@ class XnnpackRunner:
                 order.wait_observed(k)  # the views must be gone before the next invoke()
 
         run_chunks(len(parts), work, observers, self.threads)
+
+    def _run_overlapped(
+        self, parts: list[list[np.ndarray]], observers: Sequence[Observer], overlap: bool
+    ) -> None:
+        """The parts through two interpreters in turn (one with `overlap` False): while
+        observers read one part's tensors (on every engine thread, `ApartObservation`), the
+        other interpreter runs the next part (LiteRT and numpy both release the GIL). A part's
+        interpreter is invoked again only once its tensors were observed: their views are its
+        memory."""
+        in_flight_limit = _IN_FLIGHT if overlap else 1
+        with ApartObservation(observers, self._groups(engine_threads())) as apart:
+            in_flight: deque[tuple[ObservedChunk, ExitStack]] = deque()
+            try:
+                for part in parts:
+                    batch = self._batch_of(part)
+                    holding = ExitStack()
+                    held = holding.enter_context(self._interpreter(batch))
+                    try:
+                        interpreter = self._invoked(held, batch, part)
+                        values = self._values(interpreter, batch, part)
+                    except BaseException:
+                        holding.close()
+                        raise
+                    in_flight.append((apart.submit(values), holding))
+                    del values, interpreter
+                    if len(in_flight) == in_flight_limit:
+                        self._settle(in_flight.popleft())
+            finally:
+                while in_flight:
+                    self._settle(in_flight.popleft())
+
+    @staticmethod
+    def _settle(entry: tuple[ObservedChunk, ExitStack]) -> None:
+        """Wait for a part's observation, then give its interpreter back."""
+        observed, holding = entry
+        try:
+            observed.wait()
+        finally:
+            holding.close()
 
     def _batch_of(self, part: list[np.ndarray]) -> int:
         """Samples per invoke for a part: its length, or 1 for inputs without a leading 1."""

@@ -210,20 +210,25 @@ def spread_by_size(sizes: Mapping[int, int], count: int) -> list[list[int]]:
 
 class ApartObservation:
     """Observers that take different tensors at once (`tensors_apart`) see a chunk's tensors
-    on one thread per group: each tensor's calls in chunk order, a chunk fully observed when
-    `observe` returns.
+    on one thread per group: each tensor's calls in chunk order.
 
     LiteRT computes a chunk on every core, then the observers alone run, three times as long
     (histograms, means): on one thread they left the other cores idle. Two threads observe
-    pose_detection's chunks 1.3x faster (numpy releases the GIL in its loops).
+    pose_detection's chunks 1.3x faster (numpy releases the GIL in its loops). `submit` hands
+    a chunk over and returns at once, so the caller can have LiteRT run the next chunk
+    meanwhile (LiteRT releases the GIL while it runs); `observe` waits for the chunk.
     """
 
     def __init__(self, observers: Sequence[Observer], groups: Sequence[Sequence[int]]) -> None:
         self._observers = list(observers)
         self._groups = [list(g) for g in groups if g]
         self._group_of = {t: k for k, g in enumerate(self._groups) for t in g}
-        helpers = max(1, len(self._groups) - 1)
-        self._pool = ThreadPoolExecutor(helpers, thread_name_prefix="qtool-observe")
+        self._pool = ThreadPoolExecutor(
+            max(1, len(self._groups)), thread_name_prefix="qtool-observe"
+        )
+        # A tensor's calls stay in chunk order: a chunk's share of a group starts only once the
+        # group's share of the previous chunk is done (one future per group, chained).
+        self._last: list[Future | None] = [None] * max(1, len(self._groups))
 
     def __enter__(self) -> ApartObservation:
         return self
@@ -232,25 +237,46 @@ class ApartObservation:
         self._pool.shutdown(wait=True)
 
     def observe(self, values: Mapping[int, np.ndarray]) -> None:
-        """Every (tensor, value) of one chunk; tensors outside the groups go with the first."""
-        shares: list[list[tuple[int, np.ndarray]]] = [[] for _ in self._groups or [()]]
+        """Every (tensor, value) of one chunk, observed when this returns; tensors outside the
+        groups go with the first."""
+        self.submit(values).wait()
+
+    def submit(self, values: Mapping[int, np.ndarray]) -> ObservedChunk:
+        """Start observing one chunk; the returned handle waits for it (and raises what an
+        observer raised). The caller must drop its own references to the values."""
+        shares: list[list[tuple[int, np.ndarray]]] = [[] for _ in self._last]
         for t, value in values.items():
             shares[self._group_of.get(t, 0)].append((t, value))
-        futures = [self._pool.submit(self._deliver, share) for share in shares[1:]]
-        try:
-            self._deliver(shares[0])
-        finally:
-            wait(futures)
-        for future in futures:
-            future.result()  # a helper's failure
+        futures = []
+        for k, share in enumerate(shares):
+            previous = self._last[k]
+            futures.append(self._pool.submit(self._deliver, previous, share))
+            self._last[k] = futures[-1]
+        return ObservedChunk(futures)
 
-    def _deliver(self, share: list[tuple[int, np.ndarray]]) -> None:
+    def _deliver(self, previous: Future | None, share: list[tuple[int, np.ndarray]]) -> None:
         try:
+            if previous is not None:
+                wait([previous])
             for t, value in share:
                 for observe in self._observers:
                     observe(t, value)
         finally:
             share.clear()  # the values may be views their producer wants back
+
+
+class ObservedChunk:
+    """The observation of one chunk handed to `ApartObservation.submit`."""
+
+    def __init__(self, futures: list[Future]) -> None:
+        self._futures = futures
+
+    def wait(self) -> None:
+        """Return once every observer has seen the chunk (its values may then be overwritten);
+        raise the first failure of an observer."""
+        wait(self._futures)
+        for future in self._futures:
+            future.result()
 
 
 def run_chunks(

@@ -35,6 +35,7 @@ KERNEL_MODULES = (
     "qtool.runtime.kernels.generators",
     "qtool.runtime.kernels.quant",
     "qtool.runtime.kernels.mediapipe",
+    "qtool.runtime.kernels.control",
     "qtool.runtime.kernels.variables",
     "qtool.runtime.kernels.recurrent",
 )
@@ -46,10 +47,11 @@ class OpContext:
     At plan time `inputs` holds only constant values (activations are None) and `batch` is 1;
     batch predicates use it to decide on static grounds. At run time every input is present and
     activations carry `batch` samples along their leading axis, and `state` is the run's
-    `ModelState` (variable tensors, resource variables: qtool.runtime.state).
+    `ModelState` (variable tensors, resource variables: qtool.runtime.state) and `calls` what runs
+    the subgraphs control flow calls (`qtool.runtime.engine.Callees`).
     """
 
-    __slots__ = ("batch", "index", "inputs", "model", "op", "op_type", "state", "subgraph")
+    __slots__ = ("batch", "calls", "index", "inputs", "model", "op", "op_type", "state", "subgraph")
 
     def __init__(
         self,
@@ -60,6 +62,7 @@ class OpContext:
         inputs: list[np.ndarray | None],
         batch: int = 1,
         state: Any = None,
+        calls: Any = None,
     ) -> None:
         self.model = model
         self.subgraph = subgraph
@@ -69,6 +72,9 @@ class OpContext:
         self.inputs = inputs
         self.batch = batch
         self.state = state  # None at plan time and when folding constants
+        # What runs the subgraphs a control-flow op calls (the engine's `Callees`); None at
+        # plan time and when folding constants.
+        self.calls = calls
 
     def option(self, name: str) -> Any:
         """An option of the operator by snake_case name; an operator written without its options

@@ -17,11 +17,10 @@ a new sequence from the initial state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from qtool.errors import ModelError
+from qtool.model.calls import called_subgraphs
 from qtool.model.graph import Model, Subgraph
 from qtool.model.types import numpy_dtype
 
@@ -30,12 +29,15 @@ RESOURCE_OPS = frozenset({"VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE", "CAL
 
 
 def keeps_state(model: Model, subgraph_index: int = 0) -> bool:
-    """Whether running the subgraph changes what its next run computes: it has variable tensors
-    or operates on resource variables."""
-    subgraph = model.subgraphs[subgraph_index]
-    return any(tensor.is_variable for tensor in subgraph.tensors) or any(
-        model.op_type(op) in RESOURCE_OPS for op in subgraph.operators
-    )
+    """Whether running the subgraph changes what its next run computes: it, or a subgraph it
+    runs, has variable tensors or operates on resource variables."""
+    for s in (subgraph_index, *called_subgraphs(model, subgraph_index)):
+        subgraph = model.subgraphs[s]
+        if any(tensor.is_variable for tensor in subgraph.tensors) or any(
+            model.op_type(op) in RESOURCE_OPS for op in subgraph.operators
+        ):
+            return True
+    return False
 
 
 def state_tensors(model: Model, subgraph_index: int = 0) -> list[int]:
@@ -54,12 +56,11 @@ class ModelState:
     engines of every subgraph the run enters, plus the values kernels report for observation
     (every step of an LSTM's states, its intermediate results).
 
-    `engine_for(subgraph_index)` makes an engine sharing this state, for CALL_ONCE.
+    The engines of the subgraphs control flow runs share it (`qtool.runtime.engine.Callees`).
     """
 
-    def __init__(self, model: Model, engine_for: Callable[[int], object]) -> None:
+    def __init__(self, model: Model) -> None:
         self.model = model
-        self._engine_for = engine_for
         self.resource_ids: dict[tuple[str, str], int] = {}  # as LiteRT numbers them
         self.reset()
 
@@ -113,15 +114,13 @@ class ModelState:
         """ASSIGN_VARIABLE: the variable holds a copy of `value` from now on."""
         self.resources[int(np.asarray(handle).reshape(-1)[0])] = np.array(value)
 
-    def run_once(self, subgraph_index: int) -> None:
-        """CALL_ONCE: run the initialising subgraph on the first invocation of this state."""
+    def first_run(self, subgraph_index: int) -> bool:
+        """CALL_ONCE: whether its initialising subgraph is yet to run in this sequence (from now
+        on it has run)."""
         if subgraph_index in self.initialised:
-            return
-        if not 0 <= subgraph_index < len(self.model.subgraphs):
-            raise ModelError(f"CALL_ONCE names subgraph {subgraph_index}, which does not exist")
+            return False
         self.initialised.add(subgraph_index)
-        engine = self._engine_for(subgraph_index)
-        engine.run([])
+        return True
 
     # ------------------------------------------------------------------ observation
 

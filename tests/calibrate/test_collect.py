@@ -1,4 +1,5 @@
-"""One calibration pass with an evaluation fold: which samples are held out, and what for."""
+"""One calibration pass with a selection fold and an estimate fold: which samples are held out,
+and what for."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import numpy as np
 import pytest
 
 from qtool.calibrate import Dataset, load_dataset, model_inputs
-from qtool.calibrate.collect import FOLD_WINDOW, MIN_SAMPLES_FOR_HOLDOUT, collect
+from qtool.calibrate.collect import (
+    ESTIMATE_FOLD,
+    FOLD_WINDOW,
+    HELD_OUT,
+    MIN_SAMPLES_FOR_HOLDOUT,
+    SELECTION_FOLD,
+    collect,
+    from_statistics,
+)
 from qtool.model import Model, load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
@@ -40,28 +49,38 @@ def indices(batches) -> list[int]:
     return [int(v) for batch in batches for v in batch[0][:, 0]]
 
 
-@pytest.mark.parametrize("size_known", [True, False])
-@pytest.mark.parametrize("count", [8, 40, 200])
-def test_a_quarter_of_the_first_samples_is_held_out(count: int, size_known: bool) -> None:
-    model = identity_model()
-    found = collect(model, dataset(numbered(count), size_known), engine="numpy")
-    fold = indices([found.evaluation.inputs])
-    assert found.evaluation.source == "calibration fold"
+def assert_spread(fold: list[int], count: int) -> None:
+    """A quarter of the first FOLD_WINDOW samples, in order, in step with no period."""
     assert fold == sorted(set(fold)) and max(fold) < FOLD_WINDOW
-    window = min(count, FOLD_WINDOW)
-    assert abs(len(fold) - window / 4) <= 3
-    # No period of the data lines up with the fold: no residue class holds half of it.
+    assert abs(len(fold) - min(count, FOLD_WINDOW) / 4) <= 3
     for period in (2, 3, 4, 8) if len(fold) >= 8 else ():
         shares = [sum(1 for i in fold if i % period == r) for r in range(period)]
         assert max(shares) <= len(fold) / 2 + 1, (period, shares)
-    (reference,) = found.evaluation.reference
-    np.testing.assert_array_equal(reference, Engine(model).run(found.evaluation.inputs)[0])
-    # The fit fold is exactly the other samples, every time it is read.
-    others = [i for i in range(count) if i not in fold]
+
+
+@pytest.mark.parametrize("size_known", [True, False])
+@pytest.mark.parametrize("count", [8, 40, 200])
+def test_a_quarter_each_for_selection_and_estimate(count: int, size_known: bool) -> None:
+    model = identity_model()
+    found = collect(model, dataset(numbered(count), size_known), engine="numpy")
+    chosen, estimated = indices([found.selection.inputs]), indices([found.estimate.inputs])
+    assert (found.selection.source, found.estimate.source) == (SELECTION_FOLD, ESTIMATE_FOLD)
+    assert not found.shared and not set(chosen) & set(estimated)
+    for fold in (chosen, estimated):
+        assert_spread(fold, count)
+    for evaluation in (found.selection, found.estimate):
+        (reference,) = evaluation.reference
+        np.testing.assert_array_equal(reference, Engine(model).run(evaluation.inputs)[0])
+    # The fitting fold is exactly the other samples, every time it is read.
+    others = [i for i in range(count) if i not in chosen + estimated]
     assert indices(found.fit_data.iter_chunks(3)) == others
     assert indices(found.fit_data.iter_chunks(64)) == others
     assert found.fit.samples == len(others)
     assert found.fit.histogram(0).max == max(others)
+    # The estimated plan is fitted on the fitting and selection folds, never on the estimate's.
+    fitted = sorted(others + chosen)
+    assert found.estimate_fit.samples == len(fitted)
+    assert found.estimate_fit.histogram(0).max == max(fitted)
     # The final statistics have seen every sample.
     assert found.statistics.samples == found.calibration.samples == count
     assert (found.statistics.histogram(0).min, found.statistics.histogram(0).max) == (0, count - 1)
@@ -72,29 +91,48 @@ def test_a_quarter_of_the_first_samples_is_held_out(count: int, size_known: bool
 @pytest.mark.parametrize("count", [1, 5, MIN_SAMPLES_FOR_HOLDOUT - 1])
 def test_too_few_samples_keep_no_fold(count: int, size_known: bool) -> None:
     found = collect(identity_model(), dataset(numbered(count), size_known), engine="numpy")
-    assert found.evaluation is None
+    assert found.selection is None and found.estimate is None
     assert found.fit.samples == found.statistics.samples == count
     assert indices(found.fit_data.iter_chunks(4)) == list(range(count))
     assert found.fit.histogram(0).max == count - 1
 
 
-def test_a_holdout_dataset_evaluates_and_never_calibrates() -> None:
+def test_a_holdout_dataset_is_the_estimate_and_never_calibrates() -> None:
     model = identity_model()
     held_out = numbered(6, start=1000)
     found = collect(model, dataset(numbered(40)), engine="numpy", holdout=dataset(held_out))
-    assert found.evaluation.source == "held-out data"
-    np.testing.assert_array_equal(found.evaluation.inputs[0], held_out)
-    np.testing.assert_array_equal(found.evaluation.reference[0], Engine(model).run([held_out])[0])
-    assert found.statistics.samples == found.fit.samples == 40
-    assert found.fit.histograms.state() == found.statistics.histograms.state()
-    for stats in (found.statistics, found.fit):
-        assert (stats.histogram(0).min, stats.histogram(0).max) == (0, 39)
-    assert indices(found.fit_data.iter_chunks(16)) == list(range(40))
+    assert found.estimate.source == HELD_OUT and not found.shared
+    np.testing.assert_array_equal(found.estimate.inputs[0], held_out)
+    np.testing.assert_array_equal(found.estimate.reference[0], Engine(model).run([held_out])[0])
+    # Choices are judged on a quarter of the calibration samples, never on the held-out data.
+    chosen = indices([found.selection.inputs])
+    assert found.selection.source == SELECTION_FOLD
+    assert_spread(chosen, 40)
+    assert found.fit.samples == 40 - len(chosen)
+    # The estimate measures the final plan: every calibration sample, none held out.
+    assert found.statistics.samples == 40 and found.estimate_fit is found.statistics
+    assert (found.statistics.histogram(0).min, found.statistics.histogram(0).max) == (0, 39)
+
+
+def test_with_few_calibration_samples_the_holdout_judges_the_choices_too() -> None:
+    held_out = numbered(6, start=1000)
+    found = collect(
+        identity_model(), dataset(numbered(5)), engine="numpy", holdout=dataset(held_out)
+    )
+    assert found.shared and found.selection is found.estimate
+    assert found.fit.samples == found.statistics.samples == 5
+
+
+def test_statistics_with_a_holdout_share_it() -> None:
+    model = identity_model()
+    statistics = collect(model, dataset(numbered(40)), engine="numpy", evaluate=False).statistics
+    found = from_statistics(model, statistics, holdout=dataset(numbered(6, start=1000)))
+    assert found.shared and found.estimate.source == HELD_OUT
 
 
 def test_without_evaluation_every_sample_calibrates() -> None:
     found = collect(identity_model(), dataset(numbered(40)), engine="numpy", evaluate=False)
-    assert found.evaluation is None
+    assert found.selection is None and found.estimate is None
     assert found.fit.samples == found.statistics.samples == 40
 
 
@@ -106,10 +144,13 @@ def test_the_fold_reference_is_the_same_on_either_engine(name: str) -> None:
     by_numpy = collect(model, dataset, engine="numpy")
     by_litert = collect(model, dataset, engine="litert")
     assert by_litert.calibration.engine == "litert"
-    pairs = zip(by_numpy.evaluation.reference, by_litert.evaluation.reference, strict=True)
-    for expected, got in pairs:
-        assert got.shape == expected.shape
-        assert sqnr_db(expected, got) > 90
+    for fold in ("selection", "estimate"):
+        pairs = zip(
+            getattr(by_numpy, fold).reference, getattr(by_litert, fold).reference, strict=True
+        )
+        for expected, got in pairs:
+            assert got.shape == expected.shape
+            assert sqnr_db(expected, got) > 90
     assert by_litert.statistics.samples == by_numpy.statistics.samples
 
 
@@ -140,12 +181,15 @@ def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str)
 
     here = collect(model, dataset, engine="litert")
     split = collect(model, dataset, engine="litert", float_outputs=elsewhere)
-    assert len(asked) == 1 and asked[0] is split.evaluation.inputs
-    for expected, got in zip(here.evaluation.reference, split.evaluation.reference, strict=True):
-        assert got.shape == expected.shape
-        np.testing.assert_array_equal(got, expected)
+    assert [id(a) for a in asked] == [id(split.selection.inputs), id(split.estimate.inputs)]
+    for fold in ("selection", "estimate"):
+        pairs = zip(getattr(here, fold).reference, getattr(split, fold).reference, strict=True)
+        for expected, got in pairs:
+            assert got.shape == expected.shape
+            np.testing.assert_array_equal(got, expected)
     assert _state(split.statistics) == _state(here.statistics)
     assert _state(split.fit) == _state(here.fit)
+    assert _state(split.estimate_fit) == _state(here.estimate_fit)
 
 
 def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates() -> None:
@@ -156,11 +200,11 @@ def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates()
         raise AssertionError("the numpy engine computes its own reference")
 
     found = collect(model, dataset, engine="numpy", float_outputs=elsewhere)
-    assert found.evaluation is not None and found.evaluation.reference
+    assert found.estimate is not None and found.estimate.reference
 
 
 def test_the_fold_observed_here_reuses_the_calibration_runner(monkeypatch) -> None:
-    # One LiteRT interpreter (and one packing of XNNPACK's weights) for both folds.
+    # One LiteRT interpreter (and one packing of XNNPACK's weights) for every fold.
     collect_module = importlib.import_module("qtool.calibrate.collect")
     calibrate_module = importlib.import_module("qtool.calibrate.calibrator")
     built = []
@@ -177,4 +221,4 @@ def test_the_fold_observed_here_reuses_the_calibration_runner(monkeypatch) -> No
     found = collect(
         model, dataset, engine="litert", float_outputs=lambda x: submit_model(model, x).result
     )
-    assert found.evaluation is not None and len(built) == 1
+    assert found.selection is not None and found.estimate is not None and len(built) == 1

@@ -205,14 +205,7 @@ def flatten_by_shape(shape_is_output: bool = False) -> Model:
     b = GraphBuilder()
     x = b.input("x", [1, 6, 6, 3])
     features = _conv(b, x, [1, 6, 6, 3], (3, 3), 1, padding=0)
-    shape = b.op(
-        "SHAPE",
-        [features],
-        output_shape=[4],
-        output_dtype=np.int32,
-        options_type="ShapeOptions",
-        options={"out_type": 2},  # INT32
-    )
+    shape = b.shape(features)
     ends = [b.constant(name, np.array([v], np.int32)) for name, v in (("b", 0), ("e", 1), ("s", 1))]
     batch = b.op(
         "STRIDED_SLICE",

@@ -55,9 +55,13 @@ def test_simulation_is_close_to_litert(name: str) -> None:
 
 def test_top1_only_for_class_scores() -> None:
     comparison = _compare("multi_io_int8", "litert")
-    top1 = {o.name: o.top1 for o in comparison.outputs}
-    assert sorted(v is None for v in top1.values()) == [False, True]  # softmax head vs regression
-    assert max(v for v in top1.values() if v is not None) >= 0.9
+    kinds = sorted(o.kind for o in comparison.outputs)
+    assert kinds == ["classes", "regression"]  # a softmax head and a regression
+    (classes,) = [o for o in comparison.outputs if o.kind == "classes"]
+    assert classes.measures["top1_agreement"] >= 0.9
+    (regression,) = [o for o in comparison.outputs if o.kind == "regression"]
+    assert "top1_agreement" not in regression.measures
+    assert 0 < regression.measures["relative_error"] < 0.2
 
 
 def test_gate_fails_below_threshold_in_every_format() -> None:
@@ -83,7 +87,7 @@ def test_gate_passes_as_info() -> None:
     )
     (finding,) = result.findings
     assert (finding.rule, finding.severity) == ("QT-SQNR", "info")
-    assert "top-1 agreement 100.0%" in finding.message
+    assert "(classes)" in finding.message and "top-1 100.0%" in finding.message
 
 
 def test_cli_gate() -> None:

@@ -7,9 +7,12 @@ Where LiteRT refuses (or aborts on) the mutated model, the finding must be an er
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
+import qtool
 from qtool.check import RULES
 from qtool.check.gates import accuracy_findings, target_findings
 from qtool.model import Model, QuantParams, TensorType
@@ -31,6 +34,7 @@ from tests.check.helpers import (
     op_tensor,
     tf_model,
 )
+from tests.quantize.graph_forms import if_form
 
 # --------------------------------------------------------------------------- structure
 
@@ -352,6 +356,26 @@ def uncovered_op() -> Case:
         m.subgraphs[0].operators[1].opcode_index = m.opcode_for("EXP")
 
     return Case(base, edit, [("QT-OP-UNCOVERED", "warning", 1, None)], litert="ok")
+
+
+@functools.cache
+def quantized_if() -> Model:
+    """qtool's int8 version of a model with IF: both branches int8 at their caller's params."""
+    form = if_form()
+    return qtool.quantize_model(form.model, form.calibration).model
+
+
+@case
+def call_params() -> Case:
+    base = quantized_if()
+    (op,) = [i for i, o in enumerate(base.subgraphs[0].operators) if base.op_type(o) == "IF"]
+    head = base.subgraphs[0].operators[op].outputs[0]  # read only by a DEQUANTIZE
+
+    def edit(m: Model) -> None:  # the caller reads the branches' results on another grid
+        params(m, head).scale *= 1.5
+
+    # Both branches wrote it on the grid the IF output had.
+    return Case(base, edit, [("QT-CALL-PARAMS", "error", op, None)] * 2, litert="ok")
 
 
 # --------------------------------------------------------------------------- the tests

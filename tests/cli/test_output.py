@@ -131,6 +131,17 @@ def test_plain_progress_reports_every_interval() -> None:
         bar.advance(1)
     bar.finish()
     lines = buffer.getvalue().splitlines()
-    assert lines[0] == "calibrating: 20/100 samples, 4.0/s, 5.0 s"
+    assert lines[0] == "calibrating: 20/100 samples, 4.0/s, 5.0 s, about 20 s left"
+    assert lines[3] == "calibrating: 80/100 samples, 4.0/s, 20.0 s, about 5 s left"
     assert len(lines) == 5 + 1
     assert lines[-1] == "calibrating: done, 100/100 samples, 4.0/s, 25.0 s"
+
+
+def test_plain_progress_without_a_total_has_no_estimate() -> None:
+    now = [0.0]
+    buffer = io.StringIO()
+    bar = PlainProgress(Console(file=buffer, width=40), "calibrating", 5.0, lambda: now[0])
+    for _ in range(30):
+        now[0] += 0.25
+        bar.advance(1)
+    assert buffer.getvalue().splitlines() == ["calibrating: 20 samples, 4.0/s, 5.0 s"]

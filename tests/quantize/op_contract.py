@@ -170,7 +170,11 @@ def _codes(rng, operand: Operand, low: int, high: int, zero_point: int) -> np.nd
     if operand.domain == "positive":
         low = max(low, zero_point + 1)
     codes = rng.integers(low, high, (SAMPLES, *operand.shape), endpoint=True)
-    codes.reshape(SAMPLES, -1)[0, :2] = (low, high)
+    flat = codes.reshape(SAMPLES, -1)
+    if flat.shape[1] >= 2:
+        flat[0, :2] = (low, high)
+    else:  # one value a sample (a 0-d operand): the ends in the first two samples
+        flat[:2, 0] = (low, high)
     return codes
 
 

@@ -58,10 +58,6 @@ OPEN_TFLM = {
     "input scale (open: no tflm fact yet)",
     ("int8", "ELU", "tiny"): "TFLite Micro's int8 ELU is 3 LSB off on a tiny input scale (open)",
 }
-FILL_OPEN = (
-    "FILL's value is a 0-d activation, which calibration does not take yet (issue 20, item 1, on "
-    "another branch)"
-)
 
 
 def contract_cases(scheme: str, open_cases: dict[tuple[str, str, str], str]):
@@ -81,8 +77,6 @@ def contract_cases(scheme: str, open_cases: dict[tuple[str, str, str], str]):
                 ):
                     if key in open_cases:
                         marks = pytest.mark.xfail(reason=open_cases[key], strict=True)
-                if op_type == "FILL":
-                    marks = pytest.mark.xfail(reason=FILL_OPEN, strict=True)
                 ident = "-".join(filter(None, [scheme, op_type, case.layout_name(), profile]))
                 yield pytest.param(scheme, case, profile, id=ident, marks=marks)
 

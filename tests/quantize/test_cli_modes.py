@@ -70,6 +70,28 @@ def test_int4_blocks_with_data_measured_on_held_out_samples(cnn: Path) -> None:
     assert report["audit"]["errors"] == 0 and report["audit"]["warnings"] == 0
 
 
+def test_a_weight_mode_target_is_confirmed_on_samples_no_choice_saw(cnn: Path) -> None:
+    done = qtool(
+        "quantize",
+        str(cnn),
+        *("--mode", "dynamic", "--weight-bits", "4", "--min-weight-elements", "0"),
+        *("--data", str(DATA / "cnn_calib.npz"), "--holdout", str(DATA / "cnn_holdout.npz")),
+        *("--target-sqnr", "30", "--json"),
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    jsonschema.validate(report, SCHEMA)
+    target = report["sqnr_target"]
+    (searched,) = target["subgraphs"]
+    assert target["reached"] and searched["search_reached"] and searched["confirmed"]
+    assert searched["candidates"] > 1 and searched["stopped"] is None
+    assert {r["place"] for r in searched["remedies"]} == {"weights"}
+    assert target["size_bytes"] < target["float_model_bytes"]
+    (output,) = report["accuracy"]["outputs"]
+    assert output["sqnr_db"] >= 30 and output["kind"] == "classes"
+    assert report["accuracy"]["independent"] is True
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -78,6 +100,7 @@ def test_int4_blocks_with_data_measured_on_held_out_samples(cnn: Path) -> None:
         (["--mode", "weights", "--io", "int8"], "io applies to mode full"),
         (["--mode", "dynamic", "--layer-errors"], "layer_errors applies to mode full"),
         (["--mode", "dynamic", "--target-sqnr", "30"], "need data to fit on"),
+        (["--mode", "dynamic", "--budget", "30"], "budget applies to mode full"),
     ],
 )
 def test_weight_mode_options_that_do_not_go_together(cnn: Path, args, message) -> None:
@@ -112,13 +135,21 @@ def _dynamic_shape_conv(path: Path) -> None:
     path.write_bytes(model_to_bytes(b.finish([conv])))
 
 
-def test_a_model_litert_cannot_prepare_at_its_declared_shape(tmp_path: Path) -> None:
+def test_a_model_that_cannot_run_at_its_declared_shape_runs_at_the_shape_given(
+    tmp_path: Path,
+) -> None:
     source = tmp_path / "dynamic.tflite"
     _dynamic_shape_conv(source)
     done = qtool("quantize", str(source), "--mode", "dynamic")
-    assert done.returncode == 0, done.stderr  # LiteRT refuses the source at [1, 1] too
+    assert done.returncode == 2  # as in mode full: the shape it runs at is asked for
+    assert "--input-shape" in done.stderr.strip().splitlines()[-1]
+    assert not list(tmp_path.glob("dynamic_*"))
+    done = qtool("quantize", str(source), "--mode", "dynamic", "--input-shape", "x=1,6,5,4")
+    assert done.returncode == 0, done.stderr
     report = json.loads(tmp_path.joinpath("dynamic_dynamic.report.json").read_text())
     jsonschema.validate(report, SCHEMA)
-    assert report["accuracy"]["outputs"] == [] and report["io"][0]["shape"] == [1, 1, 1, 4]
-    assert "accuracy not measured" in done.stdout
+    assert report["settings"]["input_shapes"] == {"x": [1, 6, 5, 4]}
+    assert report["io"][0]["shape"] == [1, 6, 5, 4]
+    (output,) = report["accuracy"]["outputs"]
+    assert output["measured_in"] == "LiteRT" and output["sqnr_db"] > 30
     assert qtool("check", str(tmp_path / "dynamic_dynamic.tflite")).returncode == 0

@@ -1,5 +1,5 @@
 """The auto choice's candidates start running in LiteRT as soon as the fitting fold is
-calibrated, beside the evaluation fold's calibration, and the choice picks their outputs up:
+calibrated, beside the other folds' calibration, and the choice picks their outputs up:
 the same scores as measuring them one after the other, each candidate run once."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def test_a_background_run_hands_its_exception_to_whoever_waits(monkeypatch) -> N
         pending.result()
 
 
-def test_on_fit_sees_the_fit_statistics_and_the_evaluation_inputs_before_they_run() -> None:
+def test_on_fit_sees_the_fit_statistics_and_the_selection_inputs_before_they_run() -> None:
     model = load_model(CNN)
     seen = []
     collected = collect(
@@ -51,7 +51,7 @@ def test_on_fit_sees_the_fit_statistics_and_the_evaluation_inputs_before_they_ru
     )
     ((fit, inputs, fit_samples),) = seen
     assert fit is collected.fit and fit_samples == collected.fit.samples
-    assert inputs is collected.evaluation.inputs  # the list the started runs are keyed by
+    assert inputs is collected.selection.inputs  # the list the started runs are keyed by
 
 
 def test_auto_runs_each_candidate_once_and_scores_as_without_early_runs(monkeypatch) -> None:

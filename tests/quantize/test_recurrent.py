@@ -16,7 +16,7 @@ from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.model.types import ActivationFunctionType
 from qtool.numerics import sqnr_db
-from qtool.quantize.plan import FLOAT, INT8, Precision, decide
+from qtool.quantize.decisions import FLOAT, INT8, Precision, decide
 from qtool.runtime import Engine
 from qtool.spec import integer_lstm, load_spec
 from tests.litert import make_interpreter

@@ -32,8 +32,25 @@ def float_outputs(name: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
     return feeds, reference
 
 
-@pytest.mark.parametrize("scheme", sorted(ALGORITHMS))
-@pytest.mark.parametrize("name", float_model_names())
+# LiteRT's int8 L2_NORMALIZATION computes its inverse square root in fixed point: on spec_ops'
+# held-out samples one of its 512 codes is one step below the rounded float value, and an int16
+# comparison at +-0.2 downstream decides differently (0 of 512 with the float value). The
+# simulation does not model that kernel; quantize's simulation check reports such a disagreement.
+FIXED_POINT_L2_NORM = pytest.mark.xfail(
+    strict=True, reason="LiteRT's fixed-point int8 L2_NORMALIZATION flips a comparison"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "scheme"),
+    [
+        pytest.param(name, scheme, marks=FIXED_POINT_L2_NORM, id=f"{name}-{scheme}")
+        if (name, scheme) == ("spec_ops", "int16")
+        else pytest.param(name, scheme, id=f"{name}-{scheme}")
+        for name in float_model_names()
+        for scheme in sorted(ALGORITHMS)
+    ],
+)
 def test_simulated_sqnr_agrees_with_litert(name: str, scheme: str) -> None:
     result = quantized(name, algorithm=ALGORITHMS[scheme])
     feeds, reference = float_outputs(name)

@@ -38,12 +38,13 @@ def test_the_engine_runs_a_stream_as_litert_and_starts_again_on_reset() -> None:
     assert np.array_equal(engine.run([HOLDOUT[:5]])[0], ours[:5])
 
 
-def test_a_stream_without_held_out_data_is_judged_on_its_tail() -> None:
+def test_a_stream_without_held_out_data_is_judged_and_estimated_on_its_tail() -> None:
     prepared = prepare_float_model(stream_model()).model
     collected = collect(prepared, Dataset.from_arrays([CALIBRATION]))
     tail = len(CALIBRATION) // 4
-    assert np.array_equal(collected.evaluation.inputs[0], CALIBRATION[-tail:])
-    assert collected.fit.samples == len(CALIBRATION) - tail
+    assert np.array_equal(collected.estimate.inputs[0], CALIBRATION[-tail:])
+    assert np.array_equal(collected.selection.inputs[0], CALIBRATION[-2 * tail : -tail])
+    assert collected.fit.samples == len(CALIBRATION) - 2 * tail
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +129,9 @@ def test_a_variable_read_in_float_keeps_every_access_float() -> None:
 def test_a_recurrence_adds_on_one_grid_where_scales_nearly_agree() -> None:
     """1 - z (SUB of the LOGISTIC update gate, range [0, 1]) on LOGISTIC's 1/256 instead of
     1/255, and (1 - z) * c on the grid of the state it is added to: measured on three held-out
-    sequences, 32.7, 33.6, 33.0 dB against 31.9, 33.4, 32.4 on the grids of their ranges."""
+    sequences, 32.7, 33.6, 33.0 dB against 31.9, 33.4, 32.4 on the grids of their ranges.
+    The auto choice is judged on the calibration sequence's tail, never on the held-out one
+    (which judged it before: 31.0 dB): 30.4 dB builtin, 30.5 XNNPACK, 30.4 TFLite Micro."""
     calibration, holdout = sequences(1, 300, 8, seed=3)[0], sequences(1, 300, 8, seed=4)[0]
     float_model = gated_stream_model()
     result = qtool.quantize_model(model_to_bytes(float_model), calibration, holdout=holdout)
@@ -146,7 +149,7 @@ def test_a_recurrence_adds_on_one_grid_where_scales_nearly_agree() -> None:
         run_sequence(result.model_bytes, holdout, reference=False),
         run_micro(result.model_bytes, holdout),
     ):
-        assert sqnr_db(reference, got) >= 31.0
+        assert sqnr_db(reference, got) >= 30.0
 
 
 def test_a_variable_read_before_any_assignment_is_a_model_error() -> None:

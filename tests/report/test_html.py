@@ -102,13 +102,16 @@ def test_the_output_layer_sqnr_is_the_output_sqnr() -> None:
     assert len(layers) == 10 and all(v is not None and v > 10 for v in layers.values())
 
 
-def test_quantize_and_analyze_measure_layers_alike() -> None:
+def test_the_layer_chart_measures_the_plan_whose_accuracy_is_reported() -> None:
     result = qtool.quantize_model(
         MODELS / "cnn.tflite", fixture_data("cnn"), analyze=True, layer_sqnr=True
     )
     layers = {row["tensor"]: row["sqnr_db"] for row in quantize_pictures(result.result)["layers"]}
     (analysed,) = result.report["analysis"]["subgraphs"]
-    assert layers == pytest.approx(analysed["layer_sqnr_db"], abs=2e-3)
+    assert layers.keys() == analysed["layer_sqnr_db"].keys()  # the same quantized activations
+    # Its last layer is the output: simulated on the estimate's samples, as LiteRT measured it.
+    (output,) = result.report["accuracy"]["outputs"]
+    assert layers[output["name"]] == pytest.approx(output["sqnr_db"], abs=0.5)
 
 
 def test_the_analysis_page_from_the_api_dict() -> None:
@@ -173,3 +176,15 @@ def test_analyze_html_writes_the_page(tmp_path: Path) -> None:
     (analysed,) = json.loads(output.read_text())["subgraphs"]
     for name in analysed["layer_sqnr_db"]:  # every measured activation has its histogram
         assert f'data-name="{html.escape(name.lower(), quote=True)}"' in text
+
+
+def test_the_page_shows_each_outputs_kind_and_measures() -> None:
+    result = qtool.quantize_model(MODELS / "multi_io.tflite", fixture_data("multi_io"))
+    page = result.html()
+    kinds = sorted(row["kind"] for row in result.report["accuracy"]["outputs"])
+    assert kinds == ["classes", "regression"]
+    outputs = page[page.index('id="outputs"') : page.index('id="layers"')]
+    for row in result.report["accuracy"]["outputs"]:
+        assert f"<td>{row['kind']}</td>" in outputs
+    assert "top-1 " in outputs and "relative error " in outputs
+    assert "fitting" in outputs and "per sample min / median" in outputs

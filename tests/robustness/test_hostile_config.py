@@ -242,19 +242,19 @@ def test_readme_configuration_is_the_projects(tree: Path) -> None:
 # Options a pyproject.toml may set: none runs code, names a file or lets an output replace one.
 # A new option fails this test until it is put here or in COMMAND_LINE_ONLY.
 FROM_A_FILE = {
-    "analyze": "activations bias_correction calibration debug engine int16_patterns isolated "
-    "optimize_rounding quiet as_json samples top",
+    "analyze": "activations bias_correction calibration debug engine input_shapes int16_patterns "
+    "isolated optimize_rounding quiet as_json samples top",
     "array quantize": "as_json axis debug dtype ensure_minimum_range isolated max_values "
     "min_values mode narrow_range quiet round_mode scale zero_point",
     "array dequantize": "as_json axis debug isolated out_dtype quiet scale zero_point",
-    "calibrate": "as_json debug engine isolated quiet samples",
+    "calibrate": "as_json debug engine input_shapes isolated quiet samples",
     "check": "as_json debug fail_on fmt ignores isolated list_rules min_sqnr per_tensor_fc "
-    "quiet target baseline",
+    "quiet target baseline min_metric",
     "inspect": "as_json debug isolated ops quiet sizes",
     "quantize": "activations allow_float analyze as_json bias_correction calibration debug engine "
     "int16_patterns io_mode isolated keep_float layer_errors optimize_rounding per_tensor_fc quiet "
-    "samples seed strict synthetic target target_sqnr max_size sparsify mode weight_bits block_size "
-    "min_weight_elements",
+    "samples seed strict synthetic target target_sqnr max_size sparsify input_shapes target_metric "
+    "budget mode weight_bits block_size min_weight_elements",
 }
 
 

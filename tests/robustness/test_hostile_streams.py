@@ -75,7 +75,9 @@ def test_data_that_overflows_the_float_model_is_refused_not_measured_as_nan(tmp_
 
 
 def test_a_nan_sqnr_never_passes_the_accuracy_gate() -> None:
-    comparison = Comparison([OutputAccuracy("y", float("nan"), None)], samples=4, engine="litert")
+    nan = float("nan")
+    output = OutputAccuracy(0, "y", "regression", nan, nan, nan, nan, 4, "litert")
+    comparison = Comparison([output], samples=4, engine="litert")
     (finding,) = accuracy_findings(comparison, 20.0, {"QT-SQNR": "info", "QT-SQNR-LOW": "error"})
     assert finding.rule == "QT-SQNR-LOW" and finding.severity == "error"
 

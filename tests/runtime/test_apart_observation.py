@@ -112,3 +112,28 @@ def test_groups_are_about_equal_in_size() -> None:
     assert sorted(t for g in groups for t in g) == list(sizes)
     assert [sum(sizes[t] for t in g) for g in groups] == [140, 130]
     assert spread_by_size({}, 2) == [[], []]
+
+
+def test_overlapped_parts_are_observed_as_one_interpreter_would(monkeypatch) -> None:
+    """Two interpreters in turn (the next part runs while the last is observed) give the
+    statistics of one interpreter observing each part before running the next."""
+    monkeypatch.setenv("QTOOL_THREADS", "2")
+    model = load_model(MODELS / "cnn.tflite")
+    tensors = activation_tensors(model)
+    found, interpreters = [], []
+    for overlap in (False, True):
+        runner = XnnpackRunner(model, tensors)
+        runner.batch = 3
+        runner._overlap = overlap
+        statistics = new_subgraph_statistics(model, 0, tensors, True)
+        runner.run([_samples("cnn", 10)], [statistics])
+        statistics.flush()
+        found.append(
+            {
+                t: (h.min, h.max, h.counts.tobytes())
+                for t, h in statistics.histograms.histograms.items()
+            }
+        )
+        interpreters.append(sum(len(free) for free in runner._free.values()))
+    assert found[0] == found[1]
+    assert interpreters[1] > interpreters[0]  # a second interpreter took every other part

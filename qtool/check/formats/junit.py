@@ -119,9 +119,12 @@ def _properties(suite: ET.Element, result: ModelResult) -> None:
         values["accuracy.samples"] = result.accuracy["samples"]
         values["accuracy.engine"] = result.accuracy["engine"]
         for output in result.accuracy["outputs"]:
-            values[f"accuracy.sqnr_db.{output['name']}"] = round(output["sqnr_db"], 3)
-            if output["top1"] is not None:
-                values[f"accuracy.top1.{output['name']}"] = output["top1"]
+            values[f"accuracy.kind.{output['name']}"] = output["kind"]
+            values[f"accuracy.sqnr_db.{output['name']}"] = output["fitting_sqnr_db"]
+            for measure, value in output["measures"].items():
+                values[f"accuracy.{measure}.{output['name']}"] = value
+        if result.accuracy.get("metric") is not None:
+            values["accuracy.metric"] = result.accuracy["metric"]
     if values:
         properties = ET.SubElement(suite, "properties")
         for name, value in values.items():

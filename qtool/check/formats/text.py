@@ -60,10 +60,14 @@ def target_line(target: dict[str, Any]) -> str:
 def accuracy_line(accuracy: dict[str, Any]) -> str:
     """An accuracy comparison in one line: the worst output SQNR against the threshold, and how
     the quantized model ran."""
-    worst = min((o["sqnr_db"] for o in accuracy["outputs"]), default=float("inf"))
+    found = [o["fitting_sqnr_db"] for o in accuracy["outputs"]]
+    worst = min((float("inf") if v is None else v for v in found), default=float("inf"))
+    metric = "" if accuracy.get("metric") is None else f", metric {accuracy['metric']:.6g}"
+    if metric and accuracy.get("min_metric") is not None:
+        metric += f" (min-metric {accuracy['min_metric']:g})"
     return (
-        f"accuracy: worst output SQNR {worst:.2f} dB (min-sqnr {accuracy['min_sqnr']:g}) over "
-        f"{accuracy['samples']} samples, quantized model "
+        f"accuracy: worst output SQNR {worst:.2f} dB (min-sqnr {accuracy['min_sqnr']:g}){metric} "
+        f"over {accuracy['samples']} samples, quantized model "
         f"{'run in LiteRT' if accuracy['engine'] == 'litert' else 'simulated'}"
     )
 

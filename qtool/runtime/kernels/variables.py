@@ -33,5 +33,7 @@ def assign_variable(ctx: OpContext) -> list[np.ndarray]:
 @kernel("CALL_ONCE", batch=never)
 def call_once(ctx: OpContext) -> list[np.ndarray]:
     """CALL_ONCE: the initialising subgraph runs on the first invocation of a sequence."""
-    ctx.state.run_once(int(ctx.option("init_subgraph_index")))
+    init = int(ctx.option("init_subgraph_index"))
+    if ctx.state.first_run(init):
+        ctx.calls.run(init, [])
     return []
