@@ -83,7 +83,17 @@ honesty: corpus
 
 # Bytecode first: an editable install never compiles it, and where PYTHONDONTWRITEBYTECODE is
 # set (this sandbox) every `qtool` run would compile qtool again (70 ms of each quantize timed).
-bench: $(VENV)/.bench-installed corpus
+# ai-edge-quantizer, the weight modes' peer in bench/modes.py: a venv of its own (it pins
+# ai-edge-litert), never a test dependency.
+AEQ_VENV := build/aeqvenv
+
+$(AEQ_VENV)/.installed: bench/aeq-requirements.txt
+	$(PYTHON) -m venv $(AEQ_VENV)
+	$(AEQ_VENV)/bin/pip install --quiet --upgrade pip
+	$(AEQ_VENV)/bin/pip install --quiet -r bench/aeq-requirements.txt
+	touch $@
+
+bench: $(VENV)/.bench-installed corpus $(AEQ_VENV)/.installed
 	$(BIN)/python -m compileall -q qtool
 	$(BIN)/python -m bench
 

@@ -29,6 +29,7 @@ from rich.table import Table
 from bench.accuracy import bench_accuracy
 from bench.corpus import load_manifest, manifest_table
 from bench.corpus_accuracy import bench_corpus_accuracy
+from bench.modes import bench_modes
 from bench.phases import bench_phases
 from bench.scale import bench_scale
 from bench.shards import bench_shards
@@ -243,6 +244,7 @@ if __name__ == "__main__":
     bench_accuracy()
     bench_corpus_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")
+    bench_modes()
     bench_target_cost(json_path=ROOT / "build" / "target_cost.json")
     bench_calibration()
     bench_check()

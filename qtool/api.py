@@ -42,6 +42,7 @@ from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model import load_model as _load_path
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.quantizer import analyze_loaded
+from qtool.quantize.weight_plan import FULL
 from qtool.report.analysis_report import analysis_section
 from qtool.spec import spec_profiles
 from qtool.targets import target_names
@@ -155,7 +156,17 @@ class Quantized:
         report_path = Path(report) if report else path.with_name(f"{path.stem}.report.json")
         self.report["output_model"]["path"] = str(path)
         pages = [(Path(html), self.html())] if html is not None else []
-        write_pair(path, self.model_bytes, report_path, self.report, force, pages, self.inputs)
+        source = self.result.float_model
+        write_pair(
+            path,
+            self.model_bytes,
+            report_path,
+            self.report,
+            force,
+            pages,
+            self.inputs,
+            source=source.source_data or model_to_bytes(source),
+        )
         return path
 
 
@@ -177,15 +188,17 @@ def quantize_model(
     """Quantize a float model (what `qtool quantize` does, without writing anything).
 
     `options` are those of `QuantizeOptions`: io, calibration, bias_correction,
-    optimize_rounding, equalize, activations, int16, target_sqnr, allow_float, keep_float,
-    per_tensor_fc, target, engine, metric (`module:function` or a callable `metric(reference_outputs,
-    quantized_outputs) -> float`, higher is better), target_metric, budget. `input_shapes`
-    ({input name: shape}) sets the shape a dynamic input (-1 in its signature) runs at; without
-    it, the data's shape where the signature allows it. `layer_sqnr` also measures each
-    quantized activation's SQNR along the graph (simulated on the held-out samples, for
-    `Quantized.html()`). `max_size` (bytes, or a ratio of the input's size as "0.5x") refuses a
-    bigger result. Raises QtoolError subclasses for bad input; `strict`, `max_size` and an
-    unreachable `target_sqnr` raise too (exit code 1 on the command line).
+    optimize_rounding, equalize, activations, int16, target_sqnr, allow_float, keep_float, per_tensor_fc,
+    target, engine, metric (`module:function` or a callable `metric(reference_outputs,
+    quantized_outputs) -> float`, higher is better), target_metric, budget, mode (full, dynamic,
+    weights, float16), weight_bits, block_size, min_weight_elements. The weight modes need no
+    data: without it their accuracy is measured on synthetic samples (a warning says so).
+    `input_shapes` ({input name: shape}) sets the shape a dynamic input (-1 in its signature)
+    runs at; without it, the data's shape where the signature allows it. `layer_sqnr` also
+    measures each quantized activation's SQNR along the graph (simulated on the held-out
+    samples, for `Quantized.html()`). `max_size` (bytes, or a ratio of the input's size as
+    "0.5x") refuses a bigger result. Raises QtoolError subclasses for bad input; `strict`,
+    `max_size` and an unreachable `target_sqnr` raise too (exit code 1 on the command line).
     """
     from qtool.jobs import SizeLimit, finish_quantization
 
@@ -205,7 +218,7 @@ def quantize_model(
                 "`statistics` must be CalibrationStatistics or the path of a statistics file, "
                 f"not {type(statistics).__name__}"
             )
-        if data is None and statistics is None:
+        if data is None and statistics is None and settings.mode == FULL:
             raise UsageError("quantize needs data (or statistics from qtool.calibrate)")
         datasets = {} if data is None else entry_datasets(loaded, data, samples)
         holdouts = {} if holdout is None else entry_datasets(loaded, holdout)
@@ -290,6 +303,8 @@ class CheckResult:
     target: dict[str, Any] | None = None
     accuracy: dict[str, Any] | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    # How the model stores narrow weights (hybrid, weight-only, float16), by form; None: none.
+    weights: dict[str, dict[str, int]] | None = None
 
     @property
     def passed(self) -> bool:
@@ -308,8 +323,8 @@ class CheckResult:
         return [f for f in self.findings if f.severity == "warning"]
 
     def to_dict(self) -> dict[str, Any]:
-        """The result as JSON-ready data: verdict, counts, findings, and the target and accuracy
-        sections (None when not asked for)."""
+        """The result as JSON-ready data: verdict, counts, findings, the target and accuracy
+        sections (None when not asked for), and the narrow weights (None without)."""
         return {
             "passed": self.passed,
             "fail_on": self.fail_on,
@@ -317,6 +332,7 @@ class CheckResult:
             "findings": [f.to_dict() for f in self.findings],
             "target": self.target,
             "accuracy": self.accuracy,
+            "weights": self.weights,
         }
 
 
@@ -370,4 +386,11 @@ def check_model(
         gate,
         path=str(model) if isinstance(model, str | os.PathLike) else "model",
     )
-    return CheckResult(audited.findings, fail_on, audited.target, audited.accuracy, audited.summary)
+    return CheckResult(
+        audited.findings,
+        fail_on,
+        audited.target,
+        audited.accuracy,
+        audited.summary,
+        audited.weights,
+    )

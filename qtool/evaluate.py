@@ -22,6 +22,7 @@ from qtool.calibrate.memory import check_memory
 from qtool.errors import UnsupportedOpError, UsageError
 from qtool.model import Model, TensorType, numpy_dtype
 from qtool.model.edit import clone_model
+from qtool.model.lowbit import constant_values
 from qtool.numerics import dequantize, quantize
 from qtool.quantize.accuracy import (
     LITERT,
@@ -196,7 +197,7 @@ def simulation_model(model: Model) -> tuple[Model, dict[int, tuple]]:
             continue
         q = tensor.quantization
         axis = q.quantized_dimension if q.per_axis else None
-        values = work.tensor_data(tensor)
+        values = constant_values(work, tensor)  # int4 unpacked
         if values is not None:
             real = dequantize(values, q.scale, q.zero_point, axis)
             tensor.buffer = work.add_buffer(real)

@@ -43,6 +43,8 @@ from qtool.quantize.analysis import layer_errors
 from qtool.quantize.diagnosis import diagnose_calibrated
 from qtool.quantize.quantizer import calibrate_loaded
 from qtool.quantize.search import BUDGET
+from qtool.quantize.weight_plan import FULL
+from qtool.quantize.weight_quantizer import output_suffix, weight_mode_job, weight_search_failure
 from qtool.readback import written_model_problem
 from qtool.report import build_report
 from qtool.report.analysis_report import analysis_section
@@ -130,7 +132,9 @@ def target_failure(result) -> str | None:
     fell short; both measurements when the samples no choice saw contradict the search's."""
     parts = []
     for s, search in result.searches.items():
-        if search.stopped is not None:
+        if result.mode != FULL and not search.reached:
+            parts.append(weight_search_failure(search))
+        elif search.stopped is not None:
             recipe = search.recipe
             metric = "" if search.metric is None else f", metric {search.metric:.4g}"
             why = (
@@ -243,8 +247,8 @@ class QuantizeOutcome:
 
 def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     """The output model and report paths of a quantize job: as given, else `<model>_int8.tflite`
-    beside the input and `<output>.report.json` beside the output; UsageError for a path given as
-    '' or ending in a separator."""
+    (`_dynamic`, `_float16`, `_dynamic_int4`... in a weight mode) beside the input and
+    `<output>.report.json` beside the output; UsageError for a path '' or ending in a separator."""
     for what, given in (("output path", job.output_path), ("report path", job.report_path)):
         if given is not None and (given == "" or given.endswith(("/", os.sep))):
             raise UsageError(f"{what} {given!r} is not a file name")
@@ -252,7 +256,7 @@ def default_paths(job: QuantizeJob) -> tuple[Path, Path]:
     output = (
         Path(job.output_path)
         if job.output_path is not None
-        else source.with_name(f"{source.stem}_int8.tflite")
+        else source.with_name(f"{source.stem}_{output_suffix(job.options)}.tflite")
     )
     report = (
         Path(job.report_path)
@@ -297,11 +301,12 @@ def load_job_inputs(job: ModelJob) -> tuple[Model, dict[int, Dataset], dict[int,
 
     model = shaped_model(model, parse_input_shapes(job.input_shapes), data_for)
     entries = entry_subgraphs(model)
+    weight_mode = weight_mode_job(job)  # a weight mode calibrates nothing
     if job.data:
         datasets = source_datasets(model, job.data, job.samples)
-    elif job.statistics:
+    elif job.statistics or (weight_mode and job.holdout):
         datasets = {}
-    elif job.synthetic:
+    elif job.synthetic or weight_mode:  # synthetic samples measure a weight mode (warned)
         count = job.samples or DEFAULT_SYNTHETIC_SAMPLES
         datasets = {s: synthetic_dataset(model_inputs(model, s), count, job.seed) for s in entries}
     else:
@@ -500,7 +505,7 @@ def quantize_file(
         search_progress=search_progress,
     )
     pages = [(path, quantize_html(report, quantize_pictures(result))) for path in html]
-    write_pair(output, blob, report_path, report, job.force, pages)
+    write_pair(output, blob, report_path, report, job.force, pages, source=model.source_data)
     return QuantizeOutcome(
         result=result,
         report=report,
@@ -518,17 +523,19 @@ def write_pair(
     force: bool,
     pages: Sequence[tuple[Path, str]] = (),
     inputs: InputFiles | None = None,
+    source: bytes | None = None,
 ) -> None:
     """Stage the model, its report and any `(path, text)` pages, read the model back, then put
     all in place (the model last) or none. None may replace a file of `inputs` or one the run
-    read; without `force` none may replace any file."""
+    read; without `force` none may replace any file. LiteRT's refusal of the model does not
+    count where it refuses the `source` model too."""
     refuse_shared_destinations(
         output, report_path, *(path for path, _ in pages), what="the model, the report and the page"
     )
     staged = []
     try:
         staged.append(stage(output, blob, overwrite=force, inputs=inputs))
-        problem = written_model_problem(staged[0].temporary)
+        problem = written_model_problem(staged[0].temporary, source)
         if problem:
             raise OutputCheckError(
                 f"{output}: the quantized model is not valid, not written: {problem}"

@@ -18,14 +18,17 @@ import time
 from pathlib import Path
 
 from qtool.errors import ModelError, first_line
-from qtool.model import BuiltinOperator, parse_model
+from qtool.model import BuiltinOperator, Model, parse_model
 from qtool.runtime.litert import litert_available
 
 LITERT_TIMEOUT = 120.0  # seconds for LiteRT to load a model in the child
 
 
-def written_model_problem(path: Path) -> str | None:
-    """Why the model file at `path` must not be put in place (None: it is fine)."""
+def written_model_problem(path: Path, source: bytes | None = None) -> str | None:
+    """Why the model file at `path` must not be put in place (None: it is fine). An op that
+    fails to prepare does not count in a model with dynamic input dimensions whose `source`
+    LiteRT refuses as well: such a model (openWakeWord's melspectrogram, declared [1, 1]) may
+    not prepare at its declared shapes, float or quantized."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -36,7 +39,18 @@ def written_model_problem(path: Path) -> str | None:
         return f"qtool cannot read it back: {exc}"
     if any(code.builtin_code == BuiltinOperator.CUSTOM for code in model.operator_codes):
         return None
-    return litert_problem(data)
+    problem = litert_problem(data)
+    if problem and _shape_bound(model, problem) and source is not None and litert_problem(source):
+        return None
+    return problem
+
+
+def _shape_bound(model: Model, problem: str) -> bool:
+    """Whether LiteRT's refusal may come from the declared shapes alone: an op failed to prepare
+    and an input of the entry subgraph has dimensions that are only known at run time."""
+    entry = model.subgraphs[0]
+    dynamic = any(-1 in (entry.tensors[t].shape_signature or ()) for t in entry.inputs if t >= 0)
+    return dynamic and "failed to prepare" in problem
 
 
 def litert_problem(data: bytes) -> str | None:

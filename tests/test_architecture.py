@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "qtool.arguments",
         "qtool.spec",
         "qtool.op_facts",
+        "qtool.weight_spec",
         "qtool.heap",
     ),
     ("qtool.model",),

@@ -358,6 +358,20 @@ def fold_of(index: np.ndarray, own_estimate: bool = True) -> np.ndarray:
     return folds
 
 
+def first_samples(dataset: Dataset, count: int = FOLD_WINDOW) -> list[np.ndarray]:
+    """The first `count` samples of a dataset, one array per input (samples stacked)."""
+    return _materialise(selected(dataset, lambda i: i < count, None))
+
+
+def fold_inputs(dataset: Dataset) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The samples of the first FOLD_WINDOW in the fitting fold and those held out of it (the
+    selection fold of `fold_of` without an estimate fold): what a choice is fitted on and what
+    the accuracy is measured on (the weight modes' `--target-sqnr`)."""
+    window = selected(dataset, lambda i: i < FOLD_WINDOW, None)
+    fitting = _materialise(selected(window, lambda i: fold_of(i, False) == FIT, None))
+    return fitting, _materialise(selected(window, lambda i: fold_of(i, False) != FIT, None))
+
+
 def _tail_folds(samples: int, own_estimate: bool, index: np.ndarray) -> np.ndarray:
     """Each sample's fold in a sequence of `samples`: with `own_estimate`, the last quarter is
     the estimate fold and the quarter before it the selection fold; else the last quarter is the

@@ -15,6 +15,7 @@ from qtool.check.families import FAMILIES, GATE, VALIDITY
 from qtool.check.findings import Finding, ModelResult
 from qtool.check.gates import AccuracyGate, accuracy_findings, target_findings
 from qtool.check.severities import OFF, rule_severities
+from qtool.check.weight_rules import weight_forms
 from qtool.errors import QtoolError
 from qtool.model import Model, load_model
 from qtool.model.validate import operator_list
@@ -36,13 +37,15 @@ def _validity_findings(model: Model, severity: dict[str, str]) -> list[Finding]:
 
 def _spec_findings(
     model: Model, severity: dict[str, str], profiles: tuple[str, ...]
-) -> list[Finding]:
+) -> tuple[list[Finding], dict[str, dict[str, int]] | None]:
+    """The findings of the spec's rules, and how the model stores narrow weights (hybrid,
+    weight-only, float16: `weight_rules.weight_forms`)."""
     ctx = AuditContext(model, severity, profiles)
     findings = list(GATE.run(ctx))
     if not findings:
         for family in FAMILIES:
             findings += _once_per_tensor(family.run(ctx)) if family.per_tensor else family.run(ctx)
-    return findings
+    return findings, weight_forms(ctx)
 
 
 def check_loaded(
@@ -66,7 +69,7 @@ def check_loaded(
     if invalid:
         result.findings = invalid
         return result
-    findings = _spec_findings(model, severity, profiles)
+    findings, result.weights = _spec_findings(model, severity, profiles)
     if target is not None:
         report = place_model(model, target)
         findings += target_findings(report, severity)

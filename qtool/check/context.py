@@ -19,6 +19,7 @@ from qtool.model import Model, Tensor, TensorType, dtype_name
 from qtool.model.types import tensor_types
 from qtool.op_facts import load_op_facts, shape_only_inputs, type_class
 from qtool.spec import QUANTIZED, Mode, OperandRule, OpRule, load_spec
+from qtool.weight_spec import weight_rule
 
 FLOAT_TYPES = tensor_types(type_class("floating"))
 # Integer types that only quantized tensors use; their presence makes an op an int8 op.
@@ -37,6 +38,7 @@ class Operand:
     index: int  # tensor index in the subgraph
     tensor: Tensor
     rule: OperandRule | None  # None: the op table says nothing about this operand
+    constant: bool = False  # the tensor holds constant data
 
     @property
     def role(self) -> str:
@@ -85,15 +87,29 @@ class OpView:
 
 
 def _compute_mode(
-    inputs: tuple[Operand, ...], outputs: tuple[Operand, ...], rule: OpRule | None, scheme: Mode
+    op_type: str,
+    inputs: tuple[Operand, ...],
+    outputs: tuple[Operand, ...],
+    rule: OpRule | None,
+    scheme: Mode,
 ) -> Mode:
     # Weights and biases do not decide the mode: a float op with int8 weights is a hybrid
-    # (dynamic-range) op, which computes in float. Nor do operands whose values the op never
-    # reads (SHAPE's input): they bring no real-valued data into it.
+    # (dynamic-range) op, which computes in float. Without the op table's roles, constants
+    # are taken for weights (a hybrid LSTM's twelve int8 weight tensors); a constant where
+    # LiteRT's hybrid kernel reads weights is one too (BATCH_MATMUL's right operand). Nor do
+    # operands whose values the op never reads (SHAPE's input): they bring no real-valued data.
+    narrow = weight_rule(op_type)
+    hybrid_weights = set(narrow.weights) if narrow is not None else set()
     if rule is None:
-        deciding = inputs + outputs
+        deciding = tuple(o for o in inputs if not o.constant) + outputs
     else:
-        deciding = tuple(o for o in inputs if o.rule and o.rule.role == "activation")
+        deciding = tuple(
+            o
+            for o in inputs
+            if o.rule
+            and o.rule.role == "activation"
+            and not (o.constant and o.position in hybrid_weights)
+        )
         deciding += tuple(o for o in outputs if o.rule)
     if any(o.tensor.dtype in QUANTIZED_TYPES for o in deciding):
         return scheme
@@ -142,7 +158,14 @@ class AuditContext:
         def operands(kind: str, indices: list[int]) -> tuple[Operand, ...]:
             lookup = (rule.input_rule if kind == "input" else rule.output_rule) if rule else None
             return tuple(
-                Operand(kind, p, t, tensors[t], lookup(p) if lookup and real(t) else None)
+                Operand(
+                    kind,
+                    p,
+                    t,
+                    tensors[t],
+                    lookup(p) if lookup and real(t) else None,
+                    self.model.is_constant(tensors[t]),
+                )
                 for p, t in enumerate(indices)
                 if t >= 0
             )
@@ -168,7 +191,7 @@ class AuditContext:
             inputs,
             outputs,
             boundary=op_type in self.settings.boundary_ops,
-            mode=_compute_mode(valued, outputs, rule, scheme),
+            mode=_compute_mode(op_type, valued, outputs, rule, scheme),
             scheme=scheme.value,
         )
 
@@ -202,6 +225,8 @@ class AuditContext:
         for operand in op.operands:
             if operand.rule is None:
                 continue
+            if op.boundary and operand.kind == "input" and operand.constant:
+                continue  # a DEQUANTIZE of constant weights (weight-only): weight_rules.py
             if op.boundary and (
                 operand.tensor.dtype in FLOAT_TYPES
                 or self.is_legacy(operand)
@@ -233,9 +258,15 @@ class AuditContext:
         )
 
     def dtype_ok(self, op: OpView, operand: Operand) -> bool:
-        """The rule's dtype, or its legacy form when the whole op uses the legacy form."""
+        """The rule's dtype, its legacy form when the whole op uses the legacy form, or int4
+        weights where the op's int8 kernel reads them (`schemas/weight_modes.json`)."""
         if self.is_dtype(operand.tensor, operand.rule.dtype):
             return True
+        if operand.rule.role == "weight" and operand.tensor.dtype == TensorType.INT4:
+            weights = weight_rule(op.type)
+            q = operand.tensor.quantization
+            granularity = "per-axis" if q is not None and q.per_axis else "per-tensor"
+            return weights is not None and granularity in weights.int4_with_int8_activations
         return self.is_legacy(operand) and all(
             self.is_legacy(o)
             for o in self.checked_operands(op)

@@ -5,7 +5,16 @@ Each family names the rules it may emit where it is declared (`@family` in its m
 
 from __future__ import annotations
 
-from qtool.check import contracts, graph_rules, operands, risk, state_rules, structure, validity
+from qtool.check import (
+    contracts,
+    graph_rules,
+    operands,
+    risk,
+    state_rules,
+    structure,
+    validity,
+    weight_rules,
+)
 from qtool.check.rulebook import Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -15,6 +24,8 @@ FAMILIES: tuple[Family, ...] = (
     graph_rules.check_legacy_dtypes,
     graph_rules.check_coverage,
     graph_rules.check_calls,
+    weight_rules.check_hybrid_weights,
+    weight_rules.check_blockwise_weights,
     operands.check_dtypes,
     operands.check_granularity,
     operands.check_zero_points,

@@ -66,6 +66,9 @@ class ModelResult:
     operators: list[tuple[int, int, str]] = field(default_factory=list)  # (subgraph, index, type)
     target: dict[str, Any] | None = None  # placement on the --target (TargetReport.to_dict)
     accuracy: dict[str, Any] | None = None  # comparison with the --reference model
+    # How the model stores narrow weights, by reader and form ({"hybrid": {"int8 per-axis":
+    # 3}}): a hybrid, weight-only or float16 model; None when it has none.
+    weights: dict[str, dict[str, int]] | None = None
     seconds: float = 0.0  # time taken to read and audit the model
     suppressed: list[Suppressed] = field(default_factory=list)  # left out by ignores, baselines
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from qtool.check.context import FLOAT_TYPES, QUANTIZED_TYPES, AuditContext
+from qtool.check.context import FLOAT_TYPES, AuditContext
 from qtool.check.findings import Finding
 from qtool.check.rulebook import family, rule
+from qtool.check.weight_rules import weight_forms
 from qtool.model import dtype_name
 from qtool.model.calls import CallSite, call_sites
 from qtool.spec import QUANTIZED, Mode
@@ -17,23 +18,23 @@ NOT_QUANTIZED = rule(
     "error",
     title="model is not quantized",
     help=(
-        "No operator computes in int8 (float model, or weights-only/dynamic-range quantization). "
-        "Quantize it fully, e.g. with `qtool quantize`."
+        "No operator computes in int8 and no weights are stored narrow: a float model. "
+        "Quantize it, e.g. with `qtool quantize` (hybrid, weight-only and float16 models "
+        "are audited by their own rules)."
     ),
 )
 
 
 @family("quantized model", NOT_QUANTIZED)
 def check_quantized(ctx: AuditContext) -> Iterator[Finding]:
-    """One finding when no op computes in int8 (a float or weights-only model)."""
-    if ctx.quantized:
+    """One finding when no op computes in int8 and no weights are stored narrow (a float
+    model). Hybrid, weight-only and float16 models compute in float by design: the weight
+    modes' rules audit them (`weight_rules.py`)."""
+    if ctx.quantized or weight_forms(ctx):
         return
     computing = [op for op in ctx.ops if not op.boundary]
     floats = [op for op in computing if op.mode == Mode.FLOAT]
-    hybrid = sum(1 for op in floats if any(o.tensor.dtype in QUANTIZED_TYPES for o in op.inputs))
     detail = f"{len(floats)} of {len(computing)} ops compute in float"
-    if hybrid:
-        detail += f", {hybrid} of them with int8 weights (dynamic-range/hybrid quantization)"
     yield ctx.finding(
         NOT_QUANTIZED,
         f"no op computes in int8 ({detail}): the model is not quantized to the int8 spec",
@@ -59,7 +60,10 @@ FLOAT_OP = rule(
 @family("float ops", FLOAT_OP)
 def check_float_ops(ctx: AuditContext) -> Iterator[Finding]:
     """An operator that computes in float in a model where others compute in int8 (boundary
-    conversions aside)."""
+    conversions aside); none in a model that computes in float by design (hybrid, weight-only,
+    float16)."""
+    if not ctx.quantized:
+        return
     for op in ctx.ops:
         if op.mode != Mode.FLOAT or op.boundary:
             continue

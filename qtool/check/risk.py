@@ -12,6 +12,7 @@ from qtool.check.findings import Finding
 from qtool.check.qparams import num
 from qtool.check.rulebook import family, rule
 from qtool.model import TensorType, dtype_name
+from qtool.model.lowbit import constant_values
 from qtool.numerics import multiplier_reaches_one, quantize_multiplier
 from qtool.spec import input_scale_below_one
 
@@ -84,8 +85,8 @@ NEGLIGIBLE_CODES = 128  # a value this many tiny steps from 0 is still negligibl
 def _negligible_slices(ctx: AuditContext, tensor, limit: float) -> np.ndarray:
     """Per scale: whether the constant's real values in that slice are all negligible."""
     q = tensor.quantization
-    values = ctx.model.tensor_data(tensor) if ctx.model.is_constant(tensor) else None
-    if values is None or values.size == 0 or tensor.sparsity is not None:
+    values = constant_values(ctx.model, tensor)  # int4 unpacked
+    if values is None or values.size == 0:
         return np.zeros(q.scale.size, bool)
     zero = q.zero_point.astype(np.int64)
     if q.per_axis:

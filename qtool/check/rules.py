@@ -18,6 +18,7 @@ from qtool.check import (
     risk,
     state_rules,
     validity,
+    weight_rules,
 )
 from qtool.check.rulebook import RuleInfo, catalogue
 
@@ -52,6 +53,12 @@ RULES: dict[str, RuleInfo] = catalogue(
     graph_rules.OP_UNCOVERED,
     graph_rules.OP_EXTENDED,
     graph_rules.CALL_PARAMS,
+    # the weight modes: hybrid, weight-only, float16 and int4 weights
+    weight_rules.HYBRID_KERNEL,
+    weight_rules.HYBRID_PARAMS,
+    weight_rules.BLOCKWISE_RULE,
+    weight_rules.BLOCK_SCALE,
+    weight_rules.BLOCK_SIZE,
     # numerical risks
     risk.BIAS_SATURATED,
     risk.RANGE_UNDERUSED,

@@ -21,6 +21,7 @@ from qtool.display import printable
 from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
 from qtool.quantize.accuracy import measures_text
+from qtool.quantize.weight_quantizer import MODES
 from qtool.report import summary_counts
 from qtool.targets import target_names
 
@@ -54,6 +55,37 @@ from qtool.targets import target_names
     default="float",
     show_default=True,
     help="Type of the model's inputs and outputs.",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(MODES),
+    default="full",
+    show_default=True,
+    help="full: int8 activations and weights. dynamic: int8 weights read by LiteRT's hybrid "
+    "kernels, activations float (no data needed). weights: int8 weights expanded by a "
+    "DEQUANTIZE in front of float ops. float16: float16 weights behind a DEQUANTIZE.",
+)
+@click.option(
+    "--weight-bits",
+    type=click.Choice(["8", "4"]),
+    default="8",
+    show_default=True,
+    help="4: int4 weights where LiteRT has the kernel (--mode dynamic or weights; int8 "
+    "elsewhere, said in the report).",
+)
+@click.option(
+    "--block-size",
+    type=int,
+    metavar="N",
+    help="int4 weights in blocks of N inputs, one float16 scale each (--mode dynamic "
+    "--weight-bits 4; FULLY_CONNECTED and EMBEDDING_LOOKUP; N a multiple of 32).",
+)
+@click.option(
+    "--min-weight-elements",
+    type=int,
+    metavar="N",
+    help="In --mode dynamic and weights, weights with fewer elements stay float (default "
+    "1024, as TensorFlow's converter).",
 )
 @click.option(
     "--per-tensor-fc",
@@ -123,6 +155,10 @@ def quantize_command(
     samples: int | None,
     input_shapes: tuple[str, ...],
     io_mode: str,
+    mode: str,
+    weight_bits: str,
+    block_size: int | None,
+    min_weight_elements: int | None,
     per_tensor_fc: bool,
     target: str | None,
     keep_float: tuple[str, ...],
@@ -141,7 +177,8 @@ def quantize_command(
     force: bool,
     **planning,
 ) -> None:
-    """Quantize a float .tflite MODEL to int8 following the TFLite int8 spec.
+    """Quantize a float .tflite MODEL to int8 following the TFLite int8 spec, or only its
+    weights (--mode dynamic, weights or float16; int4 with --weight-bits 4).
 
     Exit codes: 0 written and compliant; 1 impossible under the options (--strict, an
     unreachable --target-sqnr), or the written model fails the audit or its read-back (nothing
@@ -172,10 +209,23 @@ def quantize_command(
             engine=engine,
             target=target,
             sparsify=sparsify,
+            mode=mode,
+            weight_bits=int(weight_bits),
+            block_size=block_size,
+            min_weight_elements=min_weight_elements,
             **options_from(planning),
         ),
     )
-    if synthetic and not data:
+    if mode != "full" and not (data or holdout):
+        stderr.print(
+            Text("qtool: warning:", style="bold yellow")
+            + Text(
+                " no --data or --holdout: the accuracy is measured on SYNTHETIC random data and "
+                "does not reflect real inputs"
+            ),
+            soft_wrap=True,
+        )
+    elif synthetic and not data:
         stderr.print(
             Text("qtool: warning:", style="bold yellow")
             + Text(
@@ -185,7 +235,8 @@ def quantize_command(
             soft_wrap=True,
         )
     noisy = not (quiet or as_json)
-    with progress(stderr, "calibrating", enabled=noisy) as (advance, on_total):
+    # The weight modes calibrate nothing: no progress bar.
+    with progress(stderr, "calibrating", enabled=noisy and mode == "full") as (advance, on_total):
         outcome = quantize_file(
             job,
             progress=advance,
@@ -267,7 +318,8 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
         return fields
     remedies = [r for s in target["subgraphs"] for r in s["remedies"]]
     kinds = {
-        kind: sum(r["kind"] == kind for r in remedies) for kind in ("rounding", "int16", "float")
+        kind: sum(r["kind"] == kind for r in remedies)
+        for kind in ("rounding", "int16", "int8", "float")
     }
     size = report["output_model"]["size_bytes"]
     baseline = target["size_without_remedies_bytes"]
@@ -278,9 +330,32 @@ def _target_fields(report: dict) -> list[tuple[str, str]]:
             "target",
             f"{_target_text(target)} "
             f"{'reached (confirmed on samples no choice saw)' if target['reached'] else 'NOT reached'}: "
-            f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
-            f"remedies{cost}, {target['seconds']:.0f} s searching ({target['candidates']} "
-            "candidates)",
+            + (
+                f"{kinds['int8']} int8, {kinds['float']} float weights"
+                if report["settings"]["mode"] != "full"
+                else f"{kinds['rounding']} rounding, {kinds['int16']} int16, {kinds['float']} float "
+                "remedies"
+            )
+            + f"{cost}, {target['seconds']:.0f} s searching ({target['candidates']} candidates)",
+        ),
+    ]
+
+
+def _weight_mode_fields(report: dict, counts: dict[str, int]) -> list[tuple[str, str]]:
+    """The summary lines of a weight mode: what it stored, and how the ops read it."""
+    settings = report["settings"]
+    forms: dict[str, int] = {}
+    for row in report["ops"]:
+        if "weights" in row:
+            forms[row["weights"]] = forms.get(row["weights"], 0) + 1
+    stored = ", ".join(f"{n} {form}" for form, n in sorted(forms.items())) or "none"
+    return [
+        ("mode", f"{settings['mode']}: weights {stored}"),
+        (
+            "operators",
+            f"{counts['hybrid']} hybrid, {counts['weight-only']} weight-only, "
+            f"{counts['float16']} float16 weights, {counts['float']} float, "
+            f"{counts['folded']} folded",
         ),
     ]
 
@@ -325,19 +400,25 @@ def render_summary(outcome: QuantizeOutcome) -> None:
                 f"{report['input_model']['size_bytes']:,} -> "
                 f"{report['output_model']['size_bytes']:,} bytes",
             ),
-            (
-                "calibration",
-                f"{samples} samples, {engines} engine, {seconds:.2f} s, "
-                f"{report['accuracy']['method']} ranges"
-                + (" (synthetic)" if synthetic else "")
-                + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
-            ),
-            (
-                "operators",
-                f"{counts['int8']} int8, "
-                + (f"{counts['int16']} int16, " if counts["int16"] else "")
-                + f"{counts['float']} float, "
-                f"{counts['integer']} integer, {counts['folded']} folded",
+            *(
+                _weight_mode_fields(report, counts)
+                if report["settings"]["mode"] != "full"
+                else [
+                    (
+                        "calibration",
+                        f"{samples} samples, {engines} engine, {seconds:.2f} s, "
+                        f"{report['accuracy']['method']} ranges"
+                        + (" (synthetic)" if synthetic else "")
+                        + (f", {len(calibrations)} subgraphs" if len(calibrations) > 1 else ""),
+                    ),
+                    (
+                        "operators",
+                        f"{counts['int8']} int8, "
+                        + (f"{counts['int16']} int16, " if counts["int16"] else "")
+                        + f"{counts['float']} float, "
+                        f"{counts['integer']} integer, {counts['folded']} folded",
+                    ),
+                ]
             ),
             *_equalized_fields(report),
             *_target_fields(report),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 
 from qtool.model.graph import Model, Subgraph
+from qtool.model.lowbit import referenced_tensors, renumber_references
 
 
 def clone_model(model: Model) -> Model:
@@ -42,6 +43,8 @@ def remove_unused(model: Model) -> None:
         signatures = [sig for sig in model.signature_defs if sig["subgraph_index"] == s]
         for sig in signatures:
             used.update(e["tensor_index"] for e in (sig["inputs"] or []) + (sig["outputs"] or []))
+        # Blockwise scales are read through the parameters of the tensor that names them.
+        used.update(r for t in list(used) for r in referenced_tensors(subgraph.tensors[t]))
         keep = sorted(used)
         remap = {old: new for new, old in enumerate(keep)}
         subgraph.tensors = [subgraph.tensors[t] for t in keep]
@@ -54,6 +57,8 @@ def remove_unused(model: Model) -> None:
         for sig in signatures:
             for entry in (sig["inputs"] or []) + (sig["outputs"] or []):
                 entry["tensor_index"] = remap[entry["tensor_index"]]
+        for tensor in subgraph.tensors:
+            renumber_references(tensor, remap)
     used_codes = sorted({op.opcode_index for sg in model.subgraphs for op in sg.operators})
     remap_code = {old: new for new, old in enumerate(used_codes)}
     model.operator_codes = [model.operator_codes[c] for c in used_codes]

@@ -28,6 +28,8 @@ import numpy as np
 from flatbuffers import number_types as nt
 
 SCHEMA_RESOURCE = "tflite_schema.json"
+# The schema's parts newer than the last `tflite` release (blockwise quantization), by hand.
+LATER_SCHEMA_RESOURCE = "tflite_schema_later.json"
 
 _FLAG_DTYPES = {
     "Bool": np.bool_,
@@ -79,8 +81,25 @@ def snake_case(name: str) -> str:
 
 @functools.cache
 def schema() -> dict[str, Any]:
-    """The shipped schema data (tables and enums), read once."""
-    return json.loads(resources.files(__package__).joinpath(SCHEMA_RESOURCE).read_text())
+    """The shipped schema data (tables and enums), read once: the generated table with the
+    later schema's additions where it lacks them."""
+    generated = json.loads(resources.files(__package__).joinpath(SCHEMA_RESOURCE).read_text())
+    return with_additions(generated, later_schema())
+
+
+def later_schema() -> dict[str, Any]:
+    """The hand-written parts of the schema newer than the last `tflite` release."""
+    return json.loads(resources.files(__package__).joinpath(LATER_SCHEMA_RESOURCE).read_text())
+
+
+def with_additions(base: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """`base` with the tables and enum values of `later` that it lacks (what it has wins)."""
+    tables = {**later["tables"], **base["tables"]}
+    enums = {
+        name: {**later["enums"].get(name, {}), **base["enums"].get(name, {})}
+        for name in {**base["enums"], **later["enums"]}
+    }
+    return {**base, "tables": tables, "enums": enums}
 
 
 @functools.cache

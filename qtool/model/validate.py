@@ -119,9 +119,10 @@ def model_problems(model: Model) -> list[Problem]:
         for s, subgraph in enumerate(model.subgraphs):
             bad = _tensor_problems(model, s, subgraph, problems)
             _graph_problems(model, s, subgraph, problems)
+            stored = _stored_constants(model, subgraph)
             for i, op in enumerate(subgraph.operators):
                 if not bad.intersection(op.inputs + op.outputs):
-                    problems += _operator_problems(model, s, subgraph, i, op)
+                    problems += _operator_problems(model, s, subgraph, i, op, stored)
         _signature_problems(model, problems)
     return problems[:MAX_PROBLEMS]
 
@@ -308,6 +309,9 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
         for t, tensor in enumerate(subgraph.tensors)
         if 0 in tensor.shape and t not in written and tensor.dtype not in _OPAQUE
     }
+    # A variable tensor holds state before any operator runs, and an operator may also set it:
+    # TensorFlow's float16 models initialise an LSTM's state variables with a DEQUANTIZE.
+    fixed = sources - {t for t, tensor in enumerate(subgraph.tensors) if tensor.is_variable}
     producer: dict[int, int] = {}
     inputs = set(subgraph.inputs)
     for i, op in enumerate(subgraph.operators):
@@ -315,7 +319,7 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
         # Sets, not list lookups: an operator may list 100,000 outputs (linear, not quadratic).
         twice = {t for t, n in Counter(op.outputs).items() if n > 1}
         for t in op.outputs:
-            if t in producer or t in sources or t in twice:
+            if t in producer or t in fixed or t in twice:
                 what = (
                     f"operator {producer[t]}"
                     if t in producer
@@ -368,8 +372,19 @@ def _graph_problems(model: Model, s: int, subgraph: Subgraph, problems: list[Pro
 # --------------------------------------------------------------------------- operators
 
 
+def _stored_constants(model: Model, subgraph: Subgraph) -> set[int]:
+    """Tensors that hold a constant: stored ones, and what a DEQUANTIZE or DENSIFY of a stored
+    one writes (LiteRT expands those once; TensorFlow's float16 models give an LSTM its weights
+    so)."""
+    stored = {t for t, tensor in enumerate(subgraph.tensors) if model.is_constant(tensor)}
+    for op in subgraph.operators:
+        if model.op_type(op) in ("DEQUANTIZE", "DENSIFY") and op.inputs and op.inputs[0] in stored:
+            stored.update(op.outputs)
+    return stored
+
+
 def _operator_problems(
-    model: Model, s: int, subgraph: Subgraph, i: int, op: Operator
+    model: Model, s: int, subgraph: Subgraph, i: int, op: Operator, stored: set[int]
 ) -> list[Problem]:
     code = model.operator_codes[op.opcode_index]
     op_type = model.op_type(op)
@@ -383,7 +398,7 @@ def _operator_problems(
         )
         message = _sparse_message(model, subgraph, op, op_type)
         if facts is not None and message is None:
-            message = _facts_message(model, subgraph, op, facts)
+            message = _facts_message(model, subgraph, op, facts, stored)
     return [] if message is None else [_op(s, i, op_type, message)]
 
 
@@ -418,7 +433,9 @@ def _count_message(kind: str, count: int, bounds: tuple[int, int | None]) -> str
     return None
 
 
-def _facts_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFacts) -> str | None:
+def _facts_message(
+    model: Model, subgraph: Subgraph, op: Operator, facts: OpFacts, stored: set[int]
+) -> str | None:
     message = _count_message("input", len(op.inputs), facts.input_count) or _count_message(
         "output", len(op.outputs), facts.output_count
     )
@@ -438,7 +455,7 @@ def _facts_message(model: Model, subgraph: Subgraph, op: Operator, facts: OpFact
             if dtype_name(tensor.dtype) not in operand.types:
                 allowed = ", ".join(sorted(operand.types))
                 return f"{kind} {position} ({operand.name}) is {dtype_name(tensor.dtype)}, must be one of {allowed}"
-            if operand.constant and not model.is_constant(tensor):
+            if operand.constant and t not in stored:
                 return f"{kind} {position} ({operand.name}) must be a constant"
     if op.options_type is not None and op.options_type != facts.options:
         expected = facts.options or "no options table"

@@ -79,6 +79,9 @@ class SecondMoments:
         self.rng = np.random.default_rng(0)
 
     def __call__(self, t: int, value: np.ndarray) -> None:
+        declared = self.subgraph.tensors[t].shape[1:]
+        if list(np.shape(value)[1:]) != list(declared):
+            return  # a dynamic shape run at another size: the patches follow the declared one
         for i in self.by_input.get(t, ()):
             rows = self._rows(i, value)  # [P, K]: one H for all channels; [P, C, K]: one each
             moment = rows.T @ rows if rows.ndim == 2 else np.einsum("pck,pcl->ckl", rows, rows)
@@ -126,29 +129,31 @@ def gather_moments(
 
 
 def optimise_rounding(
-    weights: np.ndarray, scale: np.ndarray, moment: np.ndarray, layout: str
+    weights: np.ndarray, scale: np.ndarray, moment: np.ndarray, layout: str, qmax: int = 127
 ) -> np.ndarray:
-    """Integer weights (int8, weight layout) minimising the layer's output error under H.
+    """Integer weights (in [-qmax, qmax], weight layout) minimising the layer's output error
+    under H.
 
     `layout` says how the weight tensor maps to (channel, K): "rows" (FULLY_CONNECTED and
     CONV_2D: channel first), "depthwise" ([1, KH, KW, C]: channel last, one H per channel).
+    `scale` is one per channel, or one per weight of the rows ([O, K]: blockwise weights).
     """
-    if layout == "depthwise":
-        w = weights.reshape(-1, weights.shape[-1]).T.astype(np.float64)  # [C, KH*KW]
-    else:
-        w = weights.reshape(weights.shape[0], -1).astype(np.float64)  # [O, K]
-    s = np.asarray(scale, np.float64).reshape(-1, 1) * np.ones((w.shape[0], 1))
-    q = _descend(w, s, moment)
+    w = layer_rows(weights, layout)
+    s = np.asarray(scale, np.float64)
+    s = s.reshape(w.shape) if s.size == w.size and s.size > w.shape[0] else s.reshape(-1, 1)
+    s = s * np.ones((w.shape[0], 1))
+    q = _descend(w, np.broadcast_to(s, w.shape), moment, qmax)
     if layout == "depthwise":
         return q.T.reshape(weights.shape).astype(np.int8)
     return q.reshape(weights.shape).astype(np.int8)
 
 
-def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray) -> np.ndarray:
-    """Coordinate descent over floor/ceil choices; `moment` is [K, K] or [C, K, K]."""
+def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray, qmax: int = 127) -> np.ndarray:
+    """Coordinate descent over floor/ceil choices; `s` the scale of each weight, `moment`
+    [K, K] or [C, K, K]."""
     ratio = w / s
     floor, ceil = np.floor(ratio), np.ceil(ratio)  # equal where w / s is an integer: no choice
-    q = np.clip(np.round(ratio), -127, 127)
+    q = np.clip(np.round(ratio), -qmax, qmax)
     shared = moment.ndim == 2
     diagonal = np.diagonal(moment, axis1=-2, axis2=-1)
     error = w - q * s
@@ -157,10 +162,10 @@ def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray) -> np.ndarray:
         flips = 0
         for k in range(w.shape[1]):
             other = np.where(q[:, k] == floor[:, k], ceil[:, k], floor[:, k])
-            step = (q[:, k] - other) * s[:, 0]  # change of error[:, k]
+            step = (q[:, k] - other) * s[:, k]  # change of error[:, k]
             hkk = diagonal[k] if shared else diagonal[:, k]
             gain = 2 * step * gradient[:, k] + step**2 * hkk
-            better = (gain < 0) & (np.abs(other) <= 127)
+            better = (gain < 0) & (np.abs(other) <= qmax)
             if not better.any():
                 continue
             flips += int(better.sum())
@@ -170,6 +175,22 @@ def _descend(w: np.ndarray, s: np.ndarray, moment: np.ndarray) -> np.ndarray:
         if not flips:
             break
     return q
+
+
+def layer_rows(weights: np.ndarray, layout: str) -> np.ndarray:
+    """The weights as the rows H multiplies (float64): [O, K] for "rows", [C, KH*KW] for
+    "depthwise"."""
+    if layout == "depthwise":
+        return weights.reshape(-1, weights.shape[-1]).T.astype(np.float64)
+    return weights.reshape(weights.shape[0], -1).astype(np.float64)
+
+
+def output_error(error_rows: np.ndarray, moment: np.ndarray) -> float:
+    """The layer's mean squared output error for weight errors `error_rows` (`layer_rows`'s
+    layout) under the second moment of its inputs ([K, K], or [C, K, K] per channel)."""
+    if moment.ndim == 2:
+        return float(np.sum((error_rows @ moment) * error_rows))
+    return float(np.einsum("ck,ckl,cl->", error_rows, moment, error_rows))
 
 
 def layer_layout(model: Model, op: Operator) -> str:

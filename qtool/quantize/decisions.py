@@ -14,6 +14,7 @@ from qtool.numerics import activation_params
 from qtool.op_facts import shape_only_inputs
 from qtool.quantize import recurrent
 from qtool.spec import Mode, OpRule, QuantSpec, integer_lstm, kernel_contracts
+from qtool.weight_spec import weight_rule
 
 FLOAT, INT8, INT16, INTEGER = Mode.FLOAT, Mode.INT8, Mode.INT16, Mode.INTEGER
 
@@ -34,6 +35,16 @@ class Precision:
 
     specs: Mapping[str, QuantSpec]  # INT8 -> int8 table, INT16 -> int16x8 table
     int16_patterns: tuple[str, ...] = ()  # op-type or tensor-name globs; "*" for every op
+    weight_bits: int = 8  # 4: int4 weights where an int8 kernel reads them
+
+    def weight_bits_of(self, op_type: str, mode: str, per_axis: bool) -> int:
+        """The width of an int8 op's weights: 4 where asked and its int8 kernel reads int4
+        weights of that granularity (`schemas/weight_modes.json`), else 8."""
+        rule = weight_rule(op_type)
+        granularity = "per-axis" if per_axis else "per-tensor"
+        if self.weight_bits == 4 and mode == INT8 and rule is not None:
+            return 4 if granularity in rule.int4_with_int8_activations else 8
+        return 8
 
     def wanted(
         self, model: Model, subgraph: Subgraph, op: Operator, op_type: str | None = None

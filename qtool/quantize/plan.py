@@ -72,6 +72,9 @@ class Plan:
     reads: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, input pos) -> slot
     writes: dict[tuple[int, int], Slot] = field(default_factory=dict)  # (op, output pos) -> slot
     weights: dict[int, object] = field(default_factory=dict)  # op -> LayerWeights (weights.py)
+    # The weight modes: (op, input position) -> NarrowWeight (weight_store.py), the narrow form
+    # a float op's constant weights are stored in.
+    narrow: dict[tuple[int, int], object] = field(default_factory=dict)
     # A subgraph a control-flow op runs: the int8 parameters its inputs arrive with and its
     # outputs must leave with (the caller's operands'), by tensor.
     boundary_inputs: dict[int, AffineParams] = field(default_factory=dict)

@@ -41,7 +41,14 @@ from qtool.quantize.recurrent import quantize_lstm
 from qtool.quantize.relative import keep_relative_float
 from qtool.quantize.user_metric import UserMetric
 from qtool.quantize.variables import settle, variable_slots
-from qtool.quantize.weights import Rounder, RoundingCache, nearest, quantize_layer
+from qtool.quantize.weights import (
+    INT4_MAX,
+    Rounder,
+    RoundingCache,
+    nearest,
+    nearest_int4,
+    quantize_layer,
+)
 from qtool.spec import integer_lstm
 
 FOR_TARGET = "kept in float to reach the target SQNR"
@@ -314,12 +321,14 @@ class Planner:
                 found[i] = partial(self._optimised, i, moment=moment, layout=layout)
         return found
 
-    def _optimised(self, op_index, weights, scale, axis, *, moment, layout) -> np.ndarray:
-        """Optimised rounding, computed once per layer and weight scale (plans are rebuilt
-        many times during a search)."""
-        key = (op_index, np.asarray(scale).tobytes())
+    def _optimised(
+        self, op_index, weights, scale, axis, *, moment, layout, qmax: int = 127
+    ) -> np.ndarray:
+        """Optimised rounding (in [-qmax, qmax]), computed once per layer and weight scale
+        (plans are rebuilt many times during a search)."""
+        key = (op_index, np.asarray(scale).tobytes(), qmax)
         if key not in self._rounded:
-            self._rounded[key] = optimise_rounding(weights, scale, moment, layout)
+            self._rounded[key] = optimise_rounding(weights, scale, moment, layout, qmax)
         return self._rounded[key]
 
 
@@ -398,15 +407,24 @@ def quantize_weights(
             corrector = (
                 shift if shifts is None else partial(_cached, shifts, (i, _Same(statistics)), shift)
             )
+        bits = precision.weight_bits_of(
+            model.op_type(op), mode, weight_rule.granularity == "per-axis"
+        )
+        rounder = rounders.get(i)
+        if rounder is None:
+            rounder = nearest_int4 if bits == 4 else nearest
+        elif bits == 4:
+            rounder = partial(rounder, qmax=INT4_MAX)
         plan.weights[i] = quantize_layer(
             model,
             subgraph,
             op,
             rule,
             input_params,
-            rounder=rounders.get(i, nearest),
+            rounder=rounder,
             corrector=corrector,
             cache=weights if i not in rounders else None,
+            bits=bits,
         )
 
 

@@ -24,7 +24,7 @@ from functools import cache, partial
 import numpy as np
 
 from qtool.arguments import choice, flag, patterns
-from qtool.calibrate import ENGINES, CalibrationResult, Dataset
+from qtool.calibrate import ENGINES, Dataset
 from qtool.calibrate.collect import (
     FIT,
     MIN_SAMPLES_FOR_HOLDOUT,
@@ -44,12 +44,9 @@ from qtool.model import Model, model_to_bytes
 from qtool.model.calls import called_subgraphs
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
 from qtool.prepare import FloatModel, prepare_float_model
-from qtool.prepare.canonical import RewrittenOp
 from qtool.prepare.equalize import SAMPLES as EQUALIZE_SAMPLES
 from qtool.prepare.equalize import EqualizedPair, equalize
-from qtool.prepare.fold import FoldedOp, StoredForm
-from qtool.quantize.accuracy import OutputAccuracy
-from qtool.quantize.agreement import SimulationCheck
+from qtool.prepare.fold import StoredForm
 from qtool.quantize.auto import AUTO, CandidateScore, choose_recipe, start_candidates
 from qtool.quantize.decisions import FLOAT, INT8, INT16, Precision, unmatched_pattern
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
@@ -58,10 +55,10 @@ from qtool.quantize.float_subgraphs import computes_in_float, float_body_plans, 
 from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import Plan
 from qtool.quantize.planner import Planner, Recipe
-from qtool.quantize.rewrite import IO_TYPES, RewriteNotes, rewritten
+from qtool.quantize.result import FloatOp, QuantizeResult
+from qtool.quantize.rewrite import IO_TYPES, rewritten
 from qtool.quantize.search import (
     Remedy,
-    SearchResult,
     Target,
     search,
     weight_limited_rounding,
@@ -70,10 +67,13 @@ from qtool.quantize.search_limits import SearchSpace, search_limits
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
 from qtool.quantize.user_metric import MetricFunction, as_metric
+from qtool.quantize.weight_plan import FULL, WeightSettings
+from qtool.quantize.weight_quantizer import WeightRun, quantize_weight_mode, weight_options_problem
 from qtool.runtime.litert import litert_available
 from qtool.runtime.state import keeps_state
 from qtool.spec import QUANTIZED, load_spec, spec_profiles
 from qtool.targets import load_target, target_names
+from qtool.weight_spec import default_min_weight_elements
 
 IO_MODES = tuple(mode.value for mode in IO_TYPES)  # what a user may ask for at the boundary
 ACTIVATION_TYPES = tuple(mode.value for mode in QUANTIZED)  # what `activations` may be
@@ -108,6 +108,13 @@ class QuantizeOptions:
     target: str | None = None
     # Also store dense weights sparse (int8 behind a DENSIFY) where that is smaller.
     sparsify: bool = False
+    # full int8, or a weight mode (weight_quantizer.py): dynamic (hybrid kernels), weights
+    # (weight-only, DEQUANTIZE in front of float ops) or float16; the width of integer weights,
+    # int4 blocks, and the fewest weights an op needs to get integer ones (None: 1024).
+    mode: str = FULL
+    weight_bits: int = 8
+    block_size: int | None = None
+    min_weight_elements: int | None = None
     # The user's measure of the outputs (`module:function` or a callable, user_metric.py):
     # reported, maximised by the auto choice, and with `target_metric` a target.
     metric: str | MetricFunction | None = None
@@ -130,6 +137,9 @@ class QuantizeOptions:
             object.__setattr__(self, name, patterns(name, getattr(self, name)))
         if not isinstance(self.calibration, str):
             raise UsageError(f"`calibration` must be a method name, not {self.calibration!r}")
+        problem = weight_options_problem(self)
+        if problem:
+            raise UsageError(problem)
         if self.calibration != AUTO:
             parse_method(self.calibration)
         if self.target_sqnr is not None and (
@@ -179,74 +189,7 @@ class QuantizeOptions:
         """The int8 and int16x8 spec tables under `profiles`, with the operators asked to run in
         int16x8."""
         specs = {INT8: load_spec(self.profiles), INT16: load_spec(self.profiles, INT16)}
-        return Precision(specs, self.int16_patterns)
-
-
-@dataclass
-class FloatOp:
-    """An operator the quantized model keeps in float, and why (the planner's reason; may be
-    empty)."""
-
-    subgraph: int
-    index: int | None  # operator index in the input model
-    op_type: str
-    reason: str
-
-
-@dataclass
-class QuantizeResult:
-    """Everything a quantization produced and decided, for the report and the caller; keyed by
-    subgraph index where per subgraph.
-
-    Attributes:
-        plans: the plan each calibrated subgraph was rewritten from.
-        folded: the constant operators folded before calibration.
-        equalized: the activations whose narrow channels were scaled up (`equalize`).
-        float_ops: the operators left in float, and why.
-        notes: what the rewriter noted (warnings, weight scales enlarged for the bias).
-        statistics: the calibration statistics the plans were fitted on (what `qtool calibrate`
-            saves).
-        accuracy: each output's record on the estimate's samples (held-out data, or the estimate
-            fold no choice saw), measured in LiteRT where it runs.
-        accuracy_source: how and on which samples `accuracy` was measured, as text ("" when it was
-            not).
-        metric: per subgraph, the user's metric on the estimate's samples.
-        target_confirmed: per subgraph with a target: whether the estimate meets it too (a
-            target is reached only when the search and the estimate both say so).
-        simulation_checks: the simulation of the estimated plan against LiteRT on the same
-            samples, per output (what the analysis and the search's ranking rely on).
-        warnings: what the user should know about the result (synthetic data, uncalibrated
-            subgraphs, ...).
-    """
-
-    model: Model  # the quantized model
-    float_model: Model  # the float model after preparation (what was calibrated)
-    calibrations: dict[int, CalibrationResult]  # per quantized subgraph
-    plans: dict[int, Plan]
-    folded: list[FoldedOp]
-    float_ops: list[FloatOp]
-    equalized: list[EqualizedPair]
-    notes: RewriteNotes
-    rewritten: dict[tuple[int, int], RewrittenOp]  # (subgraph, input-model op) -> rewrite
-    statistics: CalibrationStatistics
-    method: str  # the calibration method used
-    method_scores: dict[str, float] = field(default_factory=dict)  # auto: worst fitting SQNR
-    method_metrics: dict[str, float] = field(default_factory=dict)  # auto: the user's metric
-    recipes: dict[int, Recipe] = field(default_factory=dict)  # the choices, per subgraph
-    rounded: dict[int, list[Remedy]] = field(default_factory=dict)  # optimize_rounding's layers
-    searches: dict[int, SearchResult] = field(default_factory=dict)  # with a target SQNR
-    baseline_size: int | None = None  # with a target: bytes of the model without remedies
-    diagnosis: Diagnosis | None = None  # where the error comes from, when asked for
-    accuracy: list[OutputAccuracy] = field(default_factory=list)
-    accuracy_source: str = ""
-    metric: dict[int, float] = field(default_factory=dict)
-    estimate_independent: bool | None = None  # whether no choice saw the estimate's samples
-    target_confirmed: dict[int, bool] = field(default_factory=dict)
-    simulation_checks: list[SimulationCheck] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    # When asked for: per subgraph, each quantized activation's SQNR (dB) against the float
-    # tensor along the simulated model, in graph order, on held-out samples.
-    layer_sqnr: dict[int, dict[int, float]] = field(default_factory=dict)
+        return Precision(specs, self.int16_patterns, self.weight_bits)
 
 
 def _as_datasets(data: Dataset | Mapping[int, Dataset] | None) -> dict[int, Dataset]:
@@ -433,6 +376,10 @@ def quantize_loaded(
     warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures);
     `search_progress` gets a line per candidate of a target search.
     """
+    if options.mode != FULL:
+        return quantize_weight_mode(
+            model, _as_datasets(data), weight_run(options), _as_datasets(holdout)
+        )
     began = time.monotonic()
     calibrated = calibrate_loaded(model, data, options, progress, holdout, statistics)
     diagnosis = diagnose_calibrated(calibrated) if analyze else None
@@ -556,6 +503,23 @@ def quantize_loaded(
         )
         + estimate.warnings(),
         layer_sqnr=layers,
+    )
+
+
+def weight_run(options: QuantizeOptions, seed: int = 0) -> WeightRun:
+    """What a weight mode is asked by the options."""
+    settings = WeightSettings(
+        options.mode,
+        options.weight_bits,
+        options.block_size,
+        options.min_weight_elements
+        if options.min_weight_elements is not None
+        else default_min_weight_elements(),
+        options.per_tensor_fc,
+        options.keep_float,
+    )
+    return WeightRun(
+        settings, options.target_sqnr, options.allow_float, seed, options.optimize_rounding
     )
 
 

@@ -26,15 +26,17 @@ import numpy as np
 from qtool.model import Model, Operator, QuantParams, Subgraph, Tensor, TensorType
 from qtool.model.edit import NameAllocator, clone_model, remove_unused
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes, stored_values
-from qtool.numerics import AffineParams, activation_params, qrange, quantize
+from qtool.numerics import AffineParams, activation_params, pack_int4, qrange, quantize
 from qtool.op_facts import options_table
 from qtool.prepare.fold import StoredForm
 from qtool.quantize.decisions import FLOAT, INT8, INT16
 from qtool.quantize.plan import QUANTIZED, Plan, Slot
 from qtool.quantize.recurrent import TENSOR_TYPES, RecurrentOperands
 from qtool.quantize.variables import initialiser_plans
+from qtool.quantize.weight_store import WeightStore
 from qtool.quantize.weights import LayerWeights
 from qtool.spec import Mode, QuantSpec, sparse_int8_consumers
+from qtool.weight_spec import dequantize_version, weight_rule
 
 UINT8 = Mode.UINT8
 IO_TYPES = (FLOAT, INT8, UINT8)
@@ -85,7 +87,7 @@ class _Version:
         )
 
 
-class _Rewriter:
+class _Rewriter(WeightStore):
     def __init__(
         self,
         model: Model,
@@ -228,12 +230,13 @@ class _Rewriter:
         if cache_key in self.constant_copies:
             return self.constant_copies[cache_key]
         original = self.subgraph.tensors[t]
+        stored = pack_int4(values) if dtype == TensorType.INT4 else values
         copy = self.subgraph.add_tensor(
             Tensor(
                 name=self.names(f"{original.name}{suffix}"),
                 shape=list(values.shape),
                 dtype=dtype,
-                buffer=self.model.add_buffer(values),
+                buffer=self.model.add_buffer(stored),
                 quantization=params,
             )
         )
@@ -268,14 +271,19 @@ class _Rewriter:
         source_sparsity = None if form is None else form.sparsity
         dense = None
         if (source_sparsity is not None or self.sparsify) and (
-            self.model.op_type(op) in sparse_int8_consumers()
+            self.model.op_type(op) in sparse_int8_consumers() and layer.bits == 8
         ):
             dense = self._sparse_weights(t, key, layer.values, params, source_sparsity)
+        kind, suffix = (TensorType.INT4, "_int4") if layer.bits == 4 else (TensorType.INT8, "_int8")
         op.inputs[layer.weight_position] = (
             dense
             if dense is not None
-            else self._constant_copy(t, key, layer.values, TensorType.INT8, params, "_int8")
+            else self._constant_copy(t, (*key, layer.bits), layer.values, kind, params, suffix)
         )
+        if layer.bits == 4:  # the version TensorFlow's converter gives int4 weights
+            version = weight_rule(self.model.op_type(op)).version("int8 activations int4")
+            code = self.model.operator_codes[op.opcode_index]
+            code.version = max(code.version, version)
         if layer.enlarged_channels:
             source = self.plan.decisions[op_index].source_index
             self.notes.enlarged_weight_scales.append(
@@ -391,18 +399,20 @@ class _Rewriter:
         self._renamable(dense, original.name)
         return dense
 
-    def _storage_op(self, op_type: str, source: int, target: int) -> Operator:
+    def _storage_op(self, op_type: str, source: int, target: int, version: int = 1) -> Operator:
         return Operator(
-            opcode_index=self.model.opcode_for(op_type), inputs=[source], outputs=[target]
+            opcode_index=self.model.opcode_for(op_type, version), inputs=[source], outputs=[target]
         )
 
-    def _restored_float(self, t: int) -> int:
+    def _restored_float(self, t: int, form: StoredForm | None = None) -> int:
         """A folded float32 constant that a float operator reads, stored again as the source
-        stored it (float16 behind a DEQUANTIZE, sparse behind a DENSIFY): never wider."""
+        stored it (float16 behind a DEQUANTIZE, sparse behind a DENSIFY): never wider; or as
+        `form` says (`--mode float16`: every float constant float16)."""
         if t in self.restored:
             return self.restored[t]
         original = self.subgraph.tensors[t]
-        form = self.stored_forms.get(original.name)
+        explicit = form is not None
+        form = form or self.stored_forms.get(original.name)
         if form is None or form.dtype != TensorType.FLOAT16:
             return t
         values = self.model.tensor_data(original).astype(np.float16)
@@ -439,7 +449,10 @@ class _Rewriter:
                 name=self.names(original.name), shape=list(original.shape), dtype=TensorType.FLOAT32
             )
         )
-        self._emit(self._storage_op("DEQUANTIZE", source, widened), None)
+        # The version TensorFlow's converter gives a float16 DEQUANTIZE, in the float16 mode
+        # (elsewhere the source's DEQUANTIZE comes back as it was).
+        version = dequantize_version("float16") if explicit else 1
+        self._emit(self._storage_op("DEQUANTIZE", source, widened, version), None)
         self.restored[t] = widened
         return widened
 
@@ -470,14 +483,18 @@ class _Rewriter:
             else:
                 op.inputs[position] = self.need(t, slot, self._slot_version(slot))
 
-    def _rewrite_float(self, op: Operator) -> None:
+    def _rewrite_float(self, i: int, op: Operator) -> None:
         tensors = self.subgraph.tensors
+        hybrid = self.is_hybrid(i, op)
         for position, t in enumerate(op.inputs):
             if t < 0 or tensors[t].dtype != TensorType.FLOAT32:
                 continue
+            narrow = self.plan.narrow.get((i, position))
             if t in self.home:
                 op.inputs[position] = self.need(t, self._float_key(t), _Version(FLOAT, None))
-            elif self.model.is_constant(tensors[t]):
+            elif narrow is not None:  # the weight modes (weight_store.py)
+                op.inputs[position] = self.store_narrow(op, t, narrow)
+            elif self.model.is_constant(tensors[t]) and not hybrid:
                 op.inputs[position] = self._restored_float(t)
 
     def run(self) -> RewriteNotes:
@@ -487,7 +504,7 @@ class _Rewriter:
             if mode in QUANTIZED:
                 self._rewrite_quantized(i, op, mode)
             elif mode == FLOAT:
-                self._rewrite_float(op)
+                self._rewrite_float(i, op)
             boundary_outputs = []
             for position, t in enumerate(op.outputs):
                 if t not in self.home:

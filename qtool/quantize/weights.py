@@ -49,6 +49,7 @@ class LayerWeights:
     bias_scale: np.ndarray | None = None
     bias_shift: np.ndarray | None = None  # float correction added to the bias (per channel)
     enlarged_channels: list[int] = field(default_factory=list)
+    bits: int = 8  # 4: int4 weights (in int8 storage here; packed when written)
 
     @property
     def quantized_dimension(self) -> int:
@@ -105,6 +106,15 @@ def nearest(weights: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndar
     return quantize(weights, scale, zero, dtype=np.int8, axis=axis, narrow_range=True)
 
 
+def nearest_int4(weights: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndarray:
+    """Round to nearest, saturating to [-7, 7] (int4 weights: LiteRT's optimized 4-bit
+    FULLY_CONNECTED misreads -8, `schemas/weight_modes.json`)."""
+    return np.clip(nearest(weights, scale, axis), -INT4_MAX, INT4_MAX).astype(np.int8)
+
+
+INT4_MAX = 7
+
+
 def _bias_limit_dtype(bias_rule) -> type:
     return np.int64 if bias_rule is not None and bias_rule.dtype == "int64" else np.int32
 
@@ -128,19 +138,22 @@ def quantize_layer(
     rounder: Rounder = nearest,
     corrector: Corrector | None = None,
     cache: RoundingCache | None = None,
+    bits: int = 8,
 ) -> LayerWeights:
     """Quantize an operator's constant weights (and bias, present or created by a correction).
 
     `cache` keeps the weight scales and rounded weights across calls: they depend on the
     weights, the rounder and the scale, not on the activation ranges that differ between
-    the plans of a search."""
+    the plans of a search. `bits` 4: int4 weights (scale from [-7, 7]; `rounder` must
+    saturate there too)."""
     weight_rule = rule.weight_rule()
     position = weight_rule.index
     weights = np.asarray(model.tensor_data(subgraph.tensors[op.inputs[position]]), np.float32)
     axis = weight_rule.axis if weight_rule.granularity == "per-axis" else None
     cache = RoundingCache() if cache is None else cache
     identity = (op.inputs[position], axis, rounder)
-    scale = cache.scale(identity, lambda: symmetric_params(weights, axis=axis).scale)
+    qmax = INT4_MAX if bits == 4 else 127
+    scale = cache.scale(identity, lambda: symmetric_params(weights, axis=axis, qmax=qmax).scale)
     bias_rule = rule.bias_rule()
     bias_position = bias_rule.index if bias_rule is not None else None
     bias = None
@@ -171,6 +184,7 @@ def quantize_layer(
         enlarged = sorted(set(enlarged) | set(np.flatnonzero(overflow).tolist()))
         scale = fitted
     layer.enlarged_channels = enlarged
+    layer.bits = bits
     if total is not None and bias_position is not None:
         layer.bias_shift = None if shift is None else np.asarray(shift, np.float32)
         layer.bias_scale = bias_scale(input_params.scale, scale)

@@ -122,10 +122,11 @@ def quantize_pictures(result: QuantizeResult) -> dict[str, Any]:
             for s, sqnr in sorted(result.layer_sqnr.items())
             for row in layer_rows(model, s, sqnr)
         ],
-        "tensors": [
+        "tensors": [  # none in the weight modes: they calibrate nothing
             row
             for s, plan in sorted(result.plans.items())
-            for row in tensor_histograms(model, plan, result.statistics.of(s))
+            if (statistics := result.statistics.of(s)) is not None
+            for row in tensor_histograms(model, plan, statistics)
         ],
     }
 

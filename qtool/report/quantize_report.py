@@ -7,10 +7,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qtool.calibrate.inputs import entry_subgraphs
 from qtool.model import Model, dtype_name
 from qtool.model.describe import io_details, quant_summary
 from qtool.quantize import QuantizeOptions, QuantizeResult
 from qtool.quantize.analysis import LayerError
+from qtool.quantize.planner import FOR_TARGET
+from qtool.quantize.weight_plan import FULL
+from qtool.quantize.weight_store import DEQUANTIZED, FLOAT16, HYBRID
 from qtool.report.analysis_report import analysis_section
 from qtool.report.size_report import size_section, size_warning
 from qtool.spec import Mode
@@ -19,7 +23,13 @@ from qtool.version import __version__
 REPORT_VERSION = 4  # 4: "target" became "sqnr_target"; "device" records --target
 FOLDED = "folded"  # an op of the float model computed at build time: no operator remains
 INSERTED = "inserted"  # a QUANTIZE qtool added between differently quantized tensors
-REPORTED_MODES = (*(m.value for m in (Mode.INT8, Mode.INT16, Mode.FLOAT, Mode.INTEGER)), FOLDED)
+# How an op of a weight mode reads its weights (`qtool.quantize.weight_store`).
+WEIGHT_READS = (HYBRID, DEQUANTIZED, FLOAT16)
+REPORTED_MODES = (
+    *(m.value for m in (Mode.INT8, Mode.INT16, Mode.FLOAT, Mode.INTEGER)),
+    FOLDED,
+    *WEIGHT_READS,
+)
 
 
 def file_facts(path: str | Path | None, data: bytes | None = None) -> dict[str, Any]:
@@ -50,6 +60,9 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
             "mode": FOLDED,
             "reason": "constant inputs: evaluated once and stored as a float constant",
         }
+    if result.mode != FULL:
+        rows.update(_weight_op_rows(result, source))
+        return [rows[key] for key in sorted(rows)]
     inserted: dict[int, int] = {}
     for s, plan in result.plans.items():
         inserted[s] = len(plan.requantized(result.float_model))
@@ -81,6 +94,32 @@ def _op_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
             }
         )
     return ordered
+
+
+def _weight_op_rows(result: QuantizeResult, source: Model) -> dict[tuple[int, int], dict]:
+    """The weight modes: every op computes in float; those with weights say how they read
+    them (hybrid, weight-only, float16) and in which form, or why they keep float ones."""
+    rows = {}
+    for s, plan in result.plans.items():
+        for decision in plan.decisions:
+            op = source.subgraphs[s].operators[decision.source_index]
+            rows[(s, decision.source_index)] = {
+                "subgraph": s,
+                "index": decision.source_index,
+                "op": source.op_type(op),
+                "mode": Mode.FLOAT.value,
+                "reason": None,
+            }
+    for s, plan in result.weight_plans.items():
+        for op in plan.ops:
+            row = rows[(s, op.source_index)]
+            if op.form is None:
+                row["reason"] = op.kept_float or FOR_TARGET
+                continue
+            row["mode"] = op.form.kind
+            row["weights"] = op.form.label() + (", rounding optimised" if op.rounded else "")
+            row["reason"] = op.note
+    return rows
 
 
 def _tensor_rows(result: QuantizeResult, source: Model) -> list[dict[str, Any]]:
@@ -132,11 +171,12 @@ def _calibration_rows(result: QuantizeResult, model: Model) -> list[dict[str, An
 
 
 def _dynamic_input_shapes(result: QuantizeResult) -> dict[str, list[int]]:
-    """The shape each input declared dynamic (-1 in its signature) was quantized at."""
+    """The shape each input declared dynamic (-1 in its signature) was quantized at (the entry
+    subgraphs' in a weight mode, which calibrates none)."""
     model = result.float_model
     return {
         model.subgraphs[s].tensors[t].name: list(model.subgraphs[s].tensors[t].shape)
-        for s in sorted(result.calibrations)
+        for s in sorted(result.calibrations or entry_subgraphs(model))
         for t in model.subgraphs[s].inputs
         if -1 in (model.subgraphs[s].tensors[t].shape_signature or ())
     }
@@ -183,10 +223,14 @@ def build_report(
             "target_sqnr": options.target_sqnr,
             "device": options.target,
             "allow_float": options.allow_float,
+            "mode": options.mode,
+            "weight_bits": options.weight_bits,
+            "block_size": options.block_size,
+            "min_weight_elements": options.min_weight_elements,
             "metric": metric_name(options.metric),
             "target_metric": options.target_metric,
             "data": data_sources,
-            "synthetic": any(c.synthetic for c in result.calibrations.values()),
+            "synthetic": result.synthetic or any(c.synthetic for c in result.calibrations.values()),
             "samples_limit": samples_limit,
             "seed": seed,
             "input_shapes": _dynamic_input_shapes(result),
@@ -197,7 +241,7 @@ def build_report(
         "calibration": _calibration_rows(result, source),
         "io": [
             {"subgraph": s, **row}
-            for s in sorted(result.calibrations)
+            for s in sorted(result.calibrations or {0})  # the weight modes calibrate none
             for row in io_details(result.model, s)
         ],
         "ops": _op_rows(result, source),
@@ -281,12 +325,14 @@ def target_section(
     """The report's target section: the target, whether each subgraph reached it (on the
     search's samples, and confirmed on samples no choice saw), the remedies applied, what the
     result costs (bytes against the float model's, ops per precision) and what the search took
-    (seconds, candidates, budget); None without a target."""
+    (seconds, candidates, budget); None without a target. In a weight mode the remedies are
+    the ops given wider weights than asked, or float ones."""
     if options.accuracy_target is None:
         return None
     confirmed = result.target_confirmed
     modes = [d.mode for plan in result.plans.values() for d in plan.decisions]
     searches = result.searches.values()
+    remedies = _remedy_rows if result.mode == FULL else _weight_remedy_rows
     return {
         "sqnr_db": options.target_sqnr,
         "metric": options.target_metric,
@@ -312,23 +358,44 @@ def target_section(
                 "confirmed": confirmed.get(s, False),
                 "output_sqnr_db": [_db(v) for v in search.output_sqnr],
                 "metric": search.metric,
-                "remedies": [
-                    {
-                        "kind": remedy.kind,
-                        "place": remedy.place.kind,
-                        "op_index": result.plans[s].decisions[remedy.place.op_index].source_index
-                        if remedy.place.op_index >= 0
-                        else None,
-                        "op": remedy.op_type,
-                        "tensor": remedy.name,
-                        "alone_sqnr_db": _db(remedy.share_db),
-                    }
-                    for remedy in search.remedies
-                ],
+                "remedies": remedies(result, s, search),
             }
             for s, search in sorted(result.searches.items())
         ],
     }
+
+
+def _remedy_rows(result: QuantizeResult, s: int, search) -> list[dict[str, Any]]:
+    return [
+        {
+            "kind": remedy.kind,
+            "place": remedy.place.kind,
+            "op_index": result.plans[s].decisions[remedy.place.op_index].source_index
+            if remedy.place.op_index >= 0
+            else None,
+            "op": remedy.op_type,
+            "tensor": remedy.name,
+            "alone_sqnr_db": _db(remedy.share_db),
+        }
+        for remedy in search.remedies
+    ]
+
+
+def _weight_remedy_rows(result: QuantizeResult, s: int, search) -> list[dict[str, Any]]:
+    return [
+        {
+            "kind": change.kind,
+            "place": "weights",
+            "op_index": change.op_index,
+            "op": change.op_type,
+            "tensor": change.tensor,
+            "alone_sqnr_db": _db(change.alone_sqnr_db),
+            "subgraph": change.subgraph,
+            "asked": change.asked,
+            "chosen": change.chosen,
+        }
+        for change in search.changes
+    ]
 
 
 def accuracy_section(result: QuantizeResult) -> dict[str, Any]:

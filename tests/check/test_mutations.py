@@ -21,6 +21,7 @@ from tests.check import (  # noqa: F401  (register their cases)
     contract_cases,
     risk_cases,
     state_cases,
+    weight_cases,
 )
 from tests.check.cases import CASES, Case, case, cnn, conv_operands, logits, params, set_values
 from tests.check.helpers import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qtool.check import audit_model
+from qtool.check import audit_model, check_paths
 from qtool.model import load_model
 from tests.check.helpers import TF_INT8, chain_model, tf_model
 from tests.conftest import MODELS
@@ -33,11 +33,21 @@ def test_extended_ops_are_reported_as_info() -> None:
     assert all(f.severity == "info" and f.rule == "QT-OP-EXTENDED" for f in findings)
 
 
-@pytest.mark.parametrize("path", FLOAT_MODELS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in FLOAT_MODELS if p.stem != "fp16_weights"], ids=lambda p: p.stem
+)
 def test_float_model_is_one_not_quantized_error(path) -> None:
     (finding,) = audit_model(load_model(path))
     assert (finding.rule, finding.severity, finding.op_index) == ("QT-NOT-QUANTIZED", "error", None)
     assert "compute in float" in finding.message
+
+
+def test_a_float16_weights_model_is_recognised_not_reported_as_unquantized() -> None:
+    """Float16 constants behind DEQUANTIZE are a weight mode (what TensorFlow's float16
+    quantization writes): no finding, and the result says how the weights are stored."""
+    (result,) = check_paths([MODELS / "fp16_weights.tflite"])
+    assert result.findings == []
+    assert result.weights == {"float16": {"float16": 12}}
 
 
 def test_uint8_model_boundary_with_quantize_is_fine() -> None:

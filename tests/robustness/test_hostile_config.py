@@ -255,7 +255,7 @@ FROM_A_FILE = {
     "int16_patterns io_mode isolated keep_float layer_errors optimize_rounding equalize "
     "per_tensor_fc quiet "
     "samples seed strict synthetic target target_sqnr max_size sparsify input_shapes target_metric "
-    "budget",
+    "budget mode weight_bits block_size min_weight_elements",
 }
 
 

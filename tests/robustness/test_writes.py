@@ -92,10 +92,10 @@ def test_sigterm_while_files_are_staged_removes_them(old_pair, monkeypatch) -> N
     out, report = old_pair
     check = qtool.jobs.written_model_problem
 
-    def terminated_during_the_check(path: Path) -> str | None:
+    def terminated_during_the_check(path: Path, source: bytes | None = None) -> str | None:
         assert path.parent == out.parent and path.exists()  # the model is staged
         os.kill(os.getpid(), signal.SIGTERM)
-        return check(path)
+        return check(path, source)
 
     monkeypatch.setattr(qtool.jobs, "written_model_problem", terminated_during_the_check)
     code, stderr = _quantize(out, "--force")

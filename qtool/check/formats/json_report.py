@@ -23,6 +23,7 @@ def to_json(results: Sequence[ModelResult], profiles: Sequence[str] = ()) -> dic
             "findings": [finding.to_dict() for finding in result.findings],
             "suppressed": [suppressed.to_dict() for suppressed in result.suppressed],
             "summary": result.summary,
+            **({"weights": result.weights} if result.weights is not None else {}),
             **({"target": result.target} if result.target is not None else {}),
             **({"accuracy": result.accuracy} if result.accuracy is not None else {}),
         }

@@ -72,9 +72,20 @@ def accuracy_line(accuracy: dict[str, Any]) -> str:
     )
 
 
+def weights_line(weights: dict[str, dict[str, int]]) -> str:
+    """How a model stores narrow weights, in one line: "weights: hybrid 3 int8 per-axis;
+    float16 12 float16"."""
+    parts = [
+        f"{how} " + ", ".join(f"{count} {form}" for form, count in sorted(forms.items()))
+        for how, forms in weights.items()
+    ]
+    return "weights: " + "; ".join(parts)
+
+
 def extra_lines(result: ModelResult) -> list[str]:
-    """The target and accuracy summaries of a model, when they were asked for."""
-    lines = []
+    """How the model stores narrow weights, and the target and accuracy summaries when they
+    were asked for."""
+    lines = [] if result.weights is None else [weights_line(result.weights)]
     if result.target is not None:
         lines.append(target_line(result.target))
     if result.accuracy is not None:
