@@ -10,6 +10,7 @@ from qtool.calibrate import CalibrationResult
 from qtool.calibrate.statistics import CalibrationStatistics
 from qtool.model import Model
 from qtool.prepare.canonical import RewrittenOp
+from qtool.prepare.equalize import EqualizedPair
 from qtool.prepare.fold import FoldedOp
 from qtool.quantize.accuracy import OutputAccuracy
 from qtool.quantize.agreement import SimulationCheck
@@ -41,6 +42,7 @@ class QuantizeResult:
     Attributes:
         plans: the plan each calibrated subgraph was rewritten from.
         folded: the constant operators folded before calibration.
+        equalized: the activations whose narrow channels were scaled up (`equalize`).
         float_ops: the operators left in float, and why.
         notes: what the rewriter noted (warnings, weight scales enlarged for the bias).
         statistics: the calibration statistics the plans were fitted on (what `qtool calibrate`
@@ -91,3 +93,4 @@ class QuantizeResult:
     # The weight modes: every op with weights, its ladder and the form it got, per subgraph.
     weight_plans: dict[int, WeightPlan] = field(default_factory=dict)
     synthetic: bool = False  # the weight modes: accuracy measured on synthetic samples
+    equalized: list[EqualizedPair] = field(default_factory=list)
