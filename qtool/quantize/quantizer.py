@@ -55,14 +55,10 @@ from qtool.quantize.float_subgraphs import computes_in_float, float_body_plans, 
 from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.plan import Plan
 from qtool.quantize.planner import Planner, Recipe
+from qtool.quantize.remedies import Remedy
 from qtool.quantize.result import FloatOp, QuantizeResult
 from qtool.quantize.rewrite import IO_TYPES, rewritten
-from qtool.quantize.search import (
-    Remedy,
-    Target,
-    search,
-    weight_limited_rounding,
-)
+from qtool.quantize.search import Target, search, weight_limited_rounding
 from qtool.quantize.search_limits import SearchSpace, search_limits
 from qtool.quantize.sensitivity import MAX_SAMPLES
 from qtool.quantize.targeting import plan_for_target
