@@ -16,7 +16,7 @@ import hashlib
 
 import numpy as np
 
-from qtool.model import Operator, QuantParams, Tensor, TensorType
+from qtool.model import Operator, QuantParams, TensorType
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes, stored_values
 from qtool.numerics import AffineParams, pack_int4, quantize
 from qtool.prepare.fold import StoredForm
@@ -44,14 +44,12 @@ class ConstantStore(WeightStore):
             return self.constant_copies[cache_key]
         original = self.subgraph.tensors[t]
         stored = pack_int4(values) if dtype == TensorType.INT4 else values
-        copy = self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(f"{original.name}{suffix}"),
-                shape=list(values.shape),
-                dtype=dtype,
-                buffer=self.model.add_buffer(stored),
-                quantization=params,
-            )
+        copy = self._add_tensor(
+            f"{original.name}{suffix}",
+            values.shape,
+            dtype,
+            buffer=self.model.add_buffer(stored),
+            quantization=params,
         )
         self.constant_copies[cache_key] = copy
         self._renamable(copy, original.name)
@@ -119,12 +117,10 @@ class ConstantStore(WeightStore):
             op.inputs.append(-1)
         bias_t = op.inputs[position]
         if bias_t < 0:  # a correction gave a bias-less layer a bias
-            bias_t = self.subgraph.add_tensor(
-                Tensor(
-                    name=self.names(f"{self.subgraph.tensors[op.outputs[0]].name}/bias"),
-                    shape=[layer.bias.size],
-                    dtype=TensorType.FLOAT32,
-                )
+            bias_t = self._add_tensor(
+                f"{self.subgraph.tensors[op.outputs[0]].name}/bias",
+                [layer.bias.size],
+                TensorType.FLOAT32,
             )
         op.inputs[position] = self._constant_copy(
             bias_t,
@@ -160,15 +156,13 @@ class ConstantStore(WeightStore):
         """An integer tensor in place of float tensor `t` (no data: a state or an intermediate),
         named like it once it is gone."""
         original = self.subgraph.tensors[t]
-        copy_index = self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(f"{original.name}_{dtype}"),
-                shape=list(original.shape),
-                dtype=TENSOR_TYPES[dtype],
-                quantization=QuantParams.of(params.scale, params.zero_point),
-                is_variable=variable,
-                shape_signature=original.shape_signature,
-            )
+        copy_index = self._add_tensor(
+            f"{original.name}_{dtype}",
+            original.shape,
+            TENSOR_TYPES[dtype],
+            quantization=QuantParams.of(params.scale, params.zero_point),
+            is_variable=variable,
+            shape_signature=original.shape_signature,
         )
         self._renamable(copy_index, original.name)
         return copy_index
@@ -189,23 +183,19 @@ class ConstantStore(WeightStore):
         if stored.nbytes + sparsity_nbytes(sparsity) >= values.nbytes:
             return None
         original = self.subgraph.tensors[t]
-        sparse = self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(f"{original.name}_int8_sparse"),
-                shape=list(values.shape),
-                dtype=TensorType.INT8,
-                buffer=self.model.add_buffer(stored),
-                quantization=copy.deepcopy(params),
-                sparsity=copy.deepcopy(sparsity),
-            )
+        sparse = self._add_tensor(
+            f"{original.name}_int8_sparse",
+            values.shape,
+            TensorType.INT8,
+            buffer=self.model.add_buffer(stored),
+            quantization=copy.deepcopy(params),
+            sparsity=copy.deepcopy(sparsity),
         )
-        dense = self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(f"{original.name}_int8"),
-                shape=list(values.shape),
-                dtype=TensorType.INT8,
-                quantization=copy.deepcopy(params),
-            )
+        dense = self._add_tensor(
+            f"{original.name}_int8",
+            values.shape,
+            TensorType.INT8,
+            quantization=copy.deepcopy(params),
         )
         self._emit(self._storage_op("DENSIFY", sparse, dense), None)
         self.constant_copies[(t, *key, "dense")] = dense
@@ -231,37 +221,25 @@ class ConstantStore(WeightStore):
         values = self.model.tensor_data(original).astype(np.float16)
         source = t
         if form.sparsity is not None:
-            stored = self.subgraph.add_tensor(
-                Tensor(
-                    name=self.names(f"{original.name}_float16_sparse"),
-                    shape=list(original.shape),
-                    dtype=TensorType.FLOAT16,
-                    buffer=self.model.add_buffer(stored_values(values, form.sparsity)),
-                    sparsity=copy.deepcopy(form.sparsity),
-                )
+            stored = self._add_tensor(
+                f"{original.name}_float16_sparse",
+                original.shape,
+                TensorType.FLOAT16,
+                buffer=self.model.add_buffer(stored_values(values, form.sparsity)),
+                sparsity=copy.deepcopy(form.sparsity),
             )
-            source = self.subgraph.add_tensor(
-                Tensor(
-                    name=self.names(f"{original.name}_float16"),
-                    shape=list(original.shape),
-                    dtype=TensorType.FLOAT16,
-                )
+            source = self._add_tensor(
+                f"{original.name}_float16", original.shape, TensorType.FLOAT16
             )
             self._emit(self._storage_op("DENSIFY", stored, source), None)
         else:
-            source = self.subgraph.add_tensor(
-                Tensor(
-                    name=self.names(f"{original.name}_float16"),
-                    shape=list(original.shape),
-                    dtype=TensorType.FLOAT16,
-                    buffer=self.model.add_buffer(values),
-                )
+            source = self._add_tensor(
+                f"{original.name}_float16",
+                original.shape,
+                TensorType.FLOAT16,
+                buffer=self.model.add_buffer(values),
             )
-        widened = self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(original.name), shape=list(original.shape), dtype=TensorType.FLOAT32
-            )
-        )
+        widened = self._add_tensor(original.name, original.shape, TensorType.FLOAT32)
         # The version TensorFlow's converter gives a float16 DEQUANTIZE, in the float16 mode
         # (elsewhere the source's DEQUANTIZE comes back as it was).
         version = dequantize_version("float16") if explicit else 1

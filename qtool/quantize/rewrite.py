@@ -175,13 +175,11 @@ class _Rewriter(ConstantStore):
 
     def _copy_tensor(self, t: int, dtype: str) -> int:
         original = self.subgraph.tensors[t]
-        return self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(f"{original.name}_{dtype}"),
-                shape=list(original.shape),
-                dtype=TensorType.FLOAT32,
-                shape_signature=original.shape_signature,
-            )
+        return self._add_tensor(
+            f"{original.name}_{dtype}",
+            original.shape,
+            TensorType.FLOAT32,
+            shape_signature=original.shape_signature,
         )
 
     def need(self, t: int, key: tuple, version: _Version) -> int:
