@@ -200,7 +200,8 @@ def quantize_model(
     "0.5x") refuses a bigger result. Raises QtoolError subclasses for bad input; `strict`,
     `max_size` and an unreachable `target_sqnr` raise too (exit code 1 on the command line).
     """
-    from qtool.jobs import SizeLimit, finish_quantization
+    from qtool.jobs import finish_quantization
+    from qtool.refusals import SizeLimit
 
     settings = _options("quantize_model", options)
     samples = arguments.sample_limit(samples)

@@ -36,7 +36,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("qtool.quantize", "qtool.evaluate"),
     ("qtool.check",),
     ("qtool.report",),
-    ("qtool.jobs", "qtool.api"),
+    ("qtool.jobs", "qtool.refusals", "qtool.api"),
     ("qtool.cli", "qtool", "qtool.entry", "qtool.__main__"),
 )
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import click
 
 from qtool.calibrate import ENGINES
-from qtool.quantize.quantizer import ACTIVATION_TYPES, DEFAULT_CALIBRATION
+from qtool.quantize.options import ACTIVATION_TYPES, DEFAULT_CALIBRATION
 
 Decorator = Callable[[Callable], Callable]
 

@@ -18,10 +18,11 @@ from qtool.cli.planning import (
 )
 from qtool.cli.render import print_fields, print_json, print_table, progress, stderr, stdout
 from qtool.display import printable
-from qtool.jobs import QuantizeJob, QuantizeOutcome, SizeLimit, quantize_file
+from qtool.jobs import QuantizeJob, QuantizeOutcome, quantize_file
 from qtool.quantize import IO_MODES, QuantizeOptions
 from qtool.quantize.accuracy import measures_text
 from qtool.quantize.weight_quantizer import MODES
+from qtool.refusals import SizeLimit
 from qtool.report import summary_counts
 from qtool.targets import target_names
 

@@ -17,8 +17,9 @@ from qtool.quantize.agreement import SimulationCheck
 from qtool.quantize.diagnosis import Diagnosis
 from qtool.quantize.plan import Plan
 from qtool.quantize.planner import Recipe
+from qtool.quantize.remedies import Remedy
 from qtool.quantize.rewrite import RewriteNotes
-from qtool.quantize.search import Remedy, SearchResult
+from qtool.quantize.search import SearchResult
 from qtool.quantize.weight_plan import WeightPlan
 from qtool.quantize.weight_search import WeightSearchResult
 

@@ -40,40 +40,32 @@ import numpy as np
 
 from qtool.calibrate.collect import EvaluationSet
 from qtool.calibrate.statistics import SubgraphStatistics
-from qtool.model import Model
 from qtool.quantize.adaround import supported as rounding_supported
 from qtool.quantize.diagnosis import layer_sqnr
 from qtool.quantize.evaluation import PlanAccuracy
 from qtool.quantize.planner import Planner, Recipe
+from qtool.quantize.remedies import (
+    ROUNDING,
+    Remedy,
+    after_int16,
+    as_remedies,
+    float_cost,
+    float_remedy,
+    integer_remedy,
+    remedies_of,
+)
 from qtool.quantize.search_limits import Limits
 from qtool.quantize.sensitivity import Analyzer, Place, Sensitivity, places
-from qtool.spec import Mode
 
-ROUNDING, INT16, FLOAT = "rounding", Mode.INT16, Mode.FLOAT  # the remedies, cheapest first
 # The largest fold-to-other-photographs gap measured (4.9 dB) and 1 dB of estimate noise.
 MARGIN_DB = 6.0
 GROWTH = 1.5  # how much the remedied prefix grows after a miss
 MAX_PRUNE_TRIES = 8
 WORST_SLACK_DB = 0.25
-# What keeping an op in float costs beyond its weights, in int8 weight elements: the DEQUANTIZE
-# and QUANTIZE around it and their tensors (measured: 150-400 bytes per float op).
-OP_COST_ELEMENTS = 256
-INT16_GAIN_DB = 20 * math.log10(256)  # an activation's noise in int16 instead of int8
 ROUNDING_SAMPLES = 8  # calibration samples for rounding's second moments under a budget
 ANALYSIS_SHARE = 0.4  # of a search's budget, at most, for measuring places one at a time
 BUDGET = "time budget"  # why a search stopped short
 SIZE = "float model's size"
-
-
-@dataclass(frozen=True)
-class Remedy:
-    """A remedy the target search applied to one place (rounding, int16 or float)."""
-
-    kind: str  # ROUNDING, INT16 or FLOAT
-    place: Place
-    name: str  # the tensor's name
-    op_type: str
-    share_db: float  # the place's share of the failing output's noise, in dB of the signal
 
 
 @dataclass(frozen=True)
@@ -137,42 +129,6 @@ def _ranked(
 
     kept = [s for s in found if weight(s) > 0]
     return sorted(kept, key=lambda s: weight(s) / (cost(s) if cost else 1.0), reverse=True)
-
-
-def _integer_remedy(place: Place, recipe: Recipe, model: Model, subgraph) -> tuple | None:
-    if place.kind == "calls":  # what control flow runs keeps its caller's recipe
-        return None
-    if place.kind == "weights":
-        op = subgraph.operators[place.op_index]
-        if rounding_supported(model, subgraph, op):
-            return ROUNDING, recipe.with_changes(
-                rounding_ops=recipe.rounding_ops | {place.op_index}
-            )
-        return None
-    return INT16, recipe.with_changes(int16_tensors=recipe.int16_tensors | {place.tensor})
-
-
-def _float_remedy(place: Place, recipe: Recipe, subgraph) -> tuple:
-    # A control-flow operator kept float keeps the subgraphs it runs float too (planner.py).
-    ops = {place.op_index} if place.op_index >= 0 else set()
-    if place.kind == "activation":
-        ops |= {i for i, op in enumerate(subgraph.operators) if place.tensor in op.inputs}
-    return FLOAT, recipe.with_changes(float_ops=recipe.float_ops | ops)
-
-
-def _float_cost(place: Place, model: Model, subgraph) -> int:
-    """What keeping `place` in float costs, in int8 weight elements (ranking only: the written
-    size is measured): the constant inputs of the ops that go float, and OP_COST_ELEMENTS each."""
-    ops = {place.op_index} if place.op_index >= 0 else set()
-    if place.kind == "activation":
-        ops |= {i for i, op in enumerate(subgraph.operators) if place.tensor in op.inputs}
-    cost = 0
-    for index in ops:
-        cost += OP_COST_ELEMENTS
-        for t in subgraph.operators[index].inputs:
-            if t >= 0 and model.is_constant(subgraph.tensors[t]):
-                cost += int(np.prod(subgraph.tensors[t].shape or [1]))
-    return cost
 
 
 class _Search:
@@ -350,7 +306,7 @@ def search(
             # (face_detection_short_range with none: 30.7 dB on the estimate's samples, 29.5 on
             # held-out photographs), and the samples no choice saw decide (quantizer.py).
             _, recipe, accuracy = run.cheapest
-            result = _result(recipe, True, accuracy, _remedies_of(recipe, start, run.measured))
+            result = _result(recipe, True, accuracy, remedies_of(recipe, start, run.measured))
         else:
             best = run.best or (start, run.planner.accuracy(statistics, start, selection))
             result = _result(best[0], False, best[1], stopped=stop.args[0])
@@ -376,31 +332,31 @@ def _search(run: _Search, start: Recipe, target: Target, allow_float: bool) -> S
     )
 
     def integer(place: Place, recipe: Recipe = start):
-        return _integer_remedy(place, recipe, model, subgraph)
+        return integer_remedy(place, recipe, model, subgraph)
 
     recipe, chosen, sqnr = run.stage(start, ranking, integer, whole_first=True)
-    remedies = _remedies(chosen)
+    remedies = as_remedies(chosen)
     if sqnr is not None and run.reached(sqnr):
         return _result(recipe, True, sqnr, remedies)
     # What still holds the noise once every integer remedy is in place: the first analysis
     # with each int16 activation's noise 48 dB lower (a grid 256 times finer), not a second
     # analysis (it took half of a search's time, measured on face_detection_short_range).
     current = run.evaluate(recipe)
-    measured_now = [_after_int16(s, recipe) for s in measured]
+    measured_now = [after_int16(s, recipe) for s in measured]
     remaining = _ranked(measured_now, current.fitting_db, run.aim_db())
     if not allow_float:
         met = target.met(current)  # short of the margin only: the target itself holds
         return _result(recipe, met, current, remedies, [] if met else remaining[:10])
 
     def floating(place: Place, base: Recipe = recipe):
-        return _float_remedy(place, base, subgraph)
+        return float_remedy(place, base, subgraph)
 
     # The most noise per byte first: a large layer goes float only when no small ones do.
     by_cost = _ranked(
         measured_now,
         current.fitting_db,
         run.aim_db(),
-        lambda s: _float_cost(s.place, model, subgraph),
+        lambda s: float_cost(s.place, model, subgraph),
     )
     final, floated, sqnr = run.stage(recipe, by_cost, floating)
     if sqnr is not None and run.reached(sqnr):
@@ -415,34 +371,9 @@ def _search(run: _Search, start: Recipe, target: Target, allow_float: bool) -> S
         final,
         reached,
         last,
-        _remedies(chosen) + _remedies(floated),
+        as_remedies(chosen) + as_remedies(floated),
         [] if reached else remaining[:10],
     )
-
-
-def _remedies_of(recipe: Recipe, start: Recipe, measured: list[Sensitivity]) -> list[Remedy]:
-    """The remedies `recipe` holds beyond `start`, each place as the analysis measured it."""
-    chosen = []
-    for found in measured:
-        place = found.place
-        if place.kind == "weights" and place.op_index in recipe.rounding_ops - start.rounding_ops:
-            chosen.append((found, ROUNDING))
-        if (
-            place.kind == "activation"
-            and place.tensor in recipe.int16_tensors - start.int16_tensors
-        ):
-            chosen.append((found, INT16))
-        if place.op_index in recipe.float_ops - start.float_ops:
-            chosen.append((found, FLOAT))
-    return _remedies(chosen)
-
-
-def _after_int16(found: Sensitivity, recipe: Recipe) -> Sensitivity:
-    """`found` with its noise as it is once `recipe` stores its activation in int16."""
-    if found.place.kind != "activation" or found.place.tensor not in recipe.int16_tensors:
-        return found
-    finer = [v + INT16_GAIN_DB for v in found.output_sqnr]
-    return Sensitivity(found.place, found.name, found.op_type, finer)
 
 
 def _result(
@@ -462,13 +393,6 @@ def _result(
         accuracy.metric,
         stopped,
     )
-
-
-def _remedies(chosen: list) -> list[Remedy]:
-    return [
-        Remedy(kind, s.place, s.name, s.op_type, float(min(s.output_sqnr, default=np.inf)))
-        for s, kind in chosen
-    ]
 
 
 def weight_limited_rounding(
@@ -505,7 +429,7 @@ def weight_limited_rounding(
         gains = np.subtract(_finite(trial.fitting_db), _finite(current.fitting_db))
         metric_kept = current.metric is None or trial.metric >= current.metric
         if gains.mean() > 0 and trial.worst_db >= current.worst_db - WORST_SLACK_DB and metric_kept:
-            return recipe, _remedies([(s, ROUNDING) for s in candidates])
+            return recipe, as_remedies([(s, ROUNDING) for s in candidates])
         candidates = candidates[: len(candidates) // 2]
     return start, []
 

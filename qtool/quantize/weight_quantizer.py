@@ -132,7 +132,7 @@ def _float_ops(weights: WeightModel) -> list[FloatOp]:
 
 
 class WeightOptions(Protocol):
-    """What the weight modes read of `QuantizeOptions` (quantizer.py, which imports this)."""
+    """What the weight modes read of `QuantizeOptions` (options.py, which imports this)."""
 
     mode: str
     weight_bits: int

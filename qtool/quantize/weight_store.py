@@ -10,6 +10,7 @@ in the same form is stored once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +64,12 @@ class WeightStore:
     """The rewriter's methods for narrow weights. They use the rewriter's model, subgraph,
     name allocator, emitted operators and constant cache (`rewrite._Rewriter`)."""
 
+    def _add_tensor(self, name: str, shape: Sequence[int], dtype: int, **fields) -> int:
+        """A new tensor of the subgraph, named `name` (made unique), with `fields` of `Tensor`."""
+        return self.subgraph.add_tensor(
+            Tensor(name=self.names(name), shape=list(shape), dtype=dtype, **fields)
+        )
+
     def is_hybrid(self, index: int, op: Operator) -> bool:
         """Whether operator `index` reads hybrid weights: its other constants (the bias) stay
         float32 (XNNPACK fails to prepare a hybrid op whose bias comes from a float16
@@ -104,26 +111,22 @@ class WeightStore:
         original = self.subgraph.tensors[t]
         suffix = f"_int{narrow.form.bits}"
         if narrow.form.granularity == BLOCKWISE:
-            scales = self.subgraph.add_tensor(
-                Tensor(
-                    name=self.names(f"{original.name}_scales"),
-                    shape=list(q.scale.shape),
-                    dtype=TensorType.FLOAT16,
-                    buffer=self.model.add_buffer(q.scale.astype(np.float16)),
-                )
+            scales = self._add_tensor(
+                f"{original.name}_scales",
+                q.scale.shape,
+                TensorType.FLOAT16,
+                buffer=self.model.add_buffer(q.scale.astype(np.float16)),
             )
             params = blockwise_params(scales, q.block_size)
         else:
             params = QuantParams.of(q.scale, 0, quantized_dimension=q.axis or 0)
         data = pack_int4(q.values) if narrow.form.bits == 4 else q.values
-        stored = self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(f"{original.name}{suffix}"),
-                shape=list(q.values.shape),
-                dtype=_TYPES[narrow.form.bits],
-                buffer=self.model.add_buffer(data),
-                quantization=params,
-            )
+        stored = self._add_tensor(
+            f"{original.name}{suffix}",
+            q.values.shape,
+            _TYPES[narrow.form.bits],
+            buffer=self.model.add_buffer(data),
+            quantization=params,
         )
         self.constant_copies[key] = stored
         if narrow.form.kind == HYBRID:  # the op reads it: it takes the float original's name
@@ -136,12 +139,8 @@ class WeightStore:
         if key in self.constant_copies:
             return self.constant_copies[key]
         original = self.subgraph.tensors[t]
-        widened = self.subgraph.add_tensor(
-            Tensor(
-                name=self.names(f"{original.name}_dequantized"),
-                shape=list(original.shape),
-                dtype=TensorType.FLOAT32,
-            )
+        widened = self._add_tensor(
+            f"{original.name}_dequantized", original.shape, TensorType.FLOAT32
         )
         form = (f"int{narrow.form.bits}", narrow.form.granularity)
         self._emit(self._storage_op("DEQUANTIZE", stored, widened, dequantize_version(*form)), None)

@@ -11,11 +11,12 @@ import pytest
 from qtool.calibrate import Dataset, load_dataset, model_inputs
 from qtool.check import check_loaded
 from qtool.errors import UsageError
-from qtool.jobs import TargetNotReachedError, finish_quantization
+from qtool.jobs import finish_quantization
 from qtool.model import Model, TensorType, load_model, model_to_bytes, parse_model
 from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.quantize.weight_modes import SYNTHETIC_WARNING
+from qtool.refusals import TargetNotReachedError
 from tests.conftest import DATA, MODELS
 from tests.quantize.weight_models import (
     RNG,

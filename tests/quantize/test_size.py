@@ -14,11 +14,11 @@ import pytest
 import qtool
 from qtool.calibrate import Dataset
 from qtool.errors import UsageError
-from qtool.jobs import SizeLimit, SizeLimitError
 from qtool.model import TensorType, load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.model.sizes import size_breakdown
 from qtool.quantize import QuantizeOptions, quantize_loaded
+from qtool.refusals import SizeLimit, SizeLimitError
 from tests.conftest import DATA, MODELS
 from tests.quantize.test_sparse_weights import outputs, pruned
 

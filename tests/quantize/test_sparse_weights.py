@@ -234,10 +234,10 @@ def test_a_weight_shared_by_two_layers_is_one_int8_buffer() -> None:
 def test_xnnpack_refuses_int8_fully_connected_weights_from_densify(monkeypatch) -> None:
     """Why FULLY_CONNECTED is not among `int8_consumers`: written sparse, XNNPACK fails to
     prepare the model (the builtin kernel runs it). When LiteRT learns it, this test says so."""
-    from qtool.quantize import rewrite as rewrite_module
+    from qtool.quantize import constant_store
 
     monkeypatch.setattr(
-        rewrite_module, "sparse_int8_consumers", lambda: frozenset({"FULLY_CONNECTED"})
+        constant_store, "sparse_int8_consumers", lambda: frozenset({"FULLY_CONNECTED"})
     )
     model, sample_shape = one_layer("FULLY_CONNECTED")
     result, samples = quantize_both(model, sample_shape)

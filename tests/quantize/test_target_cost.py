@@ -13,9 +13,9 @@ import pytest
 
 import qtool
 from qtool.errors import UsageError
-from qtool.jobs import TargetNotReachedError
 from qtool.quantize import quantizer
 from qtool.quantize.search_limits import Limits
+from qtool.refusals import TargetNotReachedError
 from tests.conftest import DATA, MODELS, ROOT
 from tests.quantize.test_cli import assert_error
 from tests.quantize.test_cli import qtool as run_qtool
