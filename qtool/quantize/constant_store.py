@@ -216,8 +216,10 @@ class ConstantStore(WeightStore):
         original = self.subgraph.tensors[t]
         explicit = form is not None
         form = form or self.stored_forms.get(original.name)
-        if form is None or form.dtype != TensorType.FLOAT16:
+        if form is None or (form.dtype != TensorType.FLOAT16 and form.sparsity is None):
             return t
+        if form.dtype != TensorType.FLOAT16:  # float32 stored sparse: a DENSIFY gives float32
+            return self._restored_sparse_float32(t, form)
         values = self.model.tensor_data(original).astype(np.float16)
         source = t
         if form.sparsity is not None:
@@ -246,6 +248,22 @@ class ConstantStore(WeightStore):
         self._emit(self._storage_op("DEQUANTIZE", source, widened, version), None)
         self.restored[t] = widened
         return widened
+
+    def _restored_sparse_float32(self, t: int, form: StoredForm) -> int:
+        """A float32 constant the source stored sparse, stored so again behind its DENSIFY."""
+        original = self.subgraph.tensors[t]
+        values = self.model.tensor_data(original).astype(np.float32)
+        stored = self._add_tensor(
+            f"{original.name}_sparse",
+            original.shape,
+            TensorType.FLOAT32,
+            buffer=self.model.add_buffer(stored_values(values, form.sparsity)),
+            sparsity=copy.deepcopy(form.sparsity),
+        )
+        dense = self._add_tensor(original.name, original.shape, TensorType.FLOAT32)
+        self._emit(self._storage_op("DENSIFY", stored, dense), None)
+        self.restored[t] = dense
+        return dense
 
 
 def _digest(values: np.ndarray) -> bytes:

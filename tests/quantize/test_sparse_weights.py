@@ -17,10 +17,12 @@ from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.model.sparsity import densify
 from qtool.model.types import DimensionType
+from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.quantize.rewrite import rewritten
 from qtool.spec import sparse_int8_consumers
-from tests.quantize.common import quantized
+from tests.conftest import DATA
+from tests.quantize.common import fixture_path, quantized
 
 RNG = np.random.default_rng(11)
 
@@ -207,6 +209,29 @@ def test_float16_weights_of_float_ops_stay_float16() -> None:
         if model.op_type(op) == "CONV_2D":
             weights = tensors[op.inputs[1]]
             assert weights.dtype == TensorType.FLOAT32 and not model.is_constant(weights)
+
+
+def test_sparse_float32_weights_of_float_ops_stay_sparse() -> None:
+    """An op kept in float reads weights the source stored sparse in float32 through a DENSIFY
+    of the same sparse values (they were written dense: sparse_weights 24,224 bytes instead of
+    the dense copy's), and computes what the source does in LiteRT."""
+    result = quantized("sparse_weights", keep_float=("CONV_2D",))
+    model = result.model
+    tensors = model.subgraphs[0].tensors
+    operators = model.subgraphs[0].operators
+    densified = [op for op in operators if model.op_type(op) == "DENSIFY"]
+    assert len(densified) == 2  # the fixture's two sparse convolutions (the first is dense)
+    for op in densified:
+        stored = tensors[op.inputs[0]]
+        assert stored.dtype == TensorType.FLOAT32 and stored.sparsity is not None
+        (reader,) = [o for o in operators if op.outputs[0] in o.inputs]
+        assert model.op_type(reader) == "CONV_2D" and reader.inputs[1] == op.outputs[0]
+    blob = model_to_bytes(model)
+    samples = np.load(DATA / "sparse_weights_holdout.npz")
+    (values,) = [samples[k] for k in samples.files]
+    source = fixture_path("sparse_weights").read_bytes()
+    for builtin in (True, False):
+        assert sqnr_db(outputs(source, values, builtin), outputs(blob, values, builtin)) > 25
 
 
 def test_a_weight_shared_by_two_layers_is_one_int8_buffer() -> None:
