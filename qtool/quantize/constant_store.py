@@ -218,29 +218,10 @@ class ConstantStore(WeightStore):
         form = form or self.stored_forms.get(original.name)
         if form is None or (form.dtype != TensorType.FLOAT16 and form.sparsity is None):
             return t
-        if form.dtype != TensorType.FLOAT16:  # float32 stored sparse: a DENSIFY gives float32
-            return self._restored_sparse_float32(t, form)
-        values = self.model.tensor_data(original).astype(np.float16)
-        source = t
-        if form.sparsity is not None:
-            stored = self._add_tensor(
-                f"{original.name}_float16_sparse",
-                original.shape,
-                TensorType.FLOAT16,
-                buffer=self.model.add_buffer(stored_values(values, form.sparsity)),
-                sparsity=copy.deepcopy(form.sparsity),
-            )
-            source = self._add_tensor(
-                f"{original.name}_float16", original.shape, TensorType.FLOAT16
-            )
-            self._emit(self._storage_op("DENSIFY", stored, source), None)
-        else:
-            source = self._add_tensor(
-                f"{original.name}_float16",
-                original.shape,
-                TensorType.FLOAT16,
-                buffer=self.model.add_buffer(values),
-            )
+        if form.dtype != TensorType.FLOAT16:  # float32 stored sparse: DENSIFY gives float32
+            self.restored[t] = self._stored_as(original, form, original.name)
+            return self.restored[t]
+        source = self._stored_as(original, form, f"{original.name}_float16")
         widened = self._add_tensor(original.name, original.shape, TensorType.FLOAT32)
         # The version TensorFlow's converter gives a float16 DEQUANTIZE, in the float16 mode
         # (elsewhere the source's DEQUANTIZE comes back as it was).
@@ -249,20 +230,23 @@ class ConstantStore(WeightStore):
         self.restored[t] = widened
         return widened
 
-    def _restored_sparse_float32(self, t: int, form: StoredForm) -> int:
-        """A float32 constant the source stored sparse, stored so again behind its DENSIFY."""
-        original = self.subgraph.tensors[t]
-        values = self.model.tensor_data(original).astype(np.float32)
+    def _stored_as(self, original, form: StoredForm, name: str) -> int:
+        """A tensor `name` holding `original`'s values in `form`'s type: a constant, or, for a
+        sparse form, the output of a DENSIFY of its stored values."""
+        dtype = np.float16 if form.dtype == TensorType.FLOAT16 else np.float32
+        values = self.model.tensor_data(original).astype(dtype)
+        if form.sparsity is None:
+            buffer = self.model.add_buffer(values)
+            return self._add_tensor(name, original.shape, form.dtype, buffer=buffer)
         stored = self._add_tensor(
-            f"{original.name}_sparse",
+            f"{name}_sparse",
             original.shape,
-            TensorType.FLOAT32,
+            form.dtype,
             buffer=self.model.add_buffer(stored_values(values, form.sparsity)),
             sparsity=copy.deepcopy(form.sparsity),
         )
-        dense = self._add_tensor(original.name, original.shape, TensorType.FLOAT32)
+        dense = self._add_tensor(name, original.shape, form.dtype)
         self._emit(self._storage_op("DENSIFY", stored, dense), None)
-        self.restored[t] = dense
         return dense
 
 
