@@ -155,13 +155,16 @@ def _index_width(top: int) -> int:
     return next(np.dtype(t).itemsize for t, _ in _INDEX_TYPES if top <= np.iinfo(t).max)
 
 
-def compact_sparsity(dense: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
+def compact_sparsity(
+    dense: np.ndarray, sparse_dim: int | None = None
+) -> tuple[np.ndarray, dict[str, Any]]:
     """`dense` encoded with its nonzero elements only, as compactly as TFLite's format allows
     for unstructured sparsity: one dimension SPARSE_CSR, traversed last, the others DENSE in
     their order. The sparse dimension is the one that costs least (its indices fit a byte
     when it has at most 256 elements; segments number the positions of the others), so a
     [192, 1, 1, 1152] kernel is stored along its 192 output channels, not its 1152 inputs.
-    Returns the stored values and the sparsity parameters (`densify` gives `dense` back)."""
+    `sparse_dim` imposes the sparse dimension instead. Returns the stored values and the
+    sparsity parameters (`densify` gives `dense` back)."""
     shape = dense.shape
     nonzero = int(np.count_nonzero(dense))
     total = int(np.prod(shape, dtype=np.int64))
@@ -170,7 +173,8 @@ def compact_sparsity(dense: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         outer = total // max(shape[d], 1)
         return nonzero * _index_width(shape[d] - 1) + (outer + 1) * _index_width(nonzero)
 
-    sparse_dim = min(reversed(range(len(shape))), key=cost)  # ties: the last dimension
+    if sparse_dim is None:
+        sparse_dim = min(reversed(range(len(shape))), key=cost)  # ties: the last dimension
     order = [d for d in range(len(shape)) if d != sparse_dim] + [sparse_dim]
     rows = dense.transpose(order).reshape(-1, shape[sparse_dim])
     present = rows != 0

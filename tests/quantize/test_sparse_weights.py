@@ -15,8 +15,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from qtool.calibrate import Dataset
 from qtool.model import Model, TensorType, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
-from qtool.model.sparsity import densify
-from qtool.model.types import DimensionType
+from qtool.model.sparsity import compact_sparsity, densify
 from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from qtool.quantize.rewrite import rewritten
@@ -30,41 +29,7 @@ RNG = np.random.default_rng(11)
 def sparse_last_dim(dense: np.ndarray) -> tuple[np.ndarray, dict]:
     """`dense` in the layout MediaPipe's sparse models use: every dimension DENSE but the
     last, which is SPARSE_CSR with the narrowest index vectors that hold it."""
-    rows = dense.reshape(-1, dense.shape[-1])
-    present = [np.nonzero(row)[0] for row in rows]
-    segments = np.concatenate([[0], np.cumsum([p.size for p in present])])
-    indices = np.concatenate(present)
-
-    def narrow(values: np.ndarray) -> tuple[int, dict]:
-        kind = np.uint8 if values.max(initial=0) < 256 else np.uint16
-        return (3 if kind is np.uint8 else 2), {"values": values.astype(kind)}
-
-    dense_level = {
-        "format": DimensionType.DENSE,
-        "array_segments_type": 0,
-        "array_segments": None,
-        "array_indices_type": 0,
-        "array_indices": None,
-    }
-    segments_type, segments_vector = narrow(segments)
-    indices_type, indices_vector = narrow(indices)
-    levels = [{**dense_level, "dense_size": size} for size in dense.shape[:-1]]
-    levels.append(
-        {
-            "format": DimensionType.SPARSE_CSR,
-            "dense_size": 0,
-            "array_segments_type": segments_type,
-            "array_segments": segments_vector,
-            "array_indices_type": indices_type,
-            "array_indices": indices_vector,
-        }
-    )
-    sparsity = {
-        "traversal_order": np.arange(dense.ndim, dtype=np.int32),
-        "block_map": None,
-        "dim_metadata": levels,
-    }
-    values = rows[rows != 0]
+    values, sparsity = compact_sparsity(dense, sparse_dim=dense.ndim - 1)
     np.testing.assert_array_equal(densify(values, dense.shape, sparsity), dense)
     return values, sparsity
 
