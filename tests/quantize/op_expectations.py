@@ -40,23 +40,30 @@ FLOAT_OP_DIFFERS = {
 # Ranges where the float op overflows float32: quantize refuses such calibration data (no
 # accuracy can be measured against inf), which these cases check instead.
 FLOAT_OVERFLOWS = {("EXP", "large")}  # exp(1200)
-# Contracts the LiteRT tests found that qtool does not plan by yet: they fail, and say so.
+# Known defects: contracts the LiteRT and TFLite Micro tests found that qtool does not plan by
+# yet. Each is a strict xfail (it fails the suite the day it is fixed, so the mark goes), says
+# what a user of such a model gets, and how to avoid it until the contract is a fact in schemas/.
 OPEN_LITERT = {
-    ("int16", "DIV", "negative", "act-act"): "int16 DIV with an output scale far below input "
-    "scale / divisor scale: its output multiplier leaves the kernel's range (open: not yet a fact)",
-    ("int16", "DIV", "tiny"): "as int16 DIV negative",
-    ("int16", "LOG", "large"): "int16 LOG's lookup table over [0, 5000] misses log near 10 by "
-    "16,000 LSB (open: qtool does not yet keep such a LOG float)",
-    ("int16", "RSQRT", "large"): "int16 RSQRT's lookup table over a wide range (open, as LOG)",
+    ("int16", "DIV", "negative", "act-act"): "known defect: an int16 DIV whose output scale is far "
+    "below input scale / divisor scale gets an output multiplier outside LiteRT's range and a "
+    "wrong result; avoid with --keep-float DIV",
+    ("int16", "DIV", "tiny"): "known defect, as int16 DIV negative: avoid with --keep-float DIV",
+    ("int16", "LOG", "large"): "known defect: int16 LOG's lookup table over [0, 5000] is 16,000 "
+    "LSB off near log(10); avoid with --keep-float LOG (the default int8 plan keeps LOG float)",
+    ("int16", "RSQRT", "large"): "known defect: int16 RSQRT's lookup table over a wide range is "
+    "off as LOG's is; avoid with --keep-float RSQRT",
 }
 # The same, found in TFLite Micro for what `quantize --target tflm` writes.
 OPEN_TFLM = {
-    ("int8", "LOGISTIC", "large"): "TFLite Micro's int8 LOGISTIC needs input scale * 2^27 to fit "
-    "int32 (scale < 16; micro/kernels/logistic_common.cc): 128 LSB off (open: no tflm fact yet)",
-    ("int8", "TANH", "large"): "as LOGISTIC large, TFLite Micro's tanh_common.cc",
-    ("int8", "LOG_SOFTMAX", "tiny"): "TFLite Micro's int8 LOG_SOFTMAX aborts at prepare on a tiny "
-    "input scale (open: no tflm fact yet)",
-    ("int8", "ELU", "tiny"): "TFLite Micro's int8 ELU is 3 LSB off on a tiny input scale (open)",
+    ("int8", "LOGISTIC", "large"): "known defect on --target tflm: TFLite Micro's int8 LOGISTIC "
+    "needs input scale * 2^27 to fit int32 (scale < 16; micro/kernels/logistic_common.cc), else "
+    "128 LSB off; qtool does not yet keep such a LOGISTIC float: use --keep-float LOGISTIC",
+    ("int8", "TANH", "large"): "known defect on --target tflm, as LOGISTIC large "
+    "(tanh_common.cc): use --keep-float TANH",
+    ("int8", "LOG_SOFTMAX", "tiny"): "known defect on --target tflm: TFLite Micro's int8 "
+    "LOG_SOFTMAX refuses a tiny input scale at prepare: use --keep-float LOG_SOFTMAX",
+    ("int8", "ELU", "tiny"): "known defect on --target tflm: TFLite Micro's int8 ELU is 3 LSB "
+    "off on a tiny input scale: use --keep-float ELU where that matters",
 }
 
 
