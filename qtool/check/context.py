@@ -152,7 +152,7 @@ class AuditContext:
         op = self.model.subgraphs[s].operators[i]
         tensors = self.model.subgraphs[s].tensors
         op_type = self.model.op_type(op)
-        spec = self.scheme(op, tensors)
+        spec = self.scheme(op, op_type, tensors)
         rule = spec.rule(op_type)
 
         def operands(kind: str, indices: list[int]) -> tuple[Operand, ...]:
@@ -195,11 +195,16 @@ class AuditContext:
             scheme=scheme.value,
         )
 
-    def scheme(self, op, tensors: list[Tensor]):
+    def scheme(self, op, op_type: str, tensors: list[Tensor]):
         """The spec an op is audited against: the 16x8 table when its first activation input or
-        its first output is int16 (the scheme's activation type), the int8 table otherwise."""
-        first = [op.inputs[0]] if op.inputs and op.inputs[0] >= 0 else []
-        first += op.outputs[:1]
+        its first output is int16 (the scheme's activation type), the int8 table otherwise.
+        The first activation input is the first the int8 table quantizes (ASSIGN_VARIABLE's
+        value, after the variable's handle), else input 0."""
+        rule = self.spec.rule(op_type)
+        indices = [r.index for r in rule.inputs if isinstance(r.index, int)] if rule else []
+        position = indices[0] if indices else 0
+        first = [op.inputs[position]] if len(op.inputs) > position >= 0 else []
+        first = [t for t in first if t >= 0] + op.outputs[:1]
         if any(tensors[t].dtype == TensorType.INT16 for t in first):
             return self.spec16
         return self.spec

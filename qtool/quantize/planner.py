@@ -40,7 +40,7 @@ from qtool.quantize.plan import QUANTIZED, Plan, make_plan
 from qtool.quantize.recurrent import quantize_lstm
 from qtool.quantize.relative import keep_relative_float
 from qtool.quantize.user_metric import UserMetric
-from qtool.quantize.variables import settle, variable_slots
+from qtool.quantize.variables import recurrences, settle, variable_slots
 from qtool.quantize.weights import (
     INT4_MAX,
     Rounder,
@@ -53,6 +53,7 @@ from qtool.spec import integer_lstm
 
 FOR_TARGET = "kept in float to reach the target SQNR"
 RECURRENT_BODY = "int16x8: the body of a recurrent loop (its state's error compounds over steps)"
+RECURRENT_STATE = "int16x8: on the recurrence of variable {!r} (its error compounds over steps)"
 MOMENT_CHUNK = 32
 KEPT_PLANS = 8
 
@@ -139,13 +140,20 @@ class Planner:
                     widened = decide(self.model, subgraph, subgraph.operators[i], wide, ranges, ())
                     if widened.mode == INT16:
                         decisions[i] = OpDecision(INT16, "int16 to reach the target SQNR")
-        if recipe.recurrent_body and INT16 in self.precision.specs:
+        if INT16 in self.precision.specs:
             wide = Precision(self.precision.specs, ("*",))
+            recurrence = recurrences(self.model, self.subgraph_index, self.precision.specs[INT8])
             for i, op in enumerate(subgraph.operators):
+                if recipe.recurrent_body:
+                    why = RECURRENT_BODY
+                elif i in recurrence:
+                    why = RECURRENT_STATE.format(recurrence[i])
+                else:
+                    continue
                 if decisions[i].mode == INT8:
                     widened = decide(self.model, subgraph, op, wide, ranges, ())
                     if widened.mode == INT16:
-                        decisions[i] = OpDecision(INT16, RECURRENT_BODY)
+                        decisions[i] = OpDecision(INT16, why)
         for i in recipe.float_ops:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, FOR_TARGET)

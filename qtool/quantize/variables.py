@@ -21,7 +21,7 @@ from qtool.model import Model
 from qtool.model.variables import Variable, accesses, initial_values
 from qtool.quantize.decisions import FLOAT, INTEGER, OpDecision
 from qtool.quantize.plan import QUANTIZED, Plan, Slot
-from qtool.spec import resource_variable_ops
+from qtool.spec import QuantSpec, resource_variable_ops
 
 
 def settle(model: Model, subgraph_index: int, decisions: list[OpDecision]) -> None:
@@ -44,6 +44,48 @@ def settle(model: Model, subgraph_index: int, decisions: list[OpDecision]) -> No
             for i in ops:
                 if decisions[i].mode != FLOAT or decisions[i].reason is None:
                     decisions[i] = OpDecision(FLOAT, reason, decisions[i].source_index)
+
+
+def recurrences(model: Model, subgraph_index: int, spec: QuantSpec) -> dict[int, str]:
+    """The operators on a variable's recurrence, each with the variable's name: those between
+    a READ_VARIABLE of a variable and an ASSIGN_VARIABLE of it (the next state computed from the
+    current one), with the reads and assignments themselves, for every variable whose
+    recurrence rescales a value somewhere (an operator of `spec` that is not same-scale).
+
+    Rounding error on such a path re-enters at every step and compounds, as in a WHILE body
+    carrying a loop variable; a recurrence of same-scale operators only (a buffer of past frames
+    sliced and concatenated) copies codes exactly and adds no error of its own."""
+    subgraph = model.subgraphs[subgraph_index]
+    ops = resource_variable_ops()
+    found: dict[int, str] = {}
+    for variable, indices in accesses(model, subgraph).items():
+        if variable is None:
+            continue
+        reads = [i for i in indices if model.op_type(subgraph.operators[i]) == ops.read]
+        assigns = [i for i in indices if i not in reads]
+        reached = {subgraph.operators[i].outputs[0] for i in reads}
+        after = set()
+        for i, op in enumerate(subgraph.operators):
+            if reached.intersection(op.inputs):
+                reached.update(op.outputs)
+                after.add(i)
+        needed = {subgraph.operators[i].inputs[1] for i in assigns}
+        before = set()
+        for i in reversed(range(len(subgraph.operators))):
+            op = subgraph.operators[i]
+            if needed.intersection(op.outputs):
+                needed.update(op.inputs)
+                before.add(i)
+        path = after & before
+        rescaling = [
+            i
+            for i in path
+            if (rule := spec.rule(model.op_type(subgraph.operators[i]))) is None
+            or not rule.same_scale
+        ]
+        if rescaling:
+            found.update(dict.fromkeys(sorted(path | set(indices)), variable[1]))
+    return found
 
 
 def float_reason(model: Model, plan: Plan) -> str | None:

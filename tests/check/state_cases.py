@@ -4,12 +4,14 @@ models qtool wrote from the built recurrent and streaming models of tests/recurr
 from __future__ import annotations
 
 import functools
+from unittest import mock
 
 import numpy as np
 
 import qtool
 from qtool.model import Model, model_to_bytes, parse_model
 from qtool.model.variables import accesses
+from qtool.quantize import planner
 from qtool.spec import integer_lstm
 from tests.check.cases import Case, case
 from tests.check.helpers import op_index
@@ -20,9 +22,12 @@ from tests.recurrent_models import LSTM_VARIANTS, lstm_model, sequences, stream_
 def _quantized(kind: str) -> Model:
     if kind == "lstm":
         model, data = lstm_model(LSTM_VARIANTS[0]), sequences(16, 12, 8, seed=1)
-    else:
-        model, data = stream_model(), sequences(1, 120, 8, seed=3)[0]
-    return parse_model(qtool.quantize_model(model_to_bytes(model), data).model_bytes)
+        return parse_model(qtool.quantize_model(model_to_bytes(model), data).model_bytes)
+    # The stream's state in int8, as a device without int16 kernels gets it (qtool's default
+    # runs a recurrence through a variable in int16x8): int8 zero points can be moved alone.
+    model, data = stream_model(), sequences(1, 120, 8, seed=3)[0]
+    with mock.patch.object(planner, "recurrences", lambda model, subgraph_index, spec: {}):
+        return parse_model(qtool.quantize_model(model_to_bytes(model), data).model_bytes)
 
 
 @case
