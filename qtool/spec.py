@@ -190,6 +190,8 @@ def load_spec(profiles: tuple[str, ...] = (), scheme: str = "int8") -> QuantSpec
         if name not in raw["profiles"]:
             raise KeyError(f"unknown target profile {name!r}; known: {sorted(raw['profiles'])}")
         _apply_profile(ops, raw["profiles"][name]["overrides"])
+        for op_name in raw["profiles"][name].get("without", {}):
+            ops.pop(op_name, None)
     rules = {
         name: OpRule(
             name=name,

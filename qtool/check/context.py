@@ -199,12 +199,15 @@ class AuditContext:
         """The spec an op is audited against: the 16x8 table when its first activation input or
         its first output is int16 (the scheme's activation type), the int8 table otherwise.
         The first activation input is the first the int8 table quantizes (ASSIGN_VARIABLE's
-        value, after the variable's handle), else input 0."""
+        value, after the variable's handle), else input 0; control flow, which passes counters
+        and conditions on beside real values, is 16x8 when any operand is int16."""
         rule = self.spec.rule(op_type)
         indices = [r.index for r in rule.inputs if isinstance(r.index, int)] if rule else []
         position = indices[0] if indices else 0
         first = [op.inputs[position]] if len(op.inputs) > position >= 0 else []
         first = [t for t in first if t >= 0] + op.outputs[:1]
+        if rule is not None and rule.control_flow is not None:
+            first = [t for t in op.inputs + op.outputs if t >= 0]
         if any(tensors[t].dtype == TensorType.INT16 for t in first):
             return self.spec16
         return self.spec

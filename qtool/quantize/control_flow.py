@@ -31,7 +31,7 @@ from qtool.model import Model, TensorType
 from qtool.model.calls import CallSite, call_sites, callers
 from qtool.numerics import AffineParams, activation_params
 from qtool.quantize.decisions import OpDecision
-from qtool.quantize.plan import INT8, Plan, Slot
+from qtool.quantize.plan import INT8, INT16, Plan, Slot
 from qtool.spec import QuantSpec
 
 BRANCHES, LOOP = "branches", "loop"
@@ -42,17 +42,22 @@ INIT_NAMES = ("initialiser",)
 
 @dataclass(frozen=True)
 class Boundary:
-    """The int8 parameters a subgraph receives its inputs with and gives its outputs with."""
+    """The parameters a subgraph receives its inputs with and gives its outputs with, in the
+    type of its caller (int8, or int16 for a loop run in int16x8)."""
 
     inputs: dict[int, AffineParams]
     outputs: dict[int, AffineParams]
+    dtype: str = INT8
 
     def key(self) -> tuple:
         """A hashable form, for caching plans made with it."""
-        return tuple(
-            (kind, t, p.scale.tobytes(), p.zero_point.tobytes())
-            for kind, found in (("in", self.inputs), ("out", self.outputs))
-            for t, p in sorted(found.items())
+        return (
+            self.dtype,
+            *(
+                (kind, t, p.scale.tobytes(), p.zero_point.tobytes())
+                for kind, found in (("in", self.inputs), ("out", self.outputs))
+                for t, p in sorted(found.items())
+            ),
         )
 
 
@@ -105,15 +110,16 @@ def refusal(
 
 
 def _producer_fixed(
-    model: Model, s: int, t: int, specs: Mapping[str, QuantSpec]
+    model: Model, s: int, t: int, specs: Mapping[str, QuantSpec], mode: str = INT8
 ) -> tuple[float, int] | None:
-    """The fixed output parameters of the int8 operator producing tensor t of subgraph s."""
+    """The fixed output parameters of the operator producing tensor t of subgraph s, in `mode`
+    (int8 or int16x8)."""
     subgraph = model.subgraphs[s]
     producer = subgraph.producers().get(t)
     if producer is None:
         return None
     op = subgraph.operators[producer]
-    rule = specs[INT8].rule(model.op_type(op))
+    rule = specs[mode].rule(model.op_type(op))
     operand = None if rule is None else rule.output_rule(op.outputs.index(t))
     return None if operand is None else operand.fixed
 
@@ -188,22 +194,23 @@ def _loop_variable_params(
     calls: Mapping[int, SubgraphStatistics],
     method: Method,
     specs: Mapping[str, QuantSpec],
+    mode: str,
 ) -> tuple[float, int] | None:
-    """Loop variable k's parameters: those its body's last operator fixes (TANH's 1/128 for
-    a recurrent state) when its initial value fits them (every later value is that operator's
-    output), else its range's."""
+    """Loop variable k's parameters in `mode` (the WHILE's: int8, or int16 for a recurrent
+    state): those its body's last operator fixes (TANH's 1/128 in int8) when its initial value
+    fits them (every later value is that operator's output), else its range's."""
     span = _loop_variable_span(model, site, k, ranges, calls, method)
     if span is None:
         return None
     body = site.bodies[-1]
-    fixed = _producer_fixed(model, body, model.subgraphs[body].outputs[k], specs)
+    fixed = _producer_fixed(model, body, model.subgraphs[body].outputs[k], specs, mode)
     initial = _operand_span(model, site, k, ranges)
     if fixed is not None and initial is not None:
-        low, high = specs[INT8].dtype_ranges[INT8]
+        low, high = specs[mode].dtype_ranges[mode]
         scale, zero_point = fixed
         if (low - zero_point) * scale <= initial[0] and initial[1] <= (high - zero_point) * scale:
             return fixed
-    params = activation_params(*span)
+    params = activation_params(*span, dtype=mode.value)
     return float(params.scale[0]), int(params.zero_point[0])
 
 
@@ -216,14 +223,16 @@ def call_pins(
     calls: Mapping[int, SubgraphStatistics],
     method: Method,
 ) -> dict[Slot, tuple[float, int]]:
-    """The parameters the int8 control-flow operators of subgraph s fix on their slots: IF
-    outputs on which the branches agree, WHILE loop variables (read and written)."""
+    """The parameters the integer control-flow operators of subgraph s fix on their slots: IF
+    outputs on which the branches agree, WHILE loop variables (read and written; int16 where
+    the WHILE carries a recurrent state)."""
     pins: dict[Slot, tuple[float, int]] = {}
     tensors = model.subgraphs[s].tensors
     for site in call_sites(model, s):
-        if decisions[site.op_index].mode != INT8:
+        mode = decisions[site.op_index].mode
+        if mode not in (INT8, INT16):
             continue
-        rule = specs[INT8].rule(site.op_type)
+        rule = specs[mode].rule(site.op_type)
         op = model.subgraphs[s].operators[site.op_index]
         for j, t in enumerate(op.outputs):
             if tensors[t].dtype != TensorType.FLOAT32:
@@ -231,16 +240,16 @@ def call_pins(
             if rule.control_flow == BRANCHES:
                 fixed = _branch_output_fixed(model, site, j, specs)
             else:
-                fixed = _loop_variable_params(model, site, j, ranges, calls, method, specs)
+                fixed = _loop_variable_params(model, site, j, ranges, calls, method, specs, mode)
                 if fixed is not None:
-                    pins[(op.inputs[j], INT8, site.op_index, j)] = fixed
+                    pins[(op.inputs[j], mode, site.op_index, j)] = fixed
             if fixed is not None:
-                pins[(t, INT8)] = fixed
+                pins[(t, mode)] = fixed
     return pins
 
 
 def boundaries(model: Model, plan: Plan, site: CallSite) -> dict[int, Boundary]:
-    """Per subgraph the int8 call site runs, the parameters at its boundary: those of the
+    """Per subgraph the integer call site runs, the parameters at its boundary: those of the
     caller's slots the operands are read from and the results written to."""
     offset = 1 if site.op_type == "IF" else 0  # IF's condition is not passed on
     received = {
@@ -259,17 +268,16 @@ def boundaries(model: Model, plan: Plan, site: CallSite) -> dict[int, Boundary]:
             outputs = {callee.outputs[k]: p for k, p in received.items()}
         else:  # the condition gives a bool
             outputs = {}
-        found[body] = Boundary(inputs, outputs)
+        found[body] = Boundary(inputs, outputs, plan.decisions[site.op_index].mode)
     return found
 
 
 def loop_recurrence(model: Model, site: CallSite) -> str | None:
-    """Why a WHILE's body carries a recurrent state (None when it carries none): a float loop
-    variable whose next value the body computes from its current one. Its error compounds
-    over the iterations, as the state of an LSTM does; LiteRT's own integer LSTM keeps that
-    path 16-bit (its cell state and gate outputs), and control flow passes int8 loop variables
-    only (`control_flow` rules exist in the int8 table alone), so such a body runs in int16x8
-    with its loop variables float between iterations."""
+    """The recurrent state a WHILE's body carries ('loop variable 1, c'; None when it carries
+    none): a float loop variable whose next value the body computes from its current one. Its
+    error compounds over the iterations, as the state of an LSTM does; LiteRT's own integer
+    LSTM keeps that path 16-bit (its cell state and gate outputs), so the planner runs such a
+    loop in int16x8, its loop variables included."""
     if site.op_type != "WHILE" or len(site.bodies) != 2:
         return None
     body = model.subgraphs[site.bodies[1]]
@@ -281,10 +289,5 @@ def loop_recurrence(model: Model, site: CallSite) -> str | None:
             if reached.intersection(op.inputs):
                 reached.update(op.outputs)
         if t_out in reached:
-            return (
-                f"its body carries a recurrent state (loop variable {k}, "
-                f"{body.tensors[t_in].name}): its error compounds over the iterations, so the "
-                "body runs in int16x8 (as LiteRT's integer LSTM keeps its state 16-bit) and "
-                "the loop variables stay float between iterations"
-            )
+            return f"loop variable {k}, {body.tensors[t_in].name}"
     return None

@@ -79,6 +79,7 @@ class Plan:
     # outputs must leave with (the caller's operands'), by tensor.
     boundary_inputs: dict[int, AffineParams] = field(default_factory=dict)
     boundary_outputs: dict[int, AffineParams] = field(default_factory=dict)
+    boundary_dtype: str = INT8  # the boundary parameters' type: the calling operator's mode
     # The plans of the subgraphs this one's control-flow ops run in int8, by subgraph index
     # (nested calls in theirs).
     bodies: dict[int, Plan] = field(default_factory=dict)
@@ -191,15 +192,16 @@ def make_plan(
     pins: Mapping[Slot, tuple[float, int]] | None = None,
     boundary_inputs: Mapping[int, AffineParams] | None = None,
     boundary_outputs: Mapping[int, AffineParams] | None = None,
+    boundary_dtype: str = INT8,
 ) -> Plan:
     """Decide every operator of a subgraph (unless `decisions` are given) and the parameters of
     every slot. `source_index[i]` is the input-model index of operator i (for reports).
     `shared(plan)`, given the plan's reads and writes, names further groups of slots that must
     share one set of parameters (the values of one resource variable). `pins` fixes the
     parameters of slots of control-flow operators; `boundary_inputs` and `boundary_outputs` are
-    the int8 parameters a subgraph that control flow runs receives its inputs with and must
-    give its outputs with (its group takes them unless fixed otherwise; where they differ, the
-    rewriter requantizes)."""
+    the parameters (of type `boundary_dtype`) a subgraph that control flow runs receives its
+    inputs with and must give its outputs with (its group takes them unless fixed otherwise;
+    where they differ, the rewriter requantizes)."""
     subgraph = model.subgraphs[subgraph_index]
     if decisions is None:
         decisions = [
@@ -210,9 +212,10 @@ def make_plan(
     plan = Plan(subgraph_index, decisions, params={}, ranges=dict(ranges))
     plan.boundary_inputs = dict(boundary_inputs or {})
     plan.boundary_outputs = dict(boundary_outputs or {})
+    plan.boundary_dtype = boundary_dtype
     groups = _Groups()
     for t, params in plan.boundary_inputs.items():
-        groups.pin((t, INT8), _fixed(params))
+        groups.pin((t, boundary_dtype), _fixed(params))
     tensors = subgraph.tensors
     multi_input = []
     for i, op in enumerate(subgraph.operators):
@@ -281,7 +284,7 @@ def make_plan(
             groups.union(anchor, plan.writes[(i, q)])
     home = plan.home(subgraph)
     for t, params in plan.boundary_outputs.items():
-        if t in home and groups.pinned(home[t]) is None:
+        if t in home and home[t][1] == boundary_dtype and groups.pinned(home[t]) is None:
             groups.pin(home[t], _fixed(params))
     _assign_params(model, subgraph, plan, groups)
     if keeps_state(model, subgraph_index):

@@ -54,6 +54,15 @@ from qtool.spec import integer_lstm
 FOR_TARGET = "kept in float to reach the target SQNR"
 RECURRENT_BODY = "int16x8: the body of a recurrent loop (its state's error compounds over steps)"
 RECURRENT_STATE = "int16x8: on the recurrence of variable {!r} (its error compounds over steps)"
+RECURRENT_LOOP = (
+    "int16x8: its body carries a recurrent state ({}), whose error compounds over the "
+    "iterations: the loop variables and the body are 16-bit, as LiteRT's integer LSTM keeps "
+    "its state"
+)
+FLOAT_LOOP = (
+    "its body carries a recurrent state ({}), whose error compounds over the iterations: the "
+    "body runs in int16x8 and the loop variables stay float between iterations ({})"
+)
 MOMENT_CHUNK = 32
 KEPT_PLANS = 8
 
@@ -230,16 +239,31 @@ class Planner:
         return self._plans[key]
 
     def _call_decisions(
-        self, decisions: list[OpDecision], calls: Mapping[int, SubgraphStatistics]
+        self,
+        decisions: list[OpDecision],
+        calls: Mapping[int, SubgraphStatistics],
+        ranges: Mapping[int, tuple[float, float]],
     ) -> None:
-        """Control-flow operators whose subgraphs cannot be planned around them stay float."""
+        """Control-flow operators whose subgraphs cannot be planned around them stay float; a
+        loop carrying a recurrent state runs in int16x8 (its loop variables 16-bit), or keeps
+        them float where it cannot."""
+        subgraph = self.subgraph
         for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
-            if decisions[site.op_index].mode in QUANTIZED:
-                why = refusal(self.model, site, calls, self.engine)
-                if why is None and INT16 in self.precision.specs:
-                    why = loop_recurrence(self.model, site)
-                if why is not None:
-                    decisions[site.op_index] = OpDecision(FLOAT, why)
+            if decisions[site.op_index].mode not in QUANTIZED:
+                continue
+            why = refusal(self.model, site, calls, self.engine)
+            state = loop_recurrence(self.model, site) if INT16 in self.precision.specs else None
+            if why is not None:
+                decisions[site.op_index] = OpDecision(FLOAT, why)
+            elif state is not None:
+                op = subgraph.operators[site.op_index]
+                wide = Precision(self.precision.specs, ("*",))
+                widened = decide(self.model, subgraph, op, wide, ranges, ())
+                decisions[site.op_index] = (
+                    OpDecision(INT16, RECURRENT_LOOP.format(state))
+                    if widened.mode == INT16
+                    else OpDecision(FLOAT, FLOAT_LOOP.format(state, widened.reason))
+                )
 
     def _body_plans(
         self, plan: Plan, calls: Mapping[int, SubgraphStatistics], recipe: Recipe
@@ -264,7 +288,7 @@ class Planner:
                 planner = self.callees.get(body)
                 if planner is None or statistics is None or not statistics.samples:
                     continue
-                wanted = inner.with_changes(recurrent_body=recurrent and mode == FLOAT)
+                wanted = inner.with_changes(recurrent_body=recurrent and mode in (FLOAT, INT16))
                 found[body] = planner.body_plan(statistics, calls, wanted, boundary)
         return found
 
@@ -278,7 +302,7 @@ class Planner:
         calls = statistics.calls if calls is None else calls
         ranges = statistics.ranges(recipe.method)
         decisions = self.decisions(recipe, ranges, statistics)
-        self._call_decisions(decisions, calls)
+        self._call_decisions(decisions, calls, ranges)
         specs = self.precision.specs
         plan = make_plan(
             self.model,
@@ -294,6 +318,7 @@ class Planner:
             ),
             boundary_inputs=boundary.inputs,
             boundary_outputs=boundary.outputs,
+            boundary_dtype=boundary.dtype,
         )
         quantize_weights(
             self.model,

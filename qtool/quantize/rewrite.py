@@ -117,10 +117,10 @@ class _Rewriter(ConstantStore):
 
     def _boundary_version(self, t: int, output: bool = False) -> _Version:
         """The version of a model input or output that `io` asks for; in a subgraph control
-        flow runs, the int8 version its caller passes (`Plan.boundary_inputs`/`_outputs`)."""
+        flow runs, the version its caller passes (`Plan.boundary_inputs`/`_outputs`)."""
         given = (self.plan.boundary_outputs if output else self.plan.boundary_inputs).get(t)
         if given is not None:
-            return _Version(INT8, given)
+            return _Version(self.plan.boundary_dtype, given)
         if self.plan.boundary_inputs or self.plan.boundary_outputs or self.io == FLOAT:
             return _Version(FLOAT, None)
         params = self.plan.params.get((t, INT8))
@@ -286,12 +286,12 @@ class _Rewriter(ConstantStore):
             wanted = self.plan.boundary_outputs.get(t)
             if t not in self.subgraph.inputs or wanted is None:
                 continue
-            version = _Version(INT8, wanted)
+            version = _Version(self.plan.boundary_dtype, wanted)
             if self.kind[("io", t)].same_as(version):
                 continue
-            copy = self._copy_tensor(t, "int8_out")
+            copy = self._copy_tensor(t, f"{version.dtype}_out")
             self._register(("out", t), version, copy)
-            self._emit_converter(t, copy, INT8)
+            self._emit_converter(t, copy, version.dtype)
             self.subgraph.outputs[position] = copy
 
     def _set_type(self, t: int, version: _Version) -> None:

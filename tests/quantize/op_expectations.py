@@ -67,6 +67,24 @@ OPEN_TFLM = {
 }
 
 
+# int16x8 under --target tflm: the ops TFLite Micro has no int16 kernel for are planned in int8
+# there (the tflm profile's `without` in schemas/int16x8_spec.json); these run at prepare but
+# not at invoke for extreme scales.
+OPEN_TFLM16 = {
+    key: f"known defect on --target tflm with int16 activations: TFLite Micro's int16 {key[1]} "
+    f"fails at invoke on a {key[2]} input scale; use --keep-float {key[1]} (or leave it int8) there"
+    for key in (
+        ("int16", "EQUAL", "large", "act-const"),
+        ("int16", "EQUAL", "tiny", "const-act"),
+        ("int16", "NOT_EQUAL", "large", "act-const"),
+        ("int16", "NOT_EQUAL", "tiny", "const-act"),
+        ("int16", "FULLY_CONNECTED", "tiny"),
+        ("int16", "RSQRT", "large"),
+        ("int16", "EXP", "large"),
+    )
+}
+
+
 def contract_cases(scheme: str, open_cases: dict[tuple[str, str, str], str]):
     """A pytest param (scheme, case, profile) for every op of the scheme's table (the boundary
     ops aside), every layout of its operands and every range; `open_cases` are xfail."""

@@ -21,6 +21,7 @@ from tests.quantize.op_contract import measure
 from tests.quantize.op_expectations import (
     FLOAT_OVERFLOWS,
     OPEN_TFLM,
+    OPEN_TFLM16,
     assert_within_stated,
     contract_cases,
 )
@@ -39,6 +40,20 @@ def test_int8_op_contract_in_tflite_micro(scheme: str, case, profile: str) -> No
         with pytest.raises(DataError, match="inf or NaN"):
             measure(case, profile, scheme, ("builtin",), _tflm_runs, target="tflm")
         return
+    measured = measure(case, profile, scheme, ("builtin",), _tflm_runs, target="tflm")
+    if measured.kept_float is not None:
+        if _tflm_runs(measured.quantized):
+            verdict = tflm_result(measured.quantized)
+            assert verdict["runs"], (measured.kept_float, verdict["error"])
+        return
+    assert_within_stated(scheme, case, profile, measured)
+
+
+@pytest.mark.parametrize(("scheme", "case", "profile"), list(contract_cases("int16", OPEN_TFLM16)))
+def test_int16_op_contract_in_tflite_micro(scheme: str, case, profile: str) -> None:
+    """Every op of the 16x8 table under `--target tflm --activations int16`: in int16 where
+    TFLite Micro has the kernel, else in int8 (the tflm profile's `without`), and the model
+    runs in TFLite Micro within the stated LSBs."""
     measured = measure(case, profile, scheme, ("builtin",), _tflm_runs, target="tflm")
     if measured.kept_float is not None:
         if _tflm_runs(measured.quantized):

@@ -1,7 +1,7 @@
-"""A WHILE loop carrying a recurrent cell state, as Keras lowers an LSTM: its body runs in
-int16x8 with the loop variables float between iterations (quantize/control_flow.py,
-`loop_recurrence`), judged against the float model in LiteRT (builtin kernels and XNNPACK) in
-dB, and against the same model with int8 loop variables."""
+"""A WHILE loop carrying a recurrent cell state, as Keras lowers an LSTM: it runs in int16x8,
+its loop variables and body (quantize/control_flow.py, `loop_recurrence`), judged against the
+float model in LiteRT (builtin kernels and XNNPACK) in dB, run in TFLite Micro, and compared
+with the same model with int8 loop variables."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import qtool
 from qtool.model import model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.quantize import planner
+from tests.check.oracles import tflm_result
 from tests.quantize.graph_forms import Form, _dense, _subgraph, litert_sqnr
 
 UNITS, FEATURES = 12, 4
@@ -106,14 +107,39 @@ def _measured(form: Form, result, xnnpack: bool) -> float:
 
 
 @pytest.mark.parametrize("xnnpack", [False, True])
-def test_recurrent_loop_body_runs_int16_with_float_loop_variables(xnnpack: bool) -> None:
+def test_a_recurrent_loop_runs_in_int16x8_its_loop_variables_included(xnnpack: bool) -> None:
     form = cell_loop_form()
     result = qtool.quantize_model(form.model, form.calibration, holdout=form.holdout)
-    modes = {(row["subgraph"], row["op"]): row["mode"] for row in result.report["ops"]}
-    assert modes[(0, "WHILE")] == "float" and modes[(2, "MUL")] == "int16"
-    (why,) = [op["reason"] for op in result.report["float_ops"]]
-    assert why.startswith("its body carries a recurrent state (loop variable 1, b_h)")
+    rows = {(row["subgraph"], row["op"]): row for row in result.report["ops"]}
+    assert rows[(0, "WHILE")]["mode"] == "int16" and rows[(2, "MUL")]["mode"] == "int16"
+    assert rows[(0, "WHILE")]["reason"].startswith(
+        "int16x8: its body carries a recurrent state (loop variable 1, b_h)"
+    )
+    assert result.report["float_ops"] == []
     assert _measured(form, result, xnnpack) > 30
+
+
+def test_a_recurrent_loop_for_tflite_micro_runs_there() -> None:
+    """TFLite Micro has no int16 GATHER (the tflm profile's `without`): for `--target tflm`
+    the loop's GATHER runs in int8, the rest of the loop in int16x8."""
+    form = cell_loop_form()
+    result = qtool.quantize_model(form.model, form.calibration, holdout=form.holdout, target="tflm")
+    rows = {(row["subgraph"], row["op"]): row["mode"] for row in result.report["ops"]}
+    assert rows[(0, "WHILE")] == "int16" and rows[(2, "GATHER")] == "int8"
+    verdict = tflm_result(result.model_bytes)
+    assert verdict["runs"], verdict
+
+
+def test_a_recurrent_loop_kept_float_runs_its_body_in_int16x8() -> None:
+    """`--keep-float WHILE`: the loop variables float between iterations, the body in int16x8
+    all the same."""
+    form = cell_loop_form()
+    result = qtool.quantize_model(
+        form.model, form.calibration, holdout=form.holdout, keep_float=("WHILE",)
+    )
+    rows = {(row["subgraph"], row["op"]): row for row in result.report["ops"]}
+    assert rows[(0, "WHILE")]["mode"] == "float" and rows[(2, "MUL")]["mode"] == "int16"
+    assert _measured(form, result, False) > 30
 
 
 def test_int8_loop_variables_lose_what_the_rule_keeps(monkeypatch) -> None:
