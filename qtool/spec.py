@@ -179,6 +179,14 @@ def raw_spec(scheme: str = "int8") -> dict[str, Any]:
 
 
 @functools.cache
+def int16_without(profile: str) -> frozenset[str]:
+    """The ops of the 16x8 table that the runtime of target profile `profile` has no int16
+    kernel for (the profile's `without`; empty for a profile the 16x8 file does not name)."""
+    found = raw_spec("int16").get("profiles", {}).get(profile, {})
+    return frozenset(found.get("without", {}))
+
+
+@functools.cache
 def load_spec(profiles: tuple[str, ...] = (), scheme: str = "int8") -> QuantSpec:
     """A scheme's spec ("int8" or "int16"), with the named target profiles (e.g.
     "per-tensor-fc") applied where the scheme defines them."""

@@ -182,8 +182,9 @@ def check_coverage(ctx: AuditContext) -> Iterator[Finding]:
         if op.rule is None:
             yield ctx.finding(
                 OP_UNCOVERED,
-                f"{op.type} has int8 operands but is not covered by the int8 "
-                "spec: its quantization cannot be audited",
+                f"{op.type} has {op.scheme} operands but is not covered by the "
+                f"{'int8' if op.scheme == 'int8' else '16x8'} spec (under the target's "
+                "profiles): its quantization cannot be audited",
                 op,
             )
         elif op.rule.origin != "op-table" and op.scheme == "int8":

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from qtool.model import TensorType
+from qtool.spec import int16_without
 from qtool.targets.opview import TargetOp
 
 Check = Callable[..., str | None]
@@ -77,6 +78,21 @@ def feature_map_types(op: TargetOp, allowed: list[str]) -> str | None:
     return _bad_tensors(
         op.feature_maps,
         lambda t: None if op.type_name(t) in allowed else f"is {op.type_name(t)}",
+    )
+
+
+@constraint(
+    "int16-kernel",
+    "Int16 feature maps need the runtime's 16x8 kernel (schemas/int16x8_spec.json, profile "
+    "{profile}: ops without one)",
+)
+def int16_kernel(op: TargetOp, profile: str) -> str | None:
+    """An op the spec's 16x8 profile `profile` lists as having no int16 kernel on its runtime,
+    with int16 feature maps."""
+    if op.type not in int16_without(profile):
+        return None
+    return _bad_tensors(
+        op.feature_maps, lambda t: "is int16" if op.type_name(t) == "int16" else None
     )
 
 

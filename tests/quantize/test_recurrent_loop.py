@@ -128,6 +128,19 @@ def test_a_recurrent_loop_for_tflite_micro_runs_there() -> None:
     assert rows[(0, "WHILE")] == "int16" and rows[(2, "GATHER")] == "int8"
     verdict = tflm_result(result.model_bytes)
     assert verdict["runs"], verdict
+    assert qtool.check_model(result.model_bytes, target="tflm").passed
+
+
+def test_check_for_tflite_micro_reports_an_int16_op_it_has_no_kernel_for() -> None:
+    """The loop planned for LiteRT keeps its GATHER in int16, which TFLite Micro refuses at
+    prepare: `check --target tflm` says so from the same fact the planner reads."""
+    form = cell_loop_form()
+    result = qtool.quantize_model(form.model, form.calibration, holdout=form.holdout)
+    assert not tflm_result(result.model_bytes)["runs"]
+    audit = qtool.check_model(result.model_bytes, target="tflm")
+    (found,) = [f for f in audit.findings if f.rule == "QT-TARGET-UNSUPPORTED"]
+    assert "GATHER" in found.message and "[int16-kernel]" in found.message
+    assert not audit.passed
 
 
 def test_a_recurrent_loop_kept_float_runs_its_body_in_int16x8() -> None:
