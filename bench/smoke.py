@@ -1,10 +1,11 @@
 """Smoke run of the qtool command line on every corpus model (bench/corpus.py's manifest): what
-a user gets from `quantize` (default), `check` of what it wrote, `calibrate`, `analyze`, and
-`quantize --target-sqnr 30 --allow-float`, each with the model's calibration and held-out data
-and a 10-minute limit. Writes a Markdown
-table: exit code, the error line, the worst output SQNR printed, sizes in and out.
+a user gets from `quantize` (default), `check` of what it wrote, `calibrate`, `analyze`,
+`quantize --target-sqnr 30 --allow-float` and `quantize --target tflm` (its model then run on
+held-out samples in TFLite Micro's interpreter, in a child process: a kernel may abort), each
+with the model's calibration and held-out data and a 10-minute limit. Writes a Markdown table:
+exit code, the error line, the worst output SQNR printed, sizes in and out.
 
-    python -m bench.smoke [--out corpus_status.md] [MODEL ...]
+    python -m bench.smoke [--out corpus_status.md] [--runs quantize,check,...] [MODEL ...]
 """
 
 from __future__ import annotations
@@ -28,7 +29,21 @@ RUNS = {
     "calibrate": ["calibrate"],
     "analyze": ["analyze"],
     "target-sqnr 30": ["quantize", "--target-sqnr", "30", "--allow-float"],
+    "target tflm": ["quantize", "--target", "tflm"],
 }
+MICRO_SAMPLES = 4  # held-out samples TFLite Micro runs (in order: a stream's state carries)
+# Runs in a child: TFLite Micro on the first samples of a held-out .npy, fed at the model's
+# input shape; exit 0 when every invoke returned.
+MICRO_CHILD = """
+import sys, numpy as np
+from tflite_micro.python.tflite_micro import runtime
+model, data, count = sys.argv[1], np.load(sys.argv[2], mmap_mode="r"), int(sys.argv[3])
+shape = [int(d) for d in sys.argv[4].split(",")]
+interpreter = runtime.Interpreter.from_bytes(open(model, "rb").read(), arena_size=1 << 26)
+for sample in data[:count]:
+    interpreter.set_input(np.asarray(sample, np.float32).reshape(shape), 0)
+    interpreter.invoke()
+"""
 SIZE = re.compile(r"size: ([\d,]+) -> ([\d,]+) bytes")
 
 
@@ -86,6 +101,8 @@ def run(run_name: str, entry: dict, work: Path) -> Outcome:
         command = [str(QTOOL), *RUNS[run_name], entry["file"], "--data", entry["calib"]]
     if command[1] in ("quantize", "analyze"):
         command += ["--holdout", entry["holdout"]]
+    if run_name == "target tflm":
+        written = work / f"{entry['name']}_tflm.tflite"
     if command[1] == "quantize":
         command += ["-o", str(written), "--force"]
     if command[1] == "calibrate":
@@ -101,7 +118,24 @@ def run(run_name: str, entry: dict, work: Path) -> Outcome:
     message = summary(done.stdout + "\n" + done.stderr, done.returncode, command[1] == "quantize")
     if run_name == "analyze" and done.returncode == 0:
         message = analyze_summary(done.stdout)
+    if run_name == "target tflm" and done.returncode == 0:
+        message += "; " + micro_verdict(written, entry)
     return Outcome(done.returncode, seconds, message)
+
+
+def micro_verdict(model: Path, entry: dict) -> str:
+    """Whether TFLite Micro initialises the model and runs the first held-out samples."""
+    (shape,) = entry["input_shape"].values()  # the corpus models have one input
+    command = [sys.executable, "-c", MICRO_CHILD, str(model), entry["holdout"]]
+    command += [str(MICRO_SAMPLES), ",".join(map(str, shape))]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return "TFLite Micro timed out"
+    if done.returncode == 0:
+        return f"runs in TFLite Micro ({MICRO_SAMPLES} samples)"
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    return "TFLite Micro: " + (errors[-1] if errors else f"exit {done.returncode}")
 
 
 def analyze_summary(output: str) -> str:
@@ -126,18 +160,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*")
     parser.add_argument("--out", type=Path, default=Path("corpus_status.md"))
+    parser.add_argument("--runs", default=",".join(RUNS), help="which runs, comma-separated")
     args = parser.parse_args()
     entries = load_manifest()
     names = args.models or list(entries)
+    runs = [r for r in RUNS if r in args.runs.split(",")]
     lines = [
-        "| model | role | data sample | " + " | ".join(RUNS) + " |",
-        "|---|---|---|" + "---|" * len(RUNS),
+        "| model | role | data sample | " + " | ".join(runs) + " |",
+        "|---|---|---|" + "---|" * len(runs),
     ]
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             entry = entries[name]
             cells = []
-            for run_name in RUNS:
+            for run_name in runs:
                 outcome = run(run_name, entry, Path(tmp))
                 cells.append(cell(outcome))
                 print(f"{name} {run_name}: {cells[-1]}", flush=True)
