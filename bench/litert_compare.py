@@ -18,7 +18,8 @@ from qtool.numerics import sqnr_db
 
 def signature_outputs(path: Path, samples: np.ndarray) -> dict[str, np.ndarray]:
     """`{output name: outputs of every sample stacked}` through the default signature, each
-    sample fed as a batch of one."""
+    sample fed as a batch of one. A model with integer inputs or outputs (a peer's full-integer
+    model) gets its samples quantized and its outputs dequantized with their parameters."""
     from ai_edge_litert.interpreter import Interpreter
 
     interpreter = Interpreter(model_path=str(path))
@@ -26,11 +27,30 @@ def signature_outputs(path: Path, samples: np.ndarray) -> dict[str, np.ndarray]:
     key = "serving_default" if "serving_default" in signatures else next(iter(signatures))
     (input_name,) = signatures[key]["inputs"]
     runner = interpreter.get_signature_runner(key)
+    feed = runner.get_input_details()[input_name]
+    outputs = runner.get_output_details()
     found: dict[str, list[np.ndarray]] = {}
     for sample in samples:
-        for name, value in runner(**{input_name: sample[None].astype(np.float32)}).items():
-            found.setdefault(name, []).append(np.array(value, np.float32))
+        value = _to_type(sample[None].astype(np.float32), feed)
+        for name, got in runner(**{input_name: value}).items():
+            found.setdefault(name, []).append(_to_float(np.asarray(got), outputs[name]))
     return {name: np.concatenate(parts) for name, parts in found.items()}
+
+
+def _to_type(value: np.ndarray, detail: dict) -> np.ndarray:
+    if detail["dtype"] == np.float32:
+        return value
+    scale, zero_point = detail["quantization"]
+    info = np.iinfo(detail["dtype"])
+    codes = np.clip(np.round(value / scale) + zero_point, info.min, info.max)
+    return codes.astype(detail["dtype"])
+
+
+def _to_float(value: np.ndarray, detail: dict) -> np.ndarray:
+    if value.dtype == np.float32:
+        return value.copy()
+    scale, zero_point = detail["quantization"]
+    return ((value.astype(np.float64) - zero_point) * scale).astype(np.float32)
 
 
 def worst_sqnr(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> float:

@@ -87,12 +87,37 @@ class _Cell:
         self.cell_clip = float(ctx.option("cell_clip") or 0.0)
         self.proj_clip = float(ctx.option("proj_clip") or 0.0)
 
-    def gate(self, k: int, x: np.ndarray, h: np.ndarray, c: np.ndarray, pre: list) -> np.ndarray:
-        """CalculateLstmGateFloat of gate k, before its activation; the sum before layer
-        normalisation goes to `pre[k]`."""
-        acc = x @ self.input_weights[k].T
-        recurrent = self.recurrent_weights[k]
-        acc += h * recurrent if recurrent.ndim == 1 else h @ recurrent.T
+    def project(self, steps: np.ndarray) -> None:
+        """The input weights' products with every step of a [time, batch, features] sequence,
+        as one matrix product per gate (they do not depend on the state), and the recurrent
+        weights of all gates stacked for one product per step."""
+        rows = steps.reshape(-1, steps.shape[-1])
+        self.projected = [
+            None if w is None else (rows @ w.T).reshape(*steps.shape[:2], -1)
+            for w in self.input_weights
+        ]
+        full = [w for w in self.recurrent_weights if w is not None]
+        self.stacked = np.concatenate(full) if full and all(w.ndim == 2 for w in full) else None
+        ends = np.cumsum([0 if w is None else len(w) for w in self.recurrent_weights])
+        self.columns = [
+            None if w is None else slice(end - len(w), end)
+            for w, end in zip(self.recurrent_weights, ends, strict=True)
+        ]
+
+    def _recurrent(self, h: np.ndarray) -> list[np.ndarray | None]:
+        """Each gate's recurrent term for state h."""
+        if self.stacked is None:
+            return [
+                None if w is None else (h * w if w.ndim == 1 else h @ w.T)
+                for w in self.recurrent_weights
+            ]
+        product = h @ self.stacked.T
+        return [None if part is None else product[:, part] for part in self.columns]
+
+    def gate(self, k: int, t: int, recurrent: list, c: np.ndarray, pre: list) -> np.ndarray:
+        """CalculateLstmGateFloat of gate k at step t, before its activation; the sum before
+        layer normalisation goes to `pre[k]`."""
+        acc = self.projected[k][t] + recurrent[k]
         if self.peephole[k] is not None:
             acc += self.peephole[k] * c
         pre[k] = acc
@@ -102,20 +127,22 @@ class _Cell:
         return acc if bias is None else acc + bias
 
     def step(
-        self, x: np.ndarray, h: np.ndarray, c: np.ndarray
+        self, t: int, h: np.ndarray, c: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """LstmStepFloat on [batch, features] rows: the new output and cell states, and the
-        intermediates (four gate sums, the hidden state before projection)."""
+        """LstmStepFloat of step t of the projected sequence on [batch, ...] rows: the new
+        output and cell states, and the intermediates (four gate sums, the hidden state
+        before projection)."""
         pre: list = [None] * GATES
-        input_gate = None if self.cifg else sigmoid(self.gate(0, x, h, c, pre))
-        forget = sigmoid(self.gate(1, x, h, c, pre))
+        recurrent = self._recurrent(h)
+        input_gate = None if self.cifg else sigmoid(self.gate(0, t, recurrent, c, pre))
+        forget = sigmoid(self.gate(1, t, recurrent, c, pre))
         if self.cifg:
             input_gate, pre[0] = 1 - forget, np.zeros_like(forget)
-        candidate = _activation(self.activation, self.gate(2, x, h, c, pre))
+        candidate = _activation(self.activation, self.gate(2, t, recurrent, c, pre))
         c = forget * c + input_gate * candidate
         if self.cell_clip > 0:
             c = np.clip(c, -self.cell_clip, self.cell_clip)
-        output_gate = sigmoid(self.gate(3, x, h, c, pre))  # peephole on the new cell state
+        output_gate = sigmoid(self.gate(3, t, recurrent, c, pre))  # peephole: the new c
         hidden = output_gate * _activation(self.activation, c)
         h = hidden
         if self.projection is not None:
@@ -139,9 +166,10 @@ def _run(ctx: OpContext, sequence: np.ndarray, time_axis: int) -> np.ndarray:
     h, c = h.reshape(batch, -1), c.reshape(batch, -1)
     outputs, hs, cs = [], [h], [c]
     seen: list[list[np.ndarray]] = [[] for _ in op.intermediates]
-    for t in range(sequence.shape[time_axis]):
-        x = np.asarray(np.take(sequence, t, axis=time_axis), np.float32)
-        h, c, intermediates = cell.step(x, h, c)
+    steps = np.asarray(sequence if time_axis == 0 else np.swapaxes(sequence, 0, 1), np.float32)
+    cell.project(steps)
+    for t in range(steps.shape[0]):
+        h, c, intermediates = cell.step(t, h, c)
         outputs.append(h)
         hs.append(h)
         cs.append(c)
