@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.accuracy import bench_accuracy
+from bench.aeq_time import bench_aeq_time
 from bench.corpus import load_manifest, manifest_table
 from bench.corpus_accuracy import bench_corpus_accuracy
 from bench.modes import bench_modes
@@ -245,6 +246,7 @@ if __name__ == "__main__":
     bench_corpus_accuracy()
     bench_size(json_path=ROOT / "build" / "size.json")
     bench_modes()
+    bench_aeq_time()
     bench_target_cost(json_path=ROOT / "build" / "target_cost.json")
     bench_calibration()
     bench_check()

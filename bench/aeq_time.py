@@ -118,12 +118,10 @@ def _accuracy(run: Run) -> str:
     return "-" if run.worst_db is None else f"{run.worst_db:.2f} dB, {run.bytes:,} B"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*")
-    args = parser.parse_args()
+def bench_aeq_time(models: list[str] | None = None) -> list[float]:
+    """Print the table; returns qtool's wall time over the peer's, per model both ran."""
     entries = load_manifest()
-    names = args.models or [name for name in entries if name.startswith("keras_")]
+    names = models or [name for name in entries if name.startswith("keras_")]
     table = Table(title="full-integer quantization from a .tflite: wall s (CPU s), held-out")
     for column in ("model", "qtool s", "AEQ s", "qtool / AEQ", "qtool", "AEQ"):
         table.add_column(column, justify="right")
@@ -143,6 +141,13 @@ def main() -> None:
     if ratios:
         table.add_row("median", "", "", f"{statistics.median(ratios):.2f}x", "", "")
     Console(width=200).print(table)
+    return ratios
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*")
+    bench_aeq_time(parser.parse_args().models)
 
 
 if __name__ == "__main__":
