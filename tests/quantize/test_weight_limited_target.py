@@ -5,7 +5,8 @@ activations do not touch: the error of each tap multiplies the level the terms s
 search remedies it with rounding optimisation (fitted to the inputs' second moment, it makes the
 taps' errors cancel on that level) and int16 for the input (whose variation is a few int8
 steps): neither alone reaches the target, the search's combination does, measured in LiteRT on
-samples no choice saw."""
+samples no choice saw. `qtool analyze` tells the two parts apart: the outputs' SQNR with the
+weights alone quantized, which is what int16 activations leave."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from qtool.model import Model, model_to_bytes
 from qtool.model.build import GraphBuilder
 from qtool.numerics import sqnr_db
 from qtool.quantize import QuantizeOptions, quantize_loaded
+from qtool.quantize.quantizer import analyze_loaded
 from qtool.quantize.remedies import INT16, ROUNDING
 from tests.litert import run_litert_samples
 
@@ -67,3 +69,16 @@ def test_the_target_search_combines_rounding_and_int16() -> None:
     assert {ROUNDING, INT16} <= kinds, kinds
     assert result.target_confirmed[0]
     assert reached_db >= TARGET_DB, reached_db
+
+
+def test_analyze_says_the_weights_alone_leave_what_int16_leaves() -> None:
+    model = cancelling_model()
+    data = Dataset.from_arrays([level_plus_detail(64, 1)])
+    holdout = Dataset.from_arrays([level_plus_detail(32, 2)])
+    [analysed] = analyze_loaded(model, data, QuantizeOptions(), holdout=holdout).subgraphs
+    int16_db, _ = held_out_sqnr(model, QuantizeOptions(activations="int16"))
+    [weights_db], [activations_db] = analysed.weights_alone, analysed.activations_alone
+    assert abs(weights_db - int16_db) < 2.0, (weights_db, int16_db)
+    # Both parts matter here: neither alone reaches the target, as the search found.
+    assert max(weights_db, activations_db) < TARGET_DB, (weights_db, activations_db)
+    assert analysed.output_sqnr[0] < min(weights_db, activations_db)
