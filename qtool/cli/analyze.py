@@ -103,6 +103,13 @@ def _how(measured_in: str) -> str:
     return "measured in LiteRT" if measured_in == LITERT else "simulated: LiteRT cannot run it"
 
 
+def _outputs(sqnr_db: dict, samples: int) -> str:
+    """Each output's SQNR (dB) with one part of the quantization alone, simulated."""
+    return ", ".join(f"{k} {_db(v)} dB" for k, v in sqnr_db.items()) + (
+        f" (simulated on {samples} samples)"
+    )
+
+
 def render(analysis: dict, top: int) -> None:
     for sub in analysis["subgraphs"]:
         print_fields(
@@ -116,6 +123,8 @@ def render(analysis: dict, top: int) -> None:
                     ", ".join(f"{k} {_db(v)} dB" for k, v in sub["output_sqnr_db"].items())
                     + f" ({_how(sub['outputs_measured_in'])})",
                 ),
+                ("weights alone", _outputs(sub["weights_alone_sqnr_db"], sub["samples"])),
+                ("activations alone", _outputs(sub["activations_alone_sqnr_db"], sub["samples"])),
             ],
         )
         rows = []

@@ -89,6 +89,10 @@ class SubgraphDiagnosis:
     statistics: SubgraphStatistics  # what the plan was fitted on (its ranges' histograms)
     measured_in: str = ""  # how output_sqnr was measured: LiteRT or simulation
     output_samples: int = 0  # the samples output_sqnr was measured on
+    # Simulated on the places' samples: every weight quantized and no activation (what int16
+    # activations cannot remove), and every activation and no weight.
+    weights_alone: list[float] = field(default_factory=list)
+    activations_alone: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -264,4 +268,6 @@ def _diagnose_subgraph(
         fit,
         measured.measured_in,
         samples.samples,
+        analyzer.weights_alone(),
+        analyzer.activations_alone(),
     )

@@ -29,6 +29,10 @@ from qtool.runtime.engine import OPAQUE_TYPES, join_chunks
 from qtool.runtime.state import keeps_state
 
 MAX_SAMPLES = 16  # a ranking of places needs a few samples, not the whole fold
+# Every weight and no activation quantized, and the reverse (the subgraphs control flow runs
+# stay as their plans quantize them in both).
+WEIGHTS = Parts(slots=())
+ACTIVATIONS = Parts(weights=())
 
 
 @dataclass(frozen=True)
@@ -219,3 +223,12 @@ class Analyzer:
     def full(self) -> list[float]:
         """Output SQNR of the whole plan."""
         return self.output_sqnr(Simulator(self.model, self.plan).run(self.inputs))
+
+    def weights_alone(self) -> list[float]:
+        """Output SQNR with every weight quantized and the activations float: what int16
+        activations (16x8 kernels keep int8 weights) cannot remove."""
+        return self.output_sqnr(Simulator(self.model, self.plan, WEIGHTS).run(self.inputs))
+
+    def activations_alone(self) -> list[float]:
+        """Output SQNR with every activation quantized and the weights float."""
+        return self.output_sqnr(Simulator(self.model, self.plan, ACTIVATIONS).run(self.inputs))

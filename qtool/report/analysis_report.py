@@ -45,6 +45,12 @@ def analysis_section(diagnosis: Diagnosis) -> dict[str, Any]:
                     zip(sub.outputs, map(json_db, sub.output_sqnr), strict=True)
                 ),
                 "outputs_measured_in": sub.measured_in,
+                "weights_alone_sqnr_db": dict(
+                    zip(sub.outputs, map(json_db, sub.weights_alone), strict=True)
+                ),
+                "activations_alone_sqnr_db": dict(
+                    zip(sub.outputs, map(json_db, sub.activations_alone), strict=True)
+                ),
                 "output_samples": sub.output_samples,
                 "places": [_place(p, sub.outputs) for p in sub.places],
                 "layer_sqnr_db": {name: json_db(v) for name, v in sub.layer_sqnr.items()},
