@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install browser test demo lint docs espeak corpus smoke honesty bench fuzz clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml qtool/calibrate/_observe.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"

@@ -126,12 +126,20 @@ class HistogramObserver(RangeObserver):
         self.channels = dict(channels or {})
         self.histograms: dict[int, Histogram] = {}
 
-    def update(self, tensor_index: int, value: np.ndarray) -> bool:
-        """Fold in a chunk of samples; returns whether every value was finite."""
+    def update(
+        self, tensor_index: int, value: np.ndarray, unit_sums: np.ndarray | None = None
+    ) -> bool:
+        """Fold in a chunk of samples; returns whether every value was finite. `unit_sums`:
+        as `Histogram.add`'s, for `rows(tensor_index, value)` samples."""
+        rows = self.rows(tensor_index, value)
+        histogram = self.histograms.setdefault(tensor_index, Histogram())
+        return histogram.add(rows, self.channels.get(tensor_index, 1), unit_sums)
+
+    def rows(self, tensor_index: int, value: np.ndarray) -> np.ndarray:
+        """A chunk's values as (samples, elements per sample)."""
         per_sample = self.sample_elements.get(tensor_index) or (value.size // len(value))
         rows = value.reshape(-1, per_sample) if value.size % per_sample == 0 else value[None]
-        histogram = self.histograms.setdefault(tensor_index, Histogram())
-        return histogram.add(rows.reshape(len(rows), -1), self.channels.get(tensor_index, 1))
+        return rows.reshape(len(rows), -1)
 
     def ranges(self) -> dict[int, tuple[float, float]]:
         """The exact (min, max) of every tensor that had a finite value."""
@@ -219,6 +227,23 @@ class MeanObserver:
             for start in range(0, len(rows), self.BLOCK):
                 self._add(tensor_index, self._block_sum(rows[start : start + self.BLOCK], clip))
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
+
+    def open_sum(self, tensor_index: int, samples: int) -> np.ndarray | None:
+        """The float64 sum (C order, a sample's shape) to which the caller adds the units of `samples` more samples
+        of a tensor, each value rounded as `_block_sum` rounds it (clipped, NaN as 0): the
+        one-pass kernel's (`histogram.one_pass`); counted as added. None where the samples do not
+        fit in one open sum (more than `BLOCK`)."""
+        if samples > self.BLOCK:
+            return None
+        total, count = self._open.get(tensor_index, (None, 0))
+        if total is not None and count + samples > self.BLOCK:
+            self._close(tensor_index)
+            total, count = None, 0
+        if total is None:
+            total = np.zeros(self.sample_shapes[tensor_index], np.float64)
+        self._open[tensor_index] = (total, count + samples)
+        self.counts[tensor_index] = self.counts.get(tensor_index, 0) + samples
+        return total
 
     def _add(self, tensor_index: int, total: np.ndarray) -> None:
         if tensor_index in self._sums:
