@@ -228,21 +228,21 @@ class MeanObserver:
                 self._add(tensor_index, self._block_sum(rows[start : start + self.BLOCK], clip))
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
 
-    def open_sum(self, tensor_index: int, samples: int) -> np.ndarray | None:
-        """The float64 sum (C order, a sample's shape) to which the caller adds the units of `samples` more samples
-        of a tensor, each value rounded as `_block_sum` rounds it (clipped, NaN as 0): the
-        one-pass kernel's (`histogram.one_pass`); counted as added. None where the samples do not
-        fit in one open sum (more than `BLOCK`)."""
-        if samples > self.BLOCK:
-            return None
+    def open_sum(self, tensor_index: int, rows: np.ndarray) -> np.ndarray | None:
+        """The float64 sum (C order, a sample's shape) to which the caller adds the units of
+        `rows` (samples, elements), each value rounded as `_block_sum` rounds it (clipped, NaN
+        as 0): the one-pass kernel's (`histogram.one_pass`); counted as added. None where the
+        rows are not samples of the tensor's shape, or more than one open sum holds."""
         total, count = self._open.get(tensor_index, (None, 0))
-        if total is not None and count + samples > self.BLOCK:
-            self._close(tensor_index)
-            total, count = None, 0
         if total is None:
             total = np.zeros(self.sample_shapes[tensor_index], np.float64)
-        self._open[tensor_index] = (total, count + samples)
-        self.counts[tensor_index] = self.counts.get(tensor_index, 0) + samples
+        if len(rows) > self.BLOCK or rows.shape[1] != total.size:
+            return None
+        if count + len(rows) > self.BLOCK:
+            self._close(tensor_index)
+            total, count = np.zeros_like(total), 0
+        self._open[tensor_index] = (total, count + len(rows))
+        self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
         return total
 
     def _add(self, tensor_index: int, total: np.ndarray) -> None:

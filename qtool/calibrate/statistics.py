@@ -8,6 +8,7 @@ loads from JSON, so calibration can run on many machines and quantization read t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -82,10 +83,12 @@ class SubgraphStatistics:
     _pending: dict[int, list[np.ndarray]] = field(default_factory=dict, repr=False)
     _pending_bytes: dict[int, int] = field(default_factory=dict, repr=False)
 
-    GROUP_BYTES = 1 << 20
+    # With the one-pass kernel a call costs little beyond its Python: grouping copies more
+    # than it saves above 64 KB (palm_detection_full: 0.81 -> 0.71 s of 128 samples' calls).
+    GROUP_BYTES = 1 << 16 if one_pass is not None else 1 << 20
     tensors_apart = True  # every statistic, and what is held back, is kept per tensor
 
-    @property
+    @functools.cached_property
     def tensors(self) -> frozenset[int]:
         """The tensors the statistics watch (histograms and means together)."""
         return self.histograms.tensors | self.means.tensors
@@ -131,10 +134,7 @@ class SubgraphStatistics:
         if tensor_index not in self.means.tensors:
             self.histograms.update(tensor_index, value)
             return True
-        rows = self.histograms.rows(tensor_index, value)
-        if rows.shape[1] != np.prod(self.means.sample_shapes[tensor_index]):
-            return False
-        sums = self.means.open_sum(tensor_index, len(rows))
+        sums = self.means.open_sum(tensor_index, self.histograms.rows(tensor_index, value))
         if sums is None:
             return False
         self.histograms.update(tensor_index, value, sums)

@@ -65,7 +65,7 @@ def observed(rows: np.ndarray, channels: int, shape: tuple[int, ...]) -> tuple:
         if not len(part):
             continue
         if histogram_module.one_pass is not None:
-            histogram.add(part, channels, means.open_sum(0, len(part)))
+            histogram.add(part, channels, means.open_sum(0, part))
         else:
             histogram.add(part, channels)
             means(0, part)
