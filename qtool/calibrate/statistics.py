@@ -155,10 +155,9 @@ class SubgraphStatistics:
         self.samples += 1
 
     def flush(self) -> None:
-        """Fold every value still held back."""
+        """Fold every value still held back (the means close their open sums when read)."""
         for tensor_index in list(self._pending):
             self._flush_tensor(tensor_index)
-        self.means.close()
         for called in self.calls.values():
             called.flush()
 

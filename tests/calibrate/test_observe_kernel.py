@@ -147,3 +147,30 @@ def test_the_kernel_refuses_buffers_of_the_wrong_size() -> None:
         KERNEL(values, 3, 10, 1, None, None)
     with pytest.raises(BufferError):
         KERNEL(values, 2, 10, 1, np.zeros(BINS, np.int64).tobytes(), None)  # not writable
+
+
+@pytest.mark.parametrize("sizes", [(5, 11), (100, 100), (128, 1), (40, 90, 3)])
+def test_open_sums_merge_as_closed_ones(sizes) -> None:
+    # The folds' statistics merge into the fitting fold's with their sums still open (float64,
+    # at most BLOCK samples together; beyond, closed into int64): the same integers as one pass.
+    rng = np.random.default_rng(sum(sizes))
+    values = hostile(rng, (sum(sizes), 6, 4))
+    single = MeanObserver([0], {0: (6, 4)})
+    for start in range(0, len(values), MeanObserver.BLOCK):
+        single(0, values[start : start + MeanObserver.BLOCK])
+    merged = None
+    for part in np.split(values, np.cumsum(sizes)[:-1]):
+        shard = MeanObserver([0], {0: (6, 4)})
+        shard.open_sum(0, part.reshape(len(part), -1))[...] = observed_units(part)
+        if merged is None:
+            merged = shard
+        else:
+            merged.merge(shard)
+    assert merged.counts == single.counts == {0: len(values)}
+    assert np.array_equal(merged.sums[0], single.sums[0])
+
+
+def observed_units(rows: np.ndarray) -> np.ndarray:
+    """The fixed-point units of rows, summed (what the kernel adds to an open sum)."""
+    units = np.rint(np.clip(np.nan_to_num(rows, nan=0.0), -LIMIT, LIMIT).astype(np.float64) * 2**24)
+    return units.sum(axis=0)
