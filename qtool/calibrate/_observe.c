@@ -167,13 +167,18 @@ static void block_units(const float *p, Py_ssize_t per, Py_ssize_t rows, double 
     }
 }
 
-static int read_buffer(PyObject *object, Py_buffer *view, int writable, Py_ssize_t itemsize,
-                       Py_ssize_t length, const char *what) {
-    if (PyObject_GetBuffer(object, view, (writable ? PyBUF_WRITABLE : 0) | PyBUF_C_CONTIGUOUS) < 0)
-        return -1;
-    if (view->itemsize != itemsize || view->len != length * itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of %zd bytes", what, length,
-                     itemsize);
+/* A C-contiguous buffer of `length` items of the struct format `kinds` lists (one letter
+ * each: "f" float32, "d" float64, "lq" int64 on any platform), writable if asked. */
+static int read_buffer(PyObject *object, Py_buffer *view, int writable, const char *kinds,
+                       Py_ssize_t itemsize, Py_ssize_t length, const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object, view, flags) < 0) return -1;
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    if (view->itemsize != itemsize || view->len != length * itemsize || strlen(format) != 1 ||
+        !strchr(kinds, format[0])) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd items of type '%s'", what, length,
+                     kinds);
         PyBuffer_Release(view);
         return -1;
     }
@@ -199,13 +204,13 @@ static PyObject *observe(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_buffer values, counts = {0}, total = {0};
-    if (read_buffer(values_object, &values, 0, 4, rows * per, "values") < 0) return NULL;
+    if (read_buffer(values_object, &values, 0, "f", 4, rows * per, "values") < 0) return NULL;
     int with_counts = counts_object != Py_None, with_total = total_object != Py_None;
-    if (with_counts && read_buffer(counts_object, &counts, 1, 8, BINS, "counts") < 0) {
+    if (with_counts && read_buffer(counts_object, &counts, 1, "lq", 8, BINS, "counts") < 0) {
         PyBuffer_Release(&values);
         return NULL;
     }
-    if (with_total && read_buffer(total_object, &total, 1, 8, per, "total") < 0) {
+    if (with_total && read_buffer(total_object, &total, 1, "d", 8, per, "total") < 0) {
         PyBuffer_Release(&values);
         if (with_counts) PyBuffer_Release(&counts);
         return NULL;

@@ -145,6 +145,10 @@ def test_the_kernel_refuses_buffers_of_the_wrong_size() -> None:
         KERNEL(values, 2, 10, 1, None, np.zeros(9))
     with pytest.raises(ValueError, match="values"):
         KERNEL(values, 3, 10, 1, None, None)
+    with pytest.raises(ValueError, match="values"):
+        KERNEL(values.view(np.int32), 2, 10, 1, None, None)  # the right size, another type
+    with pytest.raises(ValueError, match="counts"):
+        KERNEL(values, 2, 10, 1, np.zeros(BINS), None)
     with pytest.raises(BufferError):
         KERNEL(values, 2, 10, 1, np.zeros(BINS, np.int64).tobytes(), None)  # not writable
 
