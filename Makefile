@@ -4,15 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser test demo lint docs espeak corpus smoke honesty bench fuzz clean
+.PHONY: install compiler browser test demo lint docs espeak corpus smoke honesty bench fuzz clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml qtool/calibrate/_observe.c | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# qtool's one C file (qtool/calibrate/_observe.c, calibration's observers in one pass) needs a C
+# compiler and Python's headers; the build goes on without them (numpy passes instead), but a
+# machine without them gets Debian's gcc and python3-dev here, as `browser` gets chromium.
+compiler:
+	@if ! command -v cc >/dev/null || ! $(PYTHON) -c "import os, sys, sysconfig; \
+	  sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then \
+	  sudo=""; [ "$$(id -u)" -eq 0 ] || sudo="sudo"; \
+	  echo "installing Debian's gcc and python3-dev for qtool's C extension"; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends gcc python3-dev >/dev/null; \
+	fi
 
 # The HTML page's tests open it in Debian's chromium (tests/report/test_browser.py): a machine
 # without it gets it here, as root or through sudo, the way .venv is made when missing.

@@ -171,3 +171,9 @@ def test_readme_example_runs_on_the_installed_package(
     installed_check = f"import qtool\nassert qtool.__file__.startswith({str(installed.site)!r})\n"
     (tmp_path / "example.py").write_text(installed_check + example)
     succeeds(run(installed.python, tmp_path, "example.py"))
+
+
+def test_the_wheel_carries_the_one_pass_kernel(installed: Installed, tmp_path: Path) -> None:
+    # Built by pip from pyproject.toml's ext-modules (optional only where no C compiler is).
+    probe = "from qtool.calibrate.histogram import one_pass; print(one_pass is not None)"
+    assert succeeds(run(installed.python, tmp_path, "-c", probe)).strip() == "True"

@@ -12,15 +12,24 @@ stride that does not divide the channel count so every channel is seen): at most
 `BINNED_PER_SAMPLE` values per sample and tensor keep binning cheap next to inference. The
 subset depends only on the sample, never on how samples are chunked or sharded, so exact merging
 holds. The minimum and maximum are exact over every element.
+
+Where qtool was built with its C extension (`_observe.c`, built by `pip install`), one pass over
+memory computes the extremes and the counts (and, for a layer's input, the means' sums: see
+`SubgraphStatistics`) with the numpy code's results bit for bit; the numpy passes below are the
+fallback where no C compiler was found (docs/performance.md: "One pass over the activations").
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+try:
+    from qtool.calibrate._observe import observe as one_pass
+except ImportError:  # built without a C compiler: numpy's passes
+    one_pass = None
 
 MANTISSA_BITS = 5
 SHIFT = 23 - MANTISSA_BITS
@@ -91,45 +100,70 @@ def _is_prime(n: int) -> bool:
     return n >= 2 and all(n % d for d in range(2, int(n**0.5) + 1))
 
 
-@dataclass
 class Histogram:
-    """Value counts of one tensor over the global grid, with its exact minimum and maximum."""
+    """Value counts of one tensor over the global grid, with its exact minimum and maximum.
 
-    counts: np.ndarray = field(default_factory=lambda: np.zeros(BINS, np.int64))
-    min: float = float("inf")
-    max: float = float("-inf")
+    Added values are counted in bit-pattern order (`np.bincount`'s) and put in value order
+    when `counts` is read: once per read instead of once per chunk (16,384 bins, a fifth of
+    the cost of a small tensor's chunk)."""
+
+    def __init__(self) -> None:
+        self._counts = np.zeros(BINS, np.int64)  # value order
+        self._raw: np.ndarray | None = None  # bit-pattern order, not yet in _counts
+        self.min = float("inf")
+        self.max = float("-inf")
+
+    @property
+    def counts(self) -> np.ndarray:
+        """The count of every bin, in value order (ordinals 0..BINS-1)."""
+        if self._raw is not None:
+            self._counts += _ordinal_counts(self._raw)  # inf/NaN patterns fall in zeroed bins
+            self._raw = None
+        return self._counts
 
     @property
     def empty(self) -> bool:
         """Whether no finite value has been added (min > max)."""
         return self.min > self.max
 
-    def add(self, samples: np.ndarray, channels: int = 1) -> bool:
+    def add(
+        self, samples: np.ndarray, channels: int = 1, unit_sums: np.ndarray | None = None
+    ) -> bool:
         """Fold in values shaped (samples, elements per sample); non-finite values are skipped.
-        Returns whether every value was finite."""
+        Returns whether every value was finite. `unit_sums` (only where `one_pass` exists):
+        float64 per element of a sample, to which every sample's `MeanObserver` units are
+        added in the same pass."""
         values = np.asarray(samples, dtype=np.float32)
         if not values.size:
             return True
-        # min() and max() are NaN when any value is: finite extremes mean finite values.
-        low, high = float(values.min()), float(values.max())
-        every_finite = bool(np.isfinite(low) and np.isfinite(high))
-        if not every_finite:
-            finite = np.isfinite(values)
-            if not finite.any():
-                return False
-            low, high = float(values[finite].min()), float(values[finite].max())
-        self.min, self.max = min(self.min, low), max(self.max, high)
         stride = sampling_stride(values.shape[1], channels)
-        binned = values[:, ::stride] if stride > 1 else values
-        # Straight to the index type bincount counts in: no conversion pass inside it.
-        patterns = np.right_shift(binned.view(np.uint32), SHIFT, dtype=np.intp)
-        raw = np.bincount(patterns.reshape(-1), minlength=BINS)
-        self.counts += _ordinal_counts(raw)  # inf/NaN patterns fall in the zeroed bins
+        if self._raw is None:
+            self._raw = np.zeros(BINS, np.int64)
+        if one_pass is not None:
+            low, high, every_finite = one_pass(
+                np.ascontiguousarray(values), *values.shape, stride, self._raw, unit_sums
+            )
+            if low > high:  # no finite value
+                return False
+        else:
+            # min() and max() are NaN when any value is: finite extremes mean finite values.
+            low, high = float(values.min()), float(values.max())
+            every_finite = bool(np.isfinite(low) and np.isfinite(high))
+            if not every_finite:
+                finite = np.isfinite(values)
+                if not finite.any():
+                    return False
+                low, high = float(values[finite].min()), float(values[finite].max())
+            binned = values[:, ::stride] if stride > 1 else values
+            # Straight to the index type bincount counts in: no conversion pass inside it.
+            patterns = np.right_shift(binned.view(np.uint32), SHIFT, dtype=np.intp)
+            self._raw += np.bincount(patterns.reshape(-1), minlength=BINS)
+        self.min, self.max = min(self.min, low), max(self.max, high)
         return every_finite
 
     def merge(self, other: Histogram) -> None:
         """Add another histogram's counts and widen min/max to include its (exact, in any order)."""
-        self.counts += other.counts
+        np.add(self.counts, other.counts, out=self.counts)
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)
 
     def state(self) -> dict[str, Any]:

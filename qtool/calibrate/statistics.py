@@ -8,6 +8,7 @@ loads from JSON, so calibration can run on many machines and quantization read t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterable
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from qtool.calibrate.histogram import Histogram
+from qtool.calibrate.histogram import Histogram, one_pass
 from qtool.calibrate.observers import HistogramObserver, MeanObserver
 from qtool.calibrate.ranges import MINMAX, Method
 from qtool.errors import DataError
@@ -82,10 +83,12 @@ class SubgraphStatistics:
     _pending: dict[int, list[np.ndarray]] = field(default_factory=dict, repr=False)
     _pending_bytes: dict[int, int] = field(default_factory=dict, repr=False)
 
-    GROUP_BYTES = 1 << 20
+    # With the one-pass kernel a call costs little beyond its Python: grouping copies more
+    # than it saves above 64 KB (palm_detection_full: 0.81 -> 0.71 s of 128 samples' calls).
+    GROUP_BYTES = 1 << 16 if one_pass is not None else 1 << 20
     tensors_apart = True  # every statistic, and what is held back, is kept per tensor
 
-    @property
+    @functools.cached_property
     def tensors(self) -> frozenset[int]:
         """The tensors the statistics watch (histograms and means together)."""
         return self.histograms.tensors | self.means.tensors
@@ -109,6 +112,8 @@ class SubgraphStatistics:
             self._flush_tensor(tensor_index)
 
     def _fold(self, tensor_index: int, value: np.ndarray) -> None:
+        if self._one_pass(tensor_index, value):
+            return
         finite = False
         if tensor_index in self.histograms.tensors and value.size:
             finite = self.histograms.update(tensor_index, value)
@@ -116,6 +121,24 @@ class SubgraphStatistics:
         # The histogram's exact extremes bound the values, so the means may skip clipping.
         magnitude = None if histogram is None else max(-histogram.min, histogram.max)
         self.means(tensor_index, value, magnitude, finite)
+
+    def _one_pass(self, tensor_index: int, value: np.ndarray) -> bool:
+        """Fold a chunk with the C kernel (`histogram.one_pass`): the histogram and, for a
+        layer input, the means' sums in one read of memory. False where the numpy passes fold
+        it: no kernel, not float32, not a histogram's tensor, samples not in whole rows of the
+        mean's shape or more than an open sum takes."""
+        if one_pass is None or value.dtype != np.float32 or not value.size:
+            return False
+        if tensor_index not in self.histograms.tensors:
+            return False
+        if tensor_index not in self.means.tensors:
+            self.histograms.update(tensor_index, value)
+            return True
+        sums = self.means.open_sum(tensor_index, self.histograms.rows(tensor_index, value))
+        if sums is None:
+            return False
+        self.histograms.update(tensor_index, value, sums)
+        return True
 
     def _flush_tensor(self, tensor_index: int) -> None:
         parts = self._pending.pop(tensor_index, [])
@@ -132,10 +155,9 @@ class SubgraphStatistics:
         self.samples += 1
 
     def flush(self) -> None:
-        """Fold every value still held back."""
+        """Fold every value still held back (the means close their open sums when read)."""
         for tensor_index in list(self._pending):
             self._flush_tensor(tensor_index)
-        self.means.close()
         for called in self.calls.values():
             called.flush()
 

@@ -33,10 +33,12 @@ import numpy as np
 
 from qtool.errors import UnsupportedOpError
 from qtool.model import Model, Subgraph, TensorType
+from qtool.model.calls import call_sites
 from qtool.model.types import ActivationFunctionType
 from qtool.prepare.bounds import activation_bounds
 from qtool.runtime.engine import Engine
-from qtool.runtime.litert import litert_available, litert_can_run, run_preserved
+from qtool.runtime.litert import XnnpackRunner, litert_available, litert_can_run, run_preserved
+from qtool.runtime.state import keeps_state
 
 # Where a producer's output channels are along its weights' axes, and a consumer's input
 # channels (DEPTHWISE_CONV_2D: output channel c * multiplier + m reads input channel c).
@@ -177,7 +179,9 @@ def channel_ranges(
     model: Model, subgraph_index: int, tensors: Sequence[int], samples: Sequence[np.ndarray]
 ) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per channel (last axis), the smallest and largest value of each tensor on the samples,
-    computed by the numpy engine (or by LiteRT where the numpy engine lacks a kernel)."""
+    computed by LiteRT with XNNPACK where it runs the model (the calibration's engine; 3-6x
+    the numpy engine's speed on MediaPipe's models), else by the numpy engine, else by LiteRT's
+    builtin kernels (a custom op without a numpy kernel)."""
     ranges: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     wanted = set(tensors)
 
@@ -190,6 +194,15 @@ def channel_ranges(
             low, high = np.minimum(ranges[t][0], low), np.maximum(ranges[t][1], high)
         ranges[t] = (low, high)
 
+    if _xnnpack_runs(model, subgraph_index):
+        try:
+            # Every tensor in its own place (`ordered`): a channel is the last axis as declared.
+            runner = XnnpackRunner(model, sorted(wanted), ordered=wanted)
+        except UnsupportedOpError:
+            pass
+        else:
+            runner.run(list(samples), [observe])
+            return ranges
     try:
         engine = Engine(model, subgraph_index)
     except UnsupportedOpError:  # a custom op without a numpy kernel: LiteRT may run it
@@ -199,6 +212,18 @@ def channel_ranges(
     else:
         engine.run(list(samples), observers=[observe])
     return ranges
+
+
+def _xnnpack_runs(model: Model, subgraph_index: int) -> bool:
+    """Whether LiteRT's XNNPACK runner may compute the ranges: subgraph 0, installed, no
+    control flow (only the numpy engine shows the subgraphs it runs) and no state (samples
+    are independent)."""
+    return (
+        subgraph_index == 0
+        and litert_available()
+        and not call_sites(model, 0)
+        and not keeps_state(model, 0)
+    )
 
 
 def channel_gains(top: float, bottom: float, low: np.ndarray, high: np.ndarray) -> np.ndarray:

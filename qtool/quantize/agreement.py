@@ -73,12 +73,18 @@ def simulation_check(
     specs: Mapping[str, QuantSpec],
     evaluation: EvaluationSet,
     samples: int = SAMPLES,
+    measured: list[np.ndarray] | None = None,
 ) -> list[SimulationCheck]:
     """Each output's fitting SQNR on the first `samples` evaluation samples, simulated and run
-    in LiteRT; empty where LiteRT cannot run the plan."""
+    in LiteRT; empty where LiteRT cannot run the plan. `measured`: LiteRT's outputs of the plan
+    on every evaluation sample (samples stacked), where the estimate has them already: LiteRT
+    runs each sample alone, so their first samples are what a run on those alone gives."""
     inputs = [np.asarray(x)[:samples] for x in evaluation.inputs]
     part = EvaluationSet(inputs, [np.asarray(r)[:samples] for r in evaluation.reference], "")
-    litert = litert_plan_outputs(model, plan, specs, inputs)
+    if measured is not None:
+        litert = [np.asarray(o)[:samples] for o in measured]
+    else:
+        litert = litert_plan_outputs(model, plan, specs, inputs)
     if litert is None:
         return []
     measured = plan_accuracy(model, plan, part, litert, LITERT).outputs

@@ -67,7 +67,11 @@ def estimate_accuracy(
         found.accuracy[s] = planners[s].accuracy(c.estimate_fit, recipes[s], c.estimate)
         if found.accuracy[s].measured_in == LITERT:
             plan = planners[s].plan(c.estimate_fit, recipes[s])
-            found.checks += simulation_check(planners[s].model, plan, specs, c.estimate)
+            # The estimate's own LiteRT outputs: the same plan on the same samples, not run again.
+            measured = planners[s].litert_outputs(c.estimate_fit, recipes[s], c.estimate)
+            found.checks += simulation_check(
+                planners[s].model, plan, specs, c.estimate, measured=measured
+            )
     if found.accuracy:
         estimated = [collected[s] for s in found.accuracy]
         found.independent = not any(c.shared for c in estimated)

@@ -125,6 +125,7 @@ class Planner:
     _plans: OrderedDict = field(default_factory=OrderedDict, repr=False)
     _accuracy: dict[tuple, list] = field(default_factory=dict, repr=False)
     _started: dict[tuple, Pending | None] = field(default_factory=dict, repr=False)
+    _measured: dict[tuple, list[np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
     def subgraph(self) -> Subgraph:
@@ -206,10 +207,19 @@ class Planner:
                     simulated_outputs(self.model, plan, evaluation.inputs),
                     SIMULATION,
                 )
+            else:
+                self._measured[key] = outputs
             self._accuracy[key] = plan_accuracy(
                 self.model, plan, evaluation, outputs, measured_in, self.metric
             )
         return self._accuracy[key]
+
+    def litert_outputs(
+        self, statistics: SubgraphStatistics, recipe: Recipe, evaluation: EvaluationSet
+    ) -> list[np.ndarray] | None:
+        """The integer model's outputs LiteRT gave `accuracy` for these arguments (samples
+        stacked); None where it was simulated or not asked."""
+        return self._measured.get((_Same(statistics), recipe, _Same(evaluation)))
 
     def start_measuring(
         self, statistics: SubgraphStatistics, recipe: Recipe, inputs: list[np.ndarray]

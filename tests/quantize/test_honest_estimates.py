@@ -18,7 +18,7 @@ from qtool.model.build import GraphBuilder
 from qtool.quantize import agreement, auto
 from qtool.quantize.accuracy import LITERT, OutputAccuracy
 from qtool.quantize.evaluation import PlanAccuracy
-from qtool.quantize.planner import Recipe
+from qtool.quantize.planner import Planner, Recipe
 from tests.conftest import DATA, MODELS
 from tests.litert import run_litert_samples
 from tests.quantize.test_cli import assert_error
@@ -165,6 +165,26 @@ def test_a_simulation_that_strays_from_litert_is_a_warning(monkeypatch) -> None:
     (warning,) = [w for w in loud.report["warnings"] if "simulation and LiteRT disagree" in w]
     assert f"LiteRT {check['litert_db']:.1f} dB" in warning
     assert f"simulated {check['simulated_db']:.1f} dB" in warning
+
+
+def test_the_simulation_check_reads_the_estimate_s_own_litert_run(monkeypatch) -> None:
+    # The check's LiteRT side is the estimate's run of the same plan on the same samples (their
+    # first ones): the same figures as a run of its own, one LiteRT run fewer.
+    samples = cnn_samples("calib")
+    runs = []
+    original = agreement.litert_plan_outputs
+
+    def counted(*args, **kwargs):
+        runs.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(agreement, "litert_plan_outputs", counted)
+    reused = qtool.quantize_model(CNN, samples).report["accuracy"]["simulation_check"]
+    assert not runs
+    monkeypatch.setattr(Planner, "litert_outputs", lambda *args: None)
+    again = qtool.quantize_model(CNN, samples).report["accuracy"]["simulation_check"]
+    assert len(runs) == 1
+    assert reused == again
 
 
 def average_pool_model() -> bytes:
