@@ -5,8 +5,9 @@ For each model this quantizes the float `.tflite` with qtool's defaults (`quanti
 no option set) and, converted to ONNX with tf2onnx (opset 17; cached under
 `$CACHE/real_models/onnx/`) and pre-processed as ORT recommends (`quant_pre_process`: symbolic
 shape inference and graph optimisation), with `onnxruntime.quantization.quantize_static` once
-per calibration method (MinMax, Entropy, Percentile, Distribution), everything else as ORT's
-defaults for: QDQ format, per-channel int8 weights (symmetric), int8 activations (asymmetric).
+per calibrator setting (MinMax, Entropy, Percentile, Distribution at their defaults; Percentile
+at 99.99 and 99.9; MinMax averaged over the samples), everything else as ORT's defaults for: QDQ
+format, per-channel int8 weights (symmetric), int8 activations (asymmetric).
 Both get the same 64 calibration crops; every choice qtool makes (calibrator, bias correction)
 is made on folds of those crops.
 
@@ -52,7 +53,7 @@ read from the checkout: run from the repository root.
     ... $V -m bench.ort_peer --all --ort-json build/ort_peer.json   # qtool again, ORT's read
 
 The quantized ONNX models are cached beside the float ones (one file per method), so a second
-run only runs them. Converting and quantizing all 13 models with the four methods takes about 15
+run only runs them. Converting and quantizing all 13 models with the seven settings takes about 25
 minutes on 2 cores; qtool's defaults about 2 minutes.
 """
 
@@ -63,11 +64,10 @@ import contextlib
 import io
 import json
 import logging
-import math
 import struct
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +81,7 @@ from onnxruntime.quantization import (
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
 
-from bench.peer_report import console, show, summary
+from bench.peer_report import JUDGES, MethodResult, ModelResult, console, show, summary
 from bench.real_models import CACHE, MODELS, make_data, make_development_data, model_path
 from qtool.calibrate import load_dataset, model_inputs
 from qtool.model import (
@@ -100,9 +100,32 @@ from qtool.quantize.accuracy import LITERT, measure_outputs, model_output_steps
 
 ONNX_CACHE = CACHE / "onnx"
 OPSET = 17
-METHODS = tuple(CalibrationMethod)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ORT calibrator setting: a method and the calibration options quantize_static passes
+    on (`extra_options`; it passes no bin counts)."""
+
+    name: str
+    method: CalibrationMethod
+    options: tuple[tuple[str, object], ...] = ()
+
+
+# ORT's four methods at their defaults, and three settings a user tuning ORT would try: lower
+# percentiles (the default keeps 99.999% of the values) and min/max averaged over the samples
+# (TensorFlow's EMA rule) instead of the extremes.
+SETTINGS = (
+    *(Setting(method.name, method) for method in CalibrationMethod),
+    Setting("Percentile99.99", CalibrationMethod.Percentile, (("CalibPercentile", 99.99),)),
+    Setting("Percentile99.9", CalibrationMethod.Percentile, (("CalibPercentile", 99.9),)),
+    Setting(
+        "MinMaxAverage",
+        CalibrationMethod.MinMax,
+        (("CalibMovingAverage", True), ("CalibMovingAverageConstant", 0.01)),
+    ),
+)
 QTOOL = "qtool default"
-JUDGES = ("held-out", "development")
 
 Outputs = dict[str, np.ndarray]  # output name -> outputs of all samples, stacked on axis 0
 
@@ -123,87 +146,6 @@ class SampleReader(CalibrationDataReader):
 
     def rewind(self) -> None:
         self.position = 0
-
-
-def _db(value: float | None) -> float:
-    """A dB figure of an output record (None there: exact)."""
-    return math.inf if value is None else float(value)
-
-
-@dataclass
-class MethodResult:
-    """One quantizer's model of one float model: each output's record
-    (`OutputAccuracy.to_dict()`, in the float model's output order)."""
-
-    outputs: list[dict] = field(default_factory=list)
-    seconds: float = 0.0  # the quantizer's wall time, calibration included
-    error: str = ""
-
-    @property
-    def worst(self) -> float:
-        """The worst output's plain SQNR (dB)."""
-        return min(_db(o["sqnr_db"]) for o in self.outputs)
-
-    @property
-    def worst_fitting(self) -> float:
-        """The worst output's fitting SQNR (dB)."""
-        return min(_db(o["fitting_sqnr_db"]) for o in self.outputs)
-
-
-@dataclass
-class ModelResult:
-    name: str
-    judge: str = JUDGES[0]
-    float_onnx: dict[str, float] = field(default_factory=dict)  # float ONNX vs LiteRT, dB
-    qtool: MethodResult = field(default_factory=MethodResult)
-    methods: dict[str, MethodResult] = field(default_factory=dict)  # ORT's, by method
-    error: str = ""  # running, converting or pre-processing the float model failed
-
-    def best_by(self, figure: str) -> str | None:
-        """ORT's method whose worst output is highest by `figure` (worst or worst_fitting)."""
-        ranked = [name for name, result in self.methods.items() if not result.error]
-        return max(ranked, key=lambda name: getattr(self.methods[name], figure), default=None)
-
-    @property
-    def best(self) -> str | None:
-        """ORT's best method by worst-output SQNR."""
-        return self.best_by("worst")
-
-    def to_json(self) -> dict:
-        def method(m: MethodResult) -> dict:
-            ok = not m.error and m.outputs
-            return {
-                "outputs": m.outputs,
-                "seconds": m.seconds,
-                "error": m.error,
-                "worst_db": m.worst if ok else None,
-                "worst_fitting_db": m.worst_fitting if ok else None,
-            }
-
-        return {
-            "name": self.name,
-            "judge": self.judge,
-            "error": self.error,
-            "float_onnx": self.float_onnx,
-            "qtool": method(self.qtool),
-            "methods": {name: method(m) for name, m in self.methods.items()},
-            "best": self.best,
-            "best_fitting": self.best_by("worst_fitting"),
-        }
-
-    @classmethod
-    def from_json(cls, row: dict) -> ModelResult:
-        def method(m: dict) -> MethodResult:
-            return MethodResult(m["outputs"], m["seconds"], m["error"])
-
-        return cls(
-            row["name"],
-            row["judge"],
-            row["float_onnx"],
-            method(row["qtool"]),
-            {name: method(m) for name, m in row["methods"].items()},
-            row["error"],
-        )
 
 
 def builtin_transpose_convs(model: Model) -> None:
@@ -281,10 +223,10 @@ def preprocessed(float_model: Path) -> Path:
     return target
 
 
-def quantized(model: Path, samples: np.ndarray, method: CalibrationMethod) -> tuple[Path, float]:
-    """ORT's model for `method`, written once and reused, and the seconds quantize_static took
-    (kept beside it)."""
-    target = model.with_name(model.name.replace(".pre.onnx", f".{method.name}.qdq.onnx"))
+def quantized(model: Path, samples: np.ndarray, setting: Setting) -> tuple[Path, float]:
+    """ORT's model for a calibrator setting, written once and reused, and the seconds
+    quantize_static took (kept beside it)."""
+    target = model.with_name(model.name.replace(".pre.onnx", f".{setting.name}.qdq.onnx"))
     timing = target.with_suffix(".seconds")
     if target.exists() and timing.exists():
         return target, float(timing.read_text())
@@ -299,7 +241,8 @@ def quantized(model: Path, samples: np.ndarray, method: CalibrationMethod) -> tu
             per_channel=True,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
-            calibrate_method=method,
+            calibrate_method=setting.method,
+            extra_options=dict(setting.options),
         )
     seconds = time.perf_counter() - started
     timing.write_text(f"{seconds:.3f}\n")
@@ -370,15 +313,18 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0][:300]}"
 
 
-def qtool_default(name: str, calibration: Path) -> tuple[bytes, Model, float]:
+def qtool_default(name: str, calibration: Path) -> tuple[bytes, Model, float, str]:
     """qtool's default model for `name` (calibrated on the calibration file only), its
-    `Model` and the seconds quantize took."""
+    `Model`, the seconds quantize took and its auto choice with each candidate's score."""
     model = load_model(model_path(name))
     started = time.perf_counter()
     data = load_dataset([str(calibration)], model_inputs(model))
     result = quantize_loaded(model, data, QuantizeOptions())
     seconds = time.perf_counter() - started
-    return model_to_bytes(result.model), result.model, seconds
+    recipe = result.recipes.get(0)
+    chosen = f"{recipe.method}{'+bc' if recipe.bias_correction else ''}" if recipe else "-"
+    scores = ", ".join(f"{label} {db:.1f}" for label, db in result.method_scores.items())
+    return model_to_bytes(result.model), result.model, seconds, f"{chosen} ({scores})"
 
 
 def judged_samples(name: str, judge: str) -> tuple[Path, np.ndarray]:
@@ -389,24 +335,27 @@ def judged_samples(name: str, judge: str) -> tuple[Path, np.ndarray]:
 
 
 def evaluate(name: str, judge: str = JUDGES[0], ort_results: dict | None = None) -> ModelResult:
-    """qtool's default and each ORT method on one model; ORT's results are taken from
-    `ort_results` (an earlier run's, by model name) when it has the model."""
+    """qtool's default and each ORT setting on one model; ORT's results are taken from
+    `ort_results` (an earlier run's, by model name, on the same judging samples) where it has
+    them, and measured for the settings it lacks."""
     result = ModelResult(name, judge)
     calibration_path, samples = judged_samples(name, judge)
     float_model = load_model(model_path(name))
     reference = litert_outputs(model_path(name).read_bytes(), samples)
-    blob, written, seconds = qtool_default(name, calibration_path)
+    blob, written, seconds, choice = qtool_default(name, calibration_path)
     steps = model_output_steps(written)
     records = output_records(float_model, reference, litert_outputs(blob, samples), steps)
-    result.qtool = MethodResult(records, seconds)
-    console.log(f"{name} {QTOOL}: {seconds:.1f} s, worst {result.qtool.worst:.2f} dB")
+    result.qtool = MethodResult(records, seconds, choice=choice)
+    console.log(f"{name} {QTOOL}: {seconds:.1f} s, {choice}, worst {result.qtool.worst:.2f} dB")
     earlier = (ort_results or {}).get(name)
     if earlier is not None and earlier.judge == judge:
         result.float_onnx, result.methods, result.error = (
             earlier.float_onnx,
-            earlier.methods,
+            dict(earlier.methods),
             earlier.error,
         )
+    missing = [s for s in SETTINGS if s.name not in result.methods]
+    if result.error or not missing:
         return result
     calibration = np.load(calibration_path)
     try:
@@ -417,16 +366,16 @@ def evaluate(name: str, judge: str = JUDGES[0], ort_results: dict | None = None)
         result.error = one_line(error)
         logging.debug(traceback.format_exc())
         return result
-    for method in METHODS:
+    for setting in missing:
         seconds = 0.0
         try:
-            quantized_model, seconds = quantized(model, calibration, method)
+            quantized_model, seconds = quantized(model, calibration, setting)
             records = output_records(float_model, reference, ort_outputs(quantized_model, samples))
-            result.methods[method.name] = MethodResult(records, seconds)
+            result.methods[setting.name] = MethodResult(records, seconds)
         except Exception as error:
-            result.methods[method.name] = MethodResult(seconds=seconds, error=one_line(error))
+            result.methods[setting.name] = MethodResult(seconds=seconds, error=one_line(error))
             logging.debug(traceback.format_exc())
-        console.log(f"{name} {method.name}: {seconds:.1f} s")
+        console.log(f"{name} {setting.name}: {seconds:.1f} s")
     return result
 
 

@@ -1,17 +1,17 @@
-"""The tables of bench/ort_peer.py: qtool's default against ONNX Runtime's best calibrator per
-model, by worst-output SQNR, by worst-output fitting SQNR, and output by output by the measure
-that fits each output's kind.
+"""The results and tables of bench/ort_peer.py: qtool's default against ONNX Runtime's best
+calibrator per model, by worst-output SQNR, by worst-output fitting SQNR, and output by output by
+the measure that fits each output's kind.
 
-Kept apart from the runs so that it imports neither ONNX Runtime nor TensorFlow: a model result
-only needs `name`, `qtool`, `methods` (`MethodResult`s with `worst`, `worst_fitting`, `outputs`:
-records as `OutputAccuracy.to_dict()` writes them), `best_by(figure)` and `error`.
+Kept apart from the runs so that it imports neither ONNX Runtime nor TensorFlow (tests read it).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from rich.console import Console
 from rich.table import Table
@@ -21,6 +21,7 @@ from qtool.numerics.measures import BOXES, CLASSES, DECIDED, REGRESSION
 from qtool.quantize.accuracy import measures_text
 
 console = Console(width=None if sys.stdout.isatty() else 160)
+JUDGES = ("held-out", "development")  # the samples that judge (bench/ort_peer.py's --judge)
 
 # The measure a user of each kind reads first, and whether it is an agreement (else an error).
 MAIN_MEASURE = {
@@ -31,6 +32,95 @@ MAIN_MEASURE = {
 }
 RELATIVE_TIE = 0.01  # errors (disagreements) within 1% of each other tie
 FIGURES = (("worst", "SQNR"), ("worst_fitting", "fitting SQNR"))
+
+
+def _db(value: float | None) -> float:
+    """A dB figure of an output record (None there: exact)."""
+    return math.inf if value is None else float(value)
+
+
+@dataclass
+class MethodResult:
+    """One quantizer's model of one float model: each output's record
+    (`OutputAccuracy.to_dict()`, in the float model's output order)."""
+
+    outputs: list[dict] = field(default_factory=list)
+    seconds: float = 0.0  # the quantizer's wall time, calibration included
+    error: str = ""
+    choice: str = ""  # qtool's auto choice and its candidates' scores on the selection fold
+
+    @property
+    def worst(self) -> float:
+        """The worst output's plain SQNR (dB)."""
+        return min(_db(o["sqnr_db"]) for o in self.outputs)
+
+    @property
+    def worst_fitting(self) -> float:
+        """The worst output's fitting SQNR (dB)."""
+        return min(_db(o["fitting_sqnr_db"]) for o in self.outputs)
+
+
+@dataclass
+class ModelResult:
+    """One model: qtool's default and each ORT setting, judged on the same samples."""
+
+    name: str
+    judge: str = JUDGES[0]
+    float_onnx: dict[str, float] = field(default_factory=dict)  # float ONNX vs LiteRT, dB
+    qtool: MethodResult = field(default_factory=MethodResult)
+    methods: dict[str, MethodResult] = field(default_factory=dict)  # ORT's, by method
+    error: str = ""  # running, converting or pre-processing the float model failed
+
+    def best_by(self, figure: str) -> str | None:
+        """ORT's method whose worst output is highest by `figure` (worst or worst_fitting)."""
+        ranked = [name for name, result in self.methods.items() if not result.error]
+        return max(ranked, key=lambda name: getattr(self.methods[name], figure), default=None)
+
+    @property
+    def best(self) -> str | None:
+        """ORT's best method by worst-output SQNR."""
+        return self.best_by("worst")
+
+    def to_json(self) -> dict:
+        """JSON-ready, with each method's worst figures and ORT's best per figure."""
+
+        def method(m: MethodResult) -> dict:
+            ok = not m.error and m.outputs
+            return {
+                "outputs": m.outputs,
+                "seconds": m.seconds,
+                "error": m.error,
+                "choice": m.choice,
+                "worst_db": m.worst if ok else None,
+                "worst_fitting_db": m.worst_fitting if ok else None,
+            }
+
+        return {
+            "name": self.name,
+            "judge": self.judge,
+            "error": self.error,
+            "float_onnx": self.float_onnx,
+            "qtool": method(self.qtool),
+            "methods": {name: method(m) for name, m in self.methods.items()},
+            "best": self.best,
+            "best_fitting": self.best_by("worst_fitting"),
+        }
+
+    @classmethod
+    def from_json(cls, row: dict) -> ModelResult:
+        """The result `to_json` wrote."""
+
+        def method(m: dict) -> MethodResult:
+            return MethodResult(m["outputs"], m["seconds"], m["error"], m.get("choice", ""))
+
+        return cls(
+            row["name"],
+            row["judge"],
+            row["float_onnx"],
+            method(row["qtool"]),
+            {name: method(m) for name, m in row["methods"].items()},
+            row["error"],
+        )
 
 
 def compare_measure(kind: str, ours: dict, theirs: dict) -> int:
@@ -199,6 +289,7 @@ def show(results: Sequence) -> None:
     for table in (summary_table(results), methods_table(results), outputs_table(results)):
         console.print(table)
     for r in results:
+        console.print(f"{r.name}: qtool chose {r.qtool.choice or '-'}")
         if r.error:
             console.print(f"{r.name}: ORT did not quantize it: {r.error}")
         for method, m in r.methods.items():
