@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install compiler browser test demo lint docs espeak corpus smoke honesty bench fuzz clean
+.PHONY: install compiler browser test demo lint docs espeak corpus smoke honesty ortvenv peer bench fuzz clean
 
 $(STAMP): pyproject.toml qtool/calibrate/_observe.c | compiler
 	$(PYTHON) -m venv $(VENV)
@@ -105,7 +105,26 @@ $(AEQ_VENV)/.installed: bench/aeq-requirements.txt
 	$(AEQ_VENV)/bin/pip install --quiet -r bench/aeq-requirements.txt
 	touch $@
 
-bench: $(VENV)/.bench-installed corpus $(AEQ_VENV)/.installed
+# ONNX Runtime's static quantizer, the accuracy peer (bench/ort_peer.py): TensorFlow (tf2onnx
+# imports it), tf2onnx, onnx, onnxruntime and LiteRT in a venv of their own beside the
+# TensorFlow one; qtool is read from the checkout. `make peer` compares qtool's default with each
+# ORT calibrator on the 13 MediaPipe models, judged on held-out photographs, and writes the
+# numbers where bench/accuracy.py reads ORT's column.
+ORT_VENV := $(BENCH_CACHE)/ortvenv
+
+$(ORT_VENV)/.installed: bench/ort-requirements.txt
+	$(PYTHON) -m venv $(ORT_VENV)
+	$(ORT_VENV)/bin/pip install --quiet --upgrade pip
+	$(ORT_VENV)/bin/pip install --quiet -r bench/ort-requirements.txt
+	touch $@
+
+ortvenv: $(ORT_VENV)/.installed
+
+peer: $(ORT_VENV)/.installed
+	$(ORT_VENV)/bin/python -m bench.real_models
+	$(ORT_VENV)/bin/python -m bench.ort_peer --all --json $(BENCH_CACHE)/real_models/ort.json
+
+bench: $(VENV)/.bench-installed corpus $(AEQ_VENV)/.installed peer
 	$(BIN)/python -m compileall -q qtool
 	$(BIN)/python -m bench
 

@@ -1,18 +1,33 @@
-"""Accuracy peer: ONNX Runtime's static int8 quantizer on the real models and data qtool uses.
+"""Accuracy peer: qtool's default against ONNX Runtime's static int8 quantizer, on the real
+models and data of `bench.real_models`, judged on photographs that no choice saw.
 
-For each model of `bench.real_models` this converts the float `.tflite` to ONNX with tf2onnx
-(opset 17; cached under `build/real_models/onnx/`), runs ORT's recommended pre-processing
-(`quant_pre_process`: symbolic shape inference and graph optimisation), then quantizes it with
-`onnxruntime.quantization.quantize_static` once per calibration method (MinMax, Entropy,
-Percentile, Distribution), everything else as ORT's defaults for: QDQ format, per-channel int8
-weights (symmetric), int8 activations (asymmetric), the model's 64 calibration samples.
+For each model this quantizes the float `.tflite` with qtool's defaults (`quantize_loaded`,
+no option set) and, converted to ONNX with tf2onnx (opset 17; cached under
+`$CACHE/real_models/onnx/`) and pre-processed as ORT recommends (`quant_pre_process`: symbolic
+shape inference and graph optimisation), with `onnxruntime.quantization.quantize_static` once
+per calibrator setting (MinMax, Entropy, Percentile, Distribution at their defaults; Percentile
+at 99.99 and 99.9; MinMax averaged over the samples), everything else as ORT's defaults for: QDQ
+format, per-channel int8 weights (symmetric), int8 activations (asymmetric).
+Both get the same 64 calibration crops; every choice qtool makes (calibrator, bias correction)
+is made on folds of those crops.
 
-Accuracy is judged on the 64 held-out samples against the float `.tflite` run in LiteRT
-(`ai_edge_litert`): per output, SQNR in dB over all samples (`qtool.numerics.sqnr_db`, float64
-sums), ONNX outputs matched to LiteRT's by tensor name (tf2onnx keeps them). The float ONNX model
-is compared with LiteRT the same way, so a conversion error cannot pass for quantization error.
-Each method's figure is its worst output; the best method is the one whose worst output is
-highest. A method that raises is reported with its error and left out of the ranking.
+Judged on the model's 64 held-out crops (`--judge held-out`, the default), which come from
+*other photographs* than calibration (and other faces): qtool's written model in LiteRT, ORT's in
+ORT, each against the float `.tflite` run in LiteRT. Per output, qtool's own measures
+(`qtool.quantize.accuracy.measure_outputs`): the output's kind (probability, mask, logits, boxes,
+classes, regression), the plain SQNR (dB), the fitting SQNR (about the 0.5 decision threshold for
+probabilities and detector logits, else the plain one) and the kind's measures (decision
+agreement and max error; top-1; mean absolute and relative error). A model's figures are its
+worst output's SQNR and its worst output's fitting SQNR; ORT's best is chosen per model and per
+figure (the method whose worst output is highest). Each output's main measure (decision
+agreement, top-1 agreement, relative error) is compared with that of ORT's best by fitting
+SQNR: wins, ties, losses. ONNX outputs are matched to LiteRT's by tensor name (tf2onnx keeps
+them); the float ONNX model is compared with LiteRT the same way, so a conversion error cannot
+pass for quantization error. A method that raises is reported with its error and left out.
+
+`--judge development` judges instead on fresh crops (another seed) of the *calibration*
+photographs: the data to study and tune on, so that the held-out photographs stay unseen by
+every decision made while developing qtool.
 
 tf2onnx cannot read two things these models hold, so it converts a rewritten copy (checked by
 the float comparison above): sparse weights (DENSIFY), folded to dense constants by qtool's
@@ -27,14 +42,19 @@ Two things to know when reading the numbers (onnxruntime 1.32):
   clamped them: on Relu models it collapses. It is meant for float8.
 
 Needs tensorflow, tf2onnx, onnx, onnxruntime (with sympy, for the pre-processing) and
-ai_edge_litert besides qtool's own dependencies, so it does not run in the project's `.venv`; the
-benchmark venv /tmp/benv has them all. Run from the repository root:
+ai_edge_litert besides qtool's own dependencies, so it runs in a venv of its own,
+`$QTOOL_BENCH_CACHE/ortvenv` (bench/ort-requirements.txt; `make ortvenv` makes it). qtool is
+read from the checkout: run from the repository root.
 
-    /tmp/benv/bin/python -m bench.ort_peer                   # the 6 development models
-    /tmp/benv/bin/python -m bench.ort_peer face_landmark     # any models of MODELS, by name
-    /tmp/benv/bin/python -m bench.ort_peer --all --json build/ort_peer.json
+    make ortvenv QTOOL_BENCH_CACHE=/work/bench-cache
+    V=/work/bench-cache/ortvenv/bin/python
+    QTOOL_BENCH_CACHE=/work/bench-cache $V -m bench.ort_peer --all --json build/ort_peer.json
+    ... $V -m bench.ort_peer face_landmark                     # any models, by name
+    ... $V -m bench.ort_peer --all --ort-json build/ort_peer.json   # qtool again, ORT's read
 
-Quantizing all 13 models with the four methods takes about 15 minutes on 2 cores.
+The quantized ONNX models are cached beside the float ones (one file per method), so a second
+run only runs them. Converting and quantizing all 13 models with the seven settings takes about 25
+minutes on 2 cores; qtool's defaults about 2 minutes.
 """
 
 from __future__ import annotations
@@ -44,12 +64,10 @@ import contextlib
 import io
 import json
 import logging
-import statistics
 import struct
-import sys
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -62,18 +80,52 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 from onnxruntime.quantization.shape_inference import quant_pre_process
-from rich.console import Console
-from rich.table import Table
 
-from bench.real_models import CACHE, MODELS, make_data, model_path
-from qtool.model import Model, Operator, Tensor, TensorType, load_model, save_model
+from bench.peer_report import JUDGES, MethodResult, ModelResult, console, show, summary
+from bench.real_models import CACHE, MODELS, make_data, make_development_data, model_path
+from qtool.calibrate import load_dataset, model_inputs
+from qtool.model import (
+    Model,
+    Operator,
+    Tensor,
+    TensorType,
+    load_model,
+    model_to_bytes,
+    save_model,
+)
 from qtool.numerics import sqnr_db
 from qtool.prepare import prepare_float_model
+from qtool.quantize import QuantizeOptions, quantize_loaded
+from qtool.quantize.accuracy import LITERT, measure_outputs, model_output_steps
 
 ONNX_CACHE = CACHE / "onnx"
 OPSET = 17
-METHODS = tuple(CalibrationMethod)
-console = Console(width=None if sys.stdout.isatty() else 120)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One ORT calibrator setting: a method and the calibration options quantize_static passes
+    on (`extra_options`; it passes no bin counts)."""
+
+    name: str
+    method: CalibrationMethod
+    options: tuple[tuple[str, object], ...] = ()
+
+
+# ORT's four methods at their defaults, and three settings a user tuning ORT would try: lower
+# percentiles (the default keeps 99.999% of the values) and min/max averaged over the samples
+# (TensorFlow's EMA rule) instead of the extremes.
+SETTINGS = (
+    *(Setting(method.name, method) for method in CalibrationMethod),
+    Setting("Percentile99.99", CalibrationMethod.Percentile, (("CalibPercentile", 99.99),)),
+    Setting("Percentile99.9", CalibrationMethod.Percentile, (("CalibPercentile", 99.9),)),
+    Setting(
+        "MinMaxAverage",
+        CalibrationMethod.MinMax,
+        (("CalibMovingAverage", True), ("CalibMovingAverageConstant", 0.01)),
+    ),
+)
+QTOOL = "qtool default"
 
 Outputs = dict[str, np.ndarray]  # output name -> outputs of all samples, stacked on axis 0
 
@@ -94,30 +146,6 @@ class SampleReader(CalibrationDataReader):
 
     def rewind(self) -> None:
         self.position = 0
-
-
-@dataclass
-class MethodResult:
-    outputs: dict[str, float] = field(default_factory=dict)  # output name -> SQNR dB
-    seconds: float = 0.0  # quantize_static's wall time, calibration included
-    error: str = ""
-
-    @property
-    def worst(self) -> float:
-        return min(self.outputs.values())
-
-
-@dataclass
-class ModelResult:
-    name: str
-    float_onnx: dict[str, float] = field(default_factory=dict)  # float ONNX vs LiteRT, dB
-    methods: dict[str, MethodResult] = field(default_factory=dict)
-    error: str = ""  # running, converting or pre-processing the float model failed
-
-    @property
-    def best(self) -> str | None:
-        ranked = [name for name, result in self.methods.items() if not result.error]
-        return max(ranked, key=lambda name: self.methods[name].worst, default=None)
 
 
 def builtin_transpose_convs(model: Model) -> None:
@@ -195,9 +223,15 @@ def preprocessed(float_model: Path) -> Path:
     return target
 
 
-def quantized(model: Path, samples: np.ndarray, method: CalibrationMethod) -> Path:
-    target = model.with_name(model.name.replace(".pre.onnx", f".{method.name}.qdq.onnx"))
+def quantized(model: Path, samples: np.ndarray, setting: Setting) -> tuple[Path, float]:
+    """ORT's model for a calibrator setting, written once and reused, and the seconds
+    quantize_static took (kept beside it)."""
+    target = model.with_name(model.name.replace(".pre.onnx", f".{setting.name}.qdq.onnx"))
+    timing = target.with_suffix(".seconds")
+    if target.exists() and timing.exists():
+        return target, float(timing.read_text())
     input_name = ort_session(model).get_inputs()[0].name
+    started = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):  # the histogram calibrators print progress
         quantize_static(
             model,
@@ -207,9 +241,12 @@ def quantized(model: Path, samples: np.ndarray, method: CalibrationMethod) -> Pa
             per_channel=True,
             activation_type=QuantType.QInt8,
             weight_type=QuantType.QInt8,
-            calibrate_method=method,
+            calibrate_method=setting.method,
+            extra_options=dict(setting.options),
         )
-    return target
+    seconds = time.perf_counter() - started
+    timing.write_text(f"{seconds:.3f}\n")
+    return target, seconds
 
 
 def ort_session(model: Path) -> ort.InferenceSession:
@@ -224,10 +261,10 @@ def ort_outputs(model: Path, samples: np.ndarray) -> Outputs:
     return {name: np.concatenate([run[i] for run in runs]) for i, name in enumerate(names)}
 
 
-def litert_outputs(model: Path, samples: np.ndarray) -> Outputs:
+def litert_outputs(model: bytes, samples: np.ndarray) -> Outputs:
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_path=str(model))
+    interpreter = Interpreter(model_content=model)
     interpreter.allocate_tensors()
     (feed,) = interpreter.get_input_details()
     fetches = interpreter.get_output_details()
@@ -240,14 +277,35 @@ def litert_outputs(model: Path, samples: np.ndarray) -> Outputs:
     return {name: np.concatenate(arrays) for name, arrays in runs.items()}
 
 
-def output_sqnr(reference: Outputs, test: Outputs) -> dict[str, float]:
-    """Per-output SQNR, outputs matched by name (tf2onnx keeps the TFLite tensor names)."""
+def matched(reference: Outputs, test: Outputs) -> Outputs:
+    """`test`'s outputs checked against the reference's names and shapes (tf2onnx keeps the
+    TFLite tensor names)."""
     if set(reference) != set(test):
-        raise ValueError(f"ONNX outputs {sorted(test)} are not LiteRT's {sorted(reference)}")
+        raise ValueError(f"outputs {sorted(test)} are not LiteRT's {sorted(reference)}")
     for name, values in reference.items():
         if values.shape != test[name].shape:
-            raise ValueError(f"output {name}: ONNX shape {test[name].shape} != {values.shape}")
+            raise ValueError(f"output {name}: shape {test[name].shape} != {values.shape}")
+    return test
+
+
+def output_sqnr(reference: Outputs, test: Outputs) -> dict[str, float]:
+    """Per-output plain SQNR, outputs matched by name."""
+    test = matched(reference, test)
     return {name: sqnr_db(values, test[name]) for name, values in reference.items()}
+
+
+def output_records(
+    float_model: Model, reference: Outputs, test: Outputs, steps: dict[int, float] | None = None
+) -> list[dict]:
+    """Each output's record (kind, plain and fitting SQNR, the kind's measures), in the float
+    model's output order."""
+    test = matched(reference, test)
+    subgraph = float_model.subgraphs[0]
+    names = [subgraph.tensors[t].name for t in subgraph.outputs]
+    records = measure_outputs(
+        float_model, 0, [reference[n] for n in names], [test[n] for n in names], LITERT, steps
+    )
+    return [record.to_dict() for record in records]
 
 
 def one_line(error: Exception) -> str:
@@ -255,111 +313,70 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0][:300]}"
 
 
-def evaluate(name: str) -> ModelResult:
-    result = ModelResult(name)
-    calibration, holdout = (np.load(path) for path in make_data(name))
+def qtool_default(name: str, calibration: Path) -> tuple[bytes, Model, float, str]:
+    """qtool's default model for `name` (calibrated on the calibration file only), its
+    `Model`, the seconds quantize took and its auto choice with each candidate's score."""
+    model = load_model(model_path(name))
+    started = time.perf_counter()
+    data = load_dataset([str(calibration)], model_inputs(model))
+    result = quantize_loaded(model, data, QuantizeOptions())
+    seconds = time.perf_counter() - started
+    recipe = result.recipes.get(0)
+    chosen = f"{recipe.method}{'+bc' if recipe.bias_correction else ''}" if recipe else "-"
+    scores = ", ".join(f"{label} {db:.1f}" for label, db in result.method_scores.items())
+    return model_to_bytes(result.model), result.model, seconds, f"{chosen} ({scores})"
+
+
+def judged_samples(name: str, judge: str) -> tuple[Path, np.ndarray]:
+    """The calibration file and the samples that judge (held-out or development crops)."""
+    calibration, holdout = make_data(name)
+    judged = holdout if judge == "held-out" else make_development_data(name)
+    return calibration, np.load(judged)
+
+
+def evaluate(name: str, judge: str = JUDGES[0], ort_results: dict | None = None) -> ModelResult:
+    """qtool's default and each ORT setting on one model; ORT's results are taken from
+    `ort_results` (an earlier run's, by model name, on the same judging samples) where it has
+    them, and measured for the settings it lacks."""
+    result = ModelResult(name, judge)
+    calibration_path, samples = judged_samples(name, judge)
+    float_model = load_model(model_path(name))
+    reference = litert_outputs(model_path(name).read_bytes(), samples)
+    blob, written, seconds, choice = qtool_default(name, calibration_path)
+    steps = model_output_steps(written)
+    records = output_records(float_model, reference, litert_outputs(blob, samples), steps)
+    result.qtool = MethodResult(records, seconds, choice=choice)
+    console.log(f"{name} {QTOOL}: {seconds:.1f} s, {choice}, worst {result.qtool.worst:.2f} dB")
+    earlier = (ort_results or {}).get(name)
+    if earlier is not None and earlier.judge == judge:
+        result.float_onnx, result.methods, result.error = (
+            earlier.float_onnx,
+            dict(earlier.methods),
+            earlier.error,
+        )
+    missing = [s for s in SETTINGS if s.name not in result.methods]
+    if result.error or not missing:
+        return result
+    calibration = np.load(calibration_path)
     try:
-        reference = litert_outputs(model_path(name), holdout)
-        float_model = float_onnx(name)
-        result.float_onnx = output_sqnr(reference, ort_outputs(float_model, holdout))
-        model = preprocessed(float_model)
+        float_path = float_onnx(name)
+        result.float_onnx = output_sqnr(reference, ort_outputs(float_path, samples))
+        model = preprocessed(float_path)
     except Exception as error:  # a model tf2onnx or ORT cannot take is a result, not a crash
         result.error = one_line(error)
         logging.debug(traceback.format_exc())
         return result
-    for method in METHODS:
-        started = time.perf_counter()
+    for setting in missing:
+        seconds = 0.0
         try:
-            quantized_model = quantized(model, calibration, method)
-            seconds = time.perf_counter() - started
-            outputs = output_sqnr(reference, ort_outputs(quantized_model, holdout))
-            result.methods[method.name] = MethodResult(outputs, seconds)
+            quantized_model, seconds = quantized(model, calibration, setting)
+            records = output_records(float_model, reference, ort_outputs(quantized_model, samples))
+            result.methods[setting.name] = MethodResult(records, seconds)
         except Exception as error:
-            seconds = time.perf_counter() - started
-            result.methods[method.name] = MethodResult(seconds=seconds, error=one_line(error))
+            result.methods[setting.name] = MethodResult(seconds=seconds, error=one_line(error))
             logging.debug(traceback.format_exc())
-        console.log(f"{name} {method.name}: {seconds:.1f} s")
+        console.log(f"{name} {setting.name}: {seconds:.1f} s")
     return result
-
-
-def best_by_group(results: list[ModelResult]) -> dict[str, list[float]]:
-    """The best worst-output SQNR of each quantized model: development, held-out and all."""
-    best = {r.name: r.methods[r.best].worst for r in results if r.best}
-    return {
-        "development": [db for name, db in best.items() if MODELS[name].development],
-        "held-out": [db for name, db in best.items() if not MODELS[name].development],
-        "all": list(best.values()),
-    }
-
-
-def medians(results: list[ModelResult]) -> dict[str, float]:
-    groups = best_by_group(results).items()
-    return {group: statistics.median(values) for group, values in groups if values}
-
-
-def summary_table(results: list[ModelResult]) -> Table:
-    table = Table(title="Worst-output SQNR (dB) on held-out data, per calibration method")
-    for column in ("model", *(m.name for m in METHODS), "best", "best dB", "float ONNX dB"):
-        table.add_column(column, justify="left" if column in ("model", "best") else "right")
-    for r in results:
-        if r.error:
-            continue
-        cells = [r.methods[m.name] for m in METHODS]
-        best = r.methods[r.best].worst if r.best else None
-        table.add_row(
-            r.name,
-            *("error" if m.error else f"{m.worst:.2f}" for m in cells),
-            r.best or "-",
-            "-" if best is None else f"{best:.2f}",
-            f"{min(r.float_onnx.values()):.1f}",
-        )
-    return table
-
-
-def outputs_table(results: list[ModelResult]) -> Table:
-    table = Table(title="Best method, each output (dB); float ONNX vs LiteRT alongside")
-    for column in ("model", "method", "output", "SQNR", "float ONNX"):
-        table.add_column(column, justify="right" if column in ("SQNR", "float ONNX") else "left")
-    for r in results:
-        if r.best:
-            for output, db in r.methods[r.best].outputs.items():
-                table.add_row(r.name, r.best, output, f"{db:.2f}", f"{r.float_onnx[output]:.1f}")
-    return table
-
-
-def timing_table(results: list[ModelResult]) -> Table:
-    table = Table(title="quantize_static wall time (s), calibration included")
-    for column in ("model", *(m.name for m in METHODS)):
-        table.add_column(column, justify="left" if column == "model" else "right")
-    for r in results:
-        if not r.error:
-            table.add_row(r.name, *(f"{r.methods[m.name].seconds:.0f}" for m in METHODS))
-    return table
-
-
-def show(results: list[ModelResult]) -> None:
-    for table in (summary_table(results), outputs_table(results), timing_table(results)):
-        console.print(table)
-    for group, values in best_by_group(results).items():
-        if values:
-            console.print(
-                f"median best worst-output SQNR, {group} models ({len(values)}): "
-                f"{statistics.median(values):.2f} dB"
-            )
-    for r in results:
-        if r.error:
-            console.print(f"{r.name}: not quantized: {r.error}")
-        for method, m in r.methods.items():
-            if m.error:
-                console.print(f"{r.name} {method}: failed: {m.error}")
-
-
-def as_json(result: ModelResult) -> dict:
-    methods = {
-        name: {**asdict(m), "worst_db": None if m.error else m.worst}
-        for name, m in result.methods.items()
-    }
-    return {**asdict(result), "methods": methods, "best": result.best}
 
 
 def versions() -> dict[str, str]:
@@ -377,24 +394,33 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", metavar="MODEL", help=f"any of {', '.join(MODELS)}")
     parser.add_argument("--all", action="store_true", help="every model of MODELS")
+    parser.add_argument("--judge", choices=JUDGES, default=JUDGES[0], help="the judging samples")
     parser.add_argument("--json", type=Path, help="write the numbers to this file")
+    parser.add_argument("--ort-json", type=Path, help="read ORT's results from an earlier --json")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.models) - set(MODELS))
     if unknown:
         parser.error(f"unknown models: {', '.join(unknown)}")
     names = args.models or [m.name for m in MODELS.values() if m.development or args.all]
+    earlier = {}
+    if args.ort_json:
+        rows = json.loads(args.ort_json.read_text())["models"]
+        earlier = {row["name"]: ModelResult.from_json(row) for row in rows}
     logging.getLogger().setLevel(logging.ERROR)  # ORT warns once per tensor while calibrating
-    results = [evaluate(name) for name in names]
+    results = []
+    for name in names:
+        results.append(evaluate(name, args.judge, earlier))
+        if args.json:  # after every model: a long run that stops keeps what it measured
+            report = {
+                "versions": versions(),
+                "opset": OPSET,
+                "judge": args.judge,
+                "preprocess": "onnxruntime.quantization.shape_inference.quant_pre_process",
+                "summary": summary(results),
+                "models": [r.to_json() for r in results],
+            }
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
     show(results)
-    if args.json:
-        report = {
-            "versions": versions(),
-            "opset": OPSET,
-            "preprocess": "onnxruntime.quantization.shape_inference.quant_pre_process",
-            "median_best_worst_db": medians(results),
-            "models": [as_json(r) for r in results],
-        }
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ scikit-image (the `bench` extra), cut into random crops at each model's input si
 the value range MediaPipe's own graphs feed the model.
 
 Calibration and held-out samples come from disjoint sets of photographs, so accuracy is always
-judged on images calibration never saw.
+judged on images calibration never saw. Development samples (`make_development_data`) are other
+crops of the calibration photographs: what a change to qtool is studied and tuned on, so that
+the held-out photographs stay unseen by every decision.
 
     python -m bench.real_models            # fetch models, write data, list what is there
 """
@@ -24,6 +26,7 @@ CACHE = cache_root() / "real_models"  # build/real_models, or under $QTOOL_BENCH
 MEDIAPIPE_VERSION = "0.10.21"  # the last wheels that carry the solution models as .tflite files
 CALIBRATION_SAMPLES = 64
 HOLDOUT_SAMPLES = 64
+DEVELOPMENT_SAMPLES = 64
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,23 @@ def make_data(name: str, cache: Path = CACHE) -> tuple[Path, Path]:
         samples = _crops(images, faces, count, size, seed)
         np.save(path, (low + samples * (high - low)).astype(np.float32))
     return calibration, holdout
+
+
+def make_development_data(name: str, cache: Path = CACHE) -> Path:
+    """`development.npy` for a model, written once and reused: crops (another seed) of the
+    calibration photographs and faces, never of the held-out ones."""
+    model = MODELS[name]
+    path = cache / "data" / f"{name}_development.npy"
+    if path.exists():
+        return path
+    calibration, _ = make_data(name, cache)
+    size = tuple(np.load(calibration, mmap_mode="r").shape[1:3])
+    samples = _crops(
+        _photographs(CALIBRATION_IMAGES), _faces(False), DEVELOPMENT_SAMPLES, size, seed=3
+    )
+    low, high = model.value_range
+    np.save(path, (low + samples * (high - low)).astype(np.float32))
+    return path
 
 
 def main() -> None:
