@@ -1,0 +1,112 @@
+"""A large model handed to LiteRT as a file it maps, not as bytes copied for it.
+
+LiteRT takes a model as bytes (`model_content`, kept by reference) or as a path, which it maps
+into memory. Bytes of a 100 MB model are a second copy of its weights in this process (and a
+third while the flatbuffer builder's copy is cut out), and a child process (`litert_worker`)
+gets one more of its own through the pipe. A temporary file with the buffers after the
+flatbuffer (the layout of `serialize_model` beyond 2 GiB, which LiteRT reads alike: same
+outputs, tested) is written straight from the weights' arrays, costs this process nothing once
+written, and is shared by every interpreter and child that maps it. Small models stay bytes:
+a file saves them nothing worth its write.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import tempfile
+import weakref
+from contextlib import suppress
+
+from qtool.model.graph import Model
+from qtool.model.io import model_to_bytes, serialize_model
+
+# Weights above this go to LiteRT as a file (the bytes route below it: MediaPipe's models).
+IN_FILE_BYTES = 16 << 20
+
+
+class TemporaryModelFile:
+    """`model` written to a new temporary file (buffers after the flatbuffer), removed by
+    `close()` or when the object is collected (at exit at the latest)."""
+
+    def __init__(self, model: Model) -> None:
+        handle, self.path = tempfile.mkstemp(prefix="qtool-", suffix=".tflite")
+        self._remove = weakref.finalize(self, _remove, self.path)
+        try:
+            with os.fdopen(handle, "wb") as stream:
+                for chunk in serialize_model(model, inline_limit=0):
+                    stream.write(chunk)
+        except BaseException:
+            self.close()
+            raise
+
+    def release_pages(self) -> None:
+        """Drop this process's resident pages of every mapping of the file (Linux; elsewhere
+        nothing): once an interpreter has packed the weights it maps (XNNPACK keeps its own
+        packed copy), they are only cache, and a page read again is read again from the file.
+        A 100 MB model's interpreter holds 1x its size less."""
+        madvise = _load_madvise()
+        if madvise is None:
+            return
+        try:
+            with open("/proc/self/maps") as maps:
+                ranges = [line.split(None, 1)[0] for line in maps if _maps_path(line) == self.path]
+        except OSError:
+            return
+        for span in ranges:
+            start, end = (int(bound, 16) for bound in span.split("-"))
+            madvise(start, end - start, _MADV_DONTNEED)
+
+    def close(self) -> None:
+        """Remove the file (an interpreter that mapped it keeps its mapping)."""
+        self._remove()
+
+
+_MADV_DONTNEED = 4  # Linux's value on every architecture
+
+
+def _maps_path(line: str) -> str:
+    """The path a line of /proc/self/maps maps (empty for anonymous memory)."""
+    fields = line.rstrip("\n").split(None, 5)
+    return fields[5].removesuffix(" (deleted)") if len(fields) == 6 else ""
+
+
+@functools.cache
+def _load_madvise():
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    madvise = getattr(libc, "madvise", None)
+    if madvise is not None:
+        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        madvise.restype = ctypes.c_int
+    return madvise
+
+
+def _remove(path: str) -> None:
+    with suppress(OSError):
+        os.unlink(path)
+
+
+def model_for_litert(model: Model) -> bytes | TemporaryModelFile:
+    """The model as LiteRT should receive it: a temporary file when its weights are large
+    (bytes when the file cannot be written: a full or read-only temporary directory), else
+    its bytes."""
+    if model.weights_nbytes() > IN_FILE_BYTES:
+        with suppress(OSError):
+            return TemporaryModelFile(model)
+    return model_to_bytes(model)
+
+
+def interpreter_source(model: bytes | TemporaryModelFile) -> dict[str, bytes | str]:
+    """The keyword that gives LiteRT's Interpreter `model` (from `model_for_litert`)."""
+    if isinstance(model, TemporaryModelFile):
+        return {"model_path": model.path}
+    return {"model_content": model}
