@@ -22,8 +22,8 @@ from contextlib import suppress
 from qtool.model.graph import Model
 from qtool.model.io import model_to_bytes, serialize_model
 
-# Weights above this go to LiteRT as a file (the bytes route below it: MediaPipe's models).
-IN_FILE_BYTES = 16 << 20
+# Weights above this go to LiteRT as a file (the bytes route below it: most MediaPipe models).
+IN_FILE_BYTES = 4 << 20
 
 
 class TemporaryModelFile:
