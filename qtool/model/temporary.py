@@ -12,13 +12,12 @@ a file saves them nothing worth its write.
 
 from __future__ import annotations
 
-import functools
 import os
-import sys
 import tempfile
 import weakref
 from contextlib import suppress
 
+from qtool.heap import drop_file_pages
 from qtool.model.graph import Model
 from qtool.model.io import model_to_bytes, serialize_model
 
@@ -42,52 +41,15 @@ class TemporaryModelFile:
             raise
 
     def release_pages(self) -> None:
-        """Drop this process's resident pages of every mapping of the file (Linux; elsewhere
-        nothing): once an interpreter has packed the weights it maps (XNNPACK keeps its own
-        packed copy), they are only cache, and a page read again is read again from the file.
-        A 100 MB model's interpreter holds 1x its size less."""
-        madvise = _load_madvise()
-        if madvise is None:
-            return
-        try:
-            with open("/proc/self/maps") as maps:
-                ranges = [line.split(None, 1)[0] for line in maps if _maps_path(line) == self.path]
-        except OSError:
-            return
-        for span in ranges:
-            start, end = (int(bound, 16) for bound in span.split("-"))
-            madvise(start, end - start, _MADV_DONTNEED)
+        """Drop this process's resident pages of the file's mappings: once an interpreter has
+        packed the weights it maps (XNNPACK keeps its own packed copy), they are only cache,
+        and a page read again is read again from the file (a 100 MB model's interpreter holds
+        1x its size less)."""
+        drop_file_pages(self.path)
 
     def close(self) -> None:
         """Remove the file (an interpreter that mapped it keeps its mapping)."""
         self._remove()
-
-
-_MADV_DONTNEED = 4  # Linux's value on every architecture
-
-
-def _maps_path(line: str) -> str:
-    """The path a line of /proc/self/maps maps (empty for anonymous memory)."""
-    fields = line.rstrip("\n").split(None, 5)
-    return fields[5].removesuffix(" (deleted)") if len(fields) == 6 else ""
-
-
-@functools.cache
-def _load_madvise():
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
-        return None
-    madvise = getattr(libc, "madvise", None)
-    if madvise is not None:
-        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        madvise.restype = ctypes.c_int
-    return madvise
 
 
 def _remove(path: str) -> None:

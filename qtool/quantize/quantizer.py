@@ -38,6 +38,7 @@ from qtool.calibrate.statistics import (
     model_fingerprint,
 )
 from qtool.errors import DataError, UsageError
+from qtool.heap import release_free_heap
 from qtool.model import Model, model_to_bytes
 from qtool.model.calls import called_subgraphs
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
@@ -172,6 +173,7 @@ def calibrate_loaded(
         statistics = CalibrationStatistics(
             model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
         )
+        release_free_heap()  # LiteRT's interpreters are gone: XNNPACK's packed weights too
     for s, c in collected.items():
         planners[s].calibration = c.fit_data  # samples for the second moments of rounding
         planners[s].engine = c.calibration.engine
@@ -334,6 +336,7 @@ def quantize_loaded(
         if decision.mode == FLOAT
     ]
     estimate = estimate_accuracy(collected, planners, recipes, precision.specs)
+    release_free_heap()  # the simulation check's dequantized weights (a model's size) too
     layers = {
         s: _layer_sqnr(planners[s], found, recipes[s])
         for s, found in collected.items()
