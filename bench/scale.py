@@ -68,6 +68,13 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU seconds (every thread; LiteRT's children apart): steadier than the
+    wall clock on a machine other jobs load."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _children_peak_mib() -> float:
     """The largest peak resident size (VmHWM) among this process's living children (LiteRT's
     child processes, which run the float model on the folds), in MiB; 0 where /proc cannot
@@ -102,6 +109,7 @@ def measure(path: Path, data: Path, output: Path) -> dict[str, float]:
     if litert_available():
         import ai_edge_litert.interpreter  # noqa: F401  (its import in the base, as qtool's)
     base = _peak_mib()
+    cpu = _cpu_seconds()
     times: dict[str, float] = {}
     started = time.perf_counter()
     model = load_model(path)
@@ -121,7 +129,13 @@ def measure(path: Path, data: Path, output: Path) -> dict[str, float]:
     started = time.perf_counter()
     audit_model(load_model(output))
     times["check"] = time.perf_counter() - started
-    return {**times, "base_mib": base, "peak_mib": _peak_mib(), "child_mib": _children_peak_mib()}
+    return {
+        **times,
+        "cpu": _cpu_seconds() - cpu,
+        "base_mib": base,
+        "peak_mib": _peak_mib(),
+        "child_mib": _children_peak_mib(),
+    }
 
 
 def _total(found: dict[str, float]) -> float:
@@ -155,7 +169,7 @@ def bench_scale(sizes: tuple[int, ...] = SIZES_MB) -> None:
         f"{REPEATS} runs): seconds per MB of model per phase; memory: peak above the process's own after its imports, in "
         "multiples of the model's size; a LiteRT child's whole peak, likewise"
     )
-    columns = ("total s", "s per MB", "peak MiB", "memory / size", "child peak / size")
+    columns = ("total s", "s per MB", "CPU s", "peak MiB", "memory / size", "child peak / size")
     for column in ("model MB", *COLUMNS, *columns):
         table.add_column(column, justify="right")
     for size, found in rows.values():
@@ -165,6 +179,7 @@ def bench_scale(sizes: tuple[int, ...] = SIZES_MB) -> None:
             *(f"{found.get(c, 0.0) / size:.3f}" for c in COLUMNS),
             f"{total:.2f}",
             f"{total / size:.3f}",
+            f"{found['cpu']:.2f}",
             f"{found['peak_mib']:.0f}",
             f"{(found['peak_mib'] - found['base_mib']) / size:.2f}x",
             f"{found['child_mib'] / size:.2f}x",
@@ -172,14 +187,16 @@ def bench_scale(sizes: tuple[int, ...] = SIZES_MB) -> None:
     console.print(table)
     # The fixed cost (imports aside: LiteRT's start, the children) weighs on the small models'
     # cost per MB; what each further MB costs, between consecutive sizes, is the flat one.
-    totals = [(size, _total(found)) for size, found in rows.values()]
-    marginal = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in itertools.pairwise(totals)]
-    if marginal:
-        steps = ", ".join(f"{m:.3f}" for m in marginal)
-        spread = max(marginal) / min(marginal) if min(marginal) > 0 else float("inf")
-        console.print(
-            f"seconds per further MB between consecutive sizes: {steps} (largest / smallest {spread:.2f})"
-        )
+    for what, seconds in (("seconds", _total), ("CPU seconds", lambda found: found["cpu"])):
+        totals = [(size, seconds(found)) for size, found in rows.values()]
+        marginal = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in itertools.pairwise(totals)]
+        if marginal:
+            steps = ", ".join(f"{m:.3f}" for m in marginal)
+            spread = max(marginal) / min(marginal) if min(marginal) > 0 else float("inf")
+            console.print(
+                f"{what} per further MB between consecutive sizes: {steps} "
+                f"(largest / smallest {spread:.2f})"
+            )
     console.print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 
