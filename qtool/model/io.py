@@ -318,10 +318,10 @@ def _align(n: int) -> int:
 def model_to_bytes(model: Model, inline_limit: int = INLINE_BUFFER_LIMIT) -> bytes:
     """The model as the bytes of a .tflite file; models with more weight bytes than
     `inline_limit` keep their buffers after the flatbuffer (see `serialize_model`)."""
-    return b"".join(bytes(c) for c in serialize_model(model, inline_limit))
+    return b"".join(serialize_model(model, inline_limit))
 
 
-def _build(model: Model, offsets: list[int] | None) -> bytes:
+def _build(model: Model, offsets: list[int] | None) -> memoryview:
     # Room for the weights and the tables up front: a flatbuffers builder that fills up
     # doubles its buffer and copies it (a 100 MB model held 300 MB at once).
     builder = SharingBuilder(
@@ -330,10 +330,10 @@ def _build(model: Model, offsets: list[int] | None) -> bytes:
     raw = _model_to_dict(model, builder, offsets)
     root = encode_table(builder, "Model", raw)
     builder.Finish(root, file_identifier=FILE_IDENTIFIER)
-    # One copy out of the builder (its Output() slices a bytearray, a copy bytes() would copy
-    # again): one model's size less at the peak of every serialisation.
-    with memoryview(builder.Bytes) as written:
-        return bytes(written[builder.Head() :])
+    # A view of the builder's buffer, not a copy (its Output() slices the bytearray): a file
+    # written from the chunks (`save_model`) never holds the model twice; `model_to_bytes`
+    # copies once.
+    return memoryview(builder.Bytes)[builder.Head() :]
 
 
 def _tables_room(model: Model) -> int:
