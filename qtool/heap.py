@@ -44,7 +44,7 @@ def tune_heap_for_runs() -> None:
 
 
 @functools.cache
-def _load_mallopt():
+def _load_libc():
     # Imported here: the qtool program opts in at start-up, before it knows whether any engine
     # will run (`qtool --help` loads no ctypes).
     import ctypes
@@ -54,8 +54,17 @@ def _load_mallopt():
     if platform.libc_ver()[0] != "glibc":
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
+        return None
+
+
+@functools.cache
+def _load_mallopt():
+    import ctypes
+
+    libc = _load_libc()
+    if libc is None:
         return None
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is not None:
@@ -83,3 +92,48 @@ def retained_heap() -> Iterator[None]:
             if _active == 0 and mallopt is not None:
                 mallopt(_M_MMAP_THRESHOLD, _ADAPTED_MMAP)
                 mallopt(_M_TRIM_THRESHOLD, _ADAPTED_TRIM)
+
+
+def release_free_heap() -> None:
+    """Give the heap's free pages back to the system (glibc's malloc_trim; elsewhere nothing),
+    unless an engine run keeps them on purpose (`retained_heap`). Freed memory below glibc's
+    mmap threshold stays in the heap: after calibration, XNNPACK's packed weights, a model's
+    size (a 300 MB model then wrote its int8 form at 3.11x its size above the imports, 2.x
+    once they went back)."""
+    libc = _load_libc()
+    if libc is None or not hasattr(libc, "malloc_trim"):
+        return
+    with _lock:
+        if _active == 0:
+            libc.malloc_trim(0)
+
+
+_MADV_DONTNEED = 4  # Linux's value on every architecture
+
+
+def drop_file_pages(path: str) -> None:
+    """Drop this process's resident pages of every mapping of the file at `path` (glibc on
+    Linux; elsewhere nothing). Pages of a file mapped read-only are cache: one read again is
+    read again from the file, so only a file nobody rewrites meanwhile may be given."""
+    libc = _load_libc()
+    madvise = getattr(libc, "madvise", None)
+    if madvise is None:
+        return
+    import ctypes
+
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    madvise.restype = ctypes.c_int
+    try:
+        with open("/proc/self/maps") as maps:
+            spans = [line.split(None, 1)[0] for line in maps if _mapped_path(line) == path]
+    except OSError:
+        return
+    for span in spans:
+        start, end = (int(bound, 16) for bound in span.split("-"))
+        madvise(start, end - start, _MADV_DONTNEED)
+
+
+def _mapped_path(line: str) -> str:
+    """The path a line of /proc/self/maps maps (empty for anonymous memory)."""
+    fields = line.rstrip("\n").split(None, 5)
+    return fields[5].removesuffix(" (deleted)") if len(fields) == 6 else ""

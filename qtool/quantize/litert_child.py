@@ -1,7 +1,8 @@
 """The child process of `litert_worker`: runs int8 models in LiteRT and sends their outputs back.
 
 Run as a script (`python -I litert_child.py`), so that it imports only numpy and LiteRT, not
-qtool. Each request on stdin is a length-prefixed pickle `(model bytes, inputs, leading_one)`
+qtool. Each request on stdin is a length-prefixed pickle `(model, inputs, leading_one)` (the
+model's bytes, or the path of the file a large one was written to)
 (its buffers out of band: `_write`),
 inputs None for the same ones as the request before; each reply on stdout is
 `("outputs", [array per output, samples stacked])` or `("error", text)`.
@@ -47,10 +48,12 @@ def _write(stream, message: object) -> None:
     stream.flush()
 
 
-def _outputs(model: bytes, inputs: list[np.ndarray], leading_one: bool) -> list[np.ndarray]:
+def _outputs(model: bytes | str, inputs: list[np.ndarray], leading_one: bool) -> list[np.ndarray]:
     from ai_edge_litert.interpreter import Interpreter
 
-    interpreter = Interpreter(model_content=model, num_threads=1)
+    # A path: the parent wrote a large model to a file, which every child maps in place.
+    source = {"model_path": model} if isinstance(model, str) else {"model_content": model}
+    interpreter = Interpreter(**source, num_threads=1)
     interpreter.allocate_tensors()
     sources = [d["index"] for d in interpreter.get_input_details()]
     sinks = [d["index"] for d in interpreter.get_output_details()]

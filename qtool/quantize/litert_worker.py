@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from qtool.model import Model, model_to_bytes
+from qtool.model import Model
+from qtool.model.temporary import TemporaryModelFile, model_for_litert
 from qtool.quantize.litert_child import _read, _write
 from qtool.runtime.parallel import available_cores
 from qtool.runtime.state import keeps_state
@@ -45,15 +46,20 @@ class _Worker:
         self.held: tuple[Sequence[np.ndarray], slice] | None = None  # the samples it holds
 
     def send(
-        self, model: bytes, inputs: Sequence[np.ndarray], share: slice, leading_one: bool
+        self,
+        model: bytes | TemporaryModelFile,
+        inputs: Sequence[np.ndarray],
+        share: slice,
+        leading_one: bool,
     ) -> None:
         """Ask for `model`'s outputs on the `share` of `inputs`, which travel only when they
         are not the ones the child already holds (every candidate of a quantization runs on
-        the same samples)."""
+        the same samples); a model in a file travels as its path."""
         held, self.held = self.held, None  # unknown until the child has read the request
         fresh = held is None or held[0] is not inputs or held[1] != share
         samples = [np.asarray(x[share]) for x in inputs] if fresh else None
-        _write(self.process.stdin, (pickle.PickleBuffer(model), samples, leading_one))
+        sent = model.path if isinstance(model, TemporaryModelFile) else pickle.PickleBuffer(model)
+        _write(self.process.stdin, (sent, samples, leading_one))
         self.held = (inputs, share)
 
     def receive(self) -> object | None:
@@ -92,10 +98,14 @@ def start_children() -> None:
 
 
 def litert_outputs(
-    model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool = False
+    model: bytes | TemporaryModelFile,
+    inputs: Sequence[np.ndarray],
+    leading_one: bool,
+    sequence: bool = False,
 ) -> list[np.ndarray] | None:
     """The model's outputs (samples stacked) on `inputs` (samples along axis 0, fed one at a
-    time, with a leading 1 when `leading_one`), run by LiteRT; None when it cannot. A
+    time, with a leading 1 when `leading_one`), run by LiteRT; None when it cannot. `model`:
+    its bytes or, for a large one, a file the children map (`model_for_litert`). A
     `sequence` runs in one child, its samples in order on one interpreter."""
     shares = _shares(int(inputs[0].shape[0]), sequence)
     with _lock:
@@ -125,7 +135,11 @@ class Pending:
     """Outputs being computed by the children while the caller goes on (`submit`)."""
 
     def __init__(
-        self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool
+        self,
+        model: bytes | TemporaryModelFile,
+        inputs: Sequence[np.ndarray],
+        leading_one: bool,
+        sequence: bool,
     ) -> None:
         self._outcome: list[np.ndarray] | BaseException | None = None
         self._thread = threading.Thread(
@@ -134,7 +148,11 @@ class Pending:
         self._thread.start()
 
     def _run(
-        self, model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool
+        self,
+        model: bytes | TemporaryModelFile,
+        inputs: Sequence[np.ndarray],
+        leading_one: bool,
+        sequence: bool,
     ) -> None:
         try:
             self._outcome = litert_outputs(model, inputs, leading_one, sequence)
@@ -150,7 +168,10 @@ class Pending:
 
 
 def submit(
-    model: bytes, inputs: Sequence[np.ndarray], leading_one: bool, sequence: bool = False
+    model: bytes | TemporaryModelFile,
+    inputs: Sequence[np.ndarray],
+    leading_one: bool,
+    sequence: bool = False,
 ) -> Pending:
     """`litert_outputs` in the background: the children run the model while the caller
     computes (on the development machine, calibration leaves a core idle while it observes:
@@ -158,12 +179,16 @@ def submit(
     return Pending(model, inputs, leading_one, sequence)
 
 
-def submit_model(model: Model, inputs: Sequence[np.ndarray], blob: bytes | None = None) -> Pending:
+def submit_model(
+    model: Model,
+    inputs: Sequence[np.ndarray],
+    blob: bytes | TemporaryModelFile | None = None,
+) -> Pending:
     """`submit` for subgraph 0 of `model`, fed its way (with a leading 1 where its inputs
-    declare one; as one sequence when it keeps state); `blob`: the model's bytes where the
-    caller has them already."""
+    declare one; as one sequence when it keeps state); `blob`: what `model_for_litert` made of
+    the model, where the caller has it already."""
     return submit(
-        model_to_bytes(model) if blob is None else blob,
+        model_for_litert(model) if blob is None else blob,
         inputs,
         model.subgraphs[0].inputs_lead_with_one(),
         keeps_state(model, 0),

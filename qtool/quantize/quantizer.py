@@ -38,9 +38,11 @@ from qtool.calibrate.statistics import (
     model_fingerprint,
 )
 from qtool.errors import DataError, UsageError
+from qtool.heap import release_free_heap
 from qtool.model import Model, model_to_bytes
 from qtool.model.calls import called_subgraphs
 from qtool.model.sparsity import compact_sparsity, sparsity_nbytes
+from qtool.model.temporary import TemporaryModelFile, model_for_litert
 from qtool.prepare import FloatModel, prepare_float_model
 from qtool.prepare.equalize import SAMPLES as EQUALIZE_SAMPLES
 from qtool.prepare.equalize import EqualizedPair, equalize
@@ -147,7 +149,9 @@ def calibrate_loaded(
             # only the folds' observation (in batches).
             start_children()
             float_outputs = partial(
-                _outputs_in_children, prepared.model, cache(partial(model_to_bytes, prepared.model))
+                _outputs_in_children,
+                prepared.model,
+                cache(partial(model_for_litert, prepared.model)),
             )
             if options.calibration == AUTO:
                 on_fit = partial(
@@ -169,6 +173,7 @@ def calibrate_loaded(
         statistics = CalibrationStatistics(
             model_fingerprint(prepared.model), {s: c.statistics for s, c in collected.items()}
         )
+        release_free_heap()  # LiteRT's interpreters are gone: XNNPACK's packed weights too
     for s, c in collected.items():
         planners[s].calibration = c.fit_data  # samples for the second moments of rounding
         planners[s].engine = c.calibration.engine
@@ -209,10 +214,11 @@ def _check_patterns(prepared: FloatModel, options: QuantizeOptions) -> None:
 
 
 def _outputs_in_children(
-    model: Model, blob: Callable[[], bytes], inputs: list
+    model: Model, blob: Callable[[], bytes | TemporaryModelFile], inputs: list
 ) -> Callable[[], list | None]:
     """What waits for `model`'s outputs on `inputs`, which LiteRT's children compute meanwhile
-    (`collect`'s `float_outputs`); `blob`: the model's bytes, encoded once for both folds."""
+    (`collect`'s `float_outputs`); `blob`: the model as LiteRT gets it (`model_for_litert`),
+    made once for both folds."""
     return submit_model(model, inputs, blob()).result
 
 
@@ -330,6 +336,7 @@ def quantize_loaded(
         if decision.mode == FLOAT
     ]
     estimate = estimate_accuracy(collected, planners, recipes, precision.specs)
+    release_free_heap()  # the simulation check's dequantized weights (a model's size) too
     layers = {
         s: _layer_sqnr(planners[s], found, recipes[s])
         for s, found in collected.items()

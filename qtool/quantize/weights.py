@@ -73,11 +73,12 @@ class LayerWeights:
 
 @dataclass
 class RoundingCache:
-    """Weight scales by (weight tensor, axis, rounder), and the (integer, dequantized) rounded
-    weights by that and the scale."""
+    """Weight scales by (weight tensor, axis, rounder), the rounded (integer) weights by that
+    and the scale, and their dequantized form where a bias correction asks for it."""
 
     _scales: dict[tuple, np.ndarray] = field(default_factory=dict)
-    _rounded: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _rounded: dict[tuple, np.ndarray] = field(default_factory=dict)
+    _dequantized: dict[tuple, np.ndarray] = field(default_factory=dict)
 
     def scale(self, identity: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """The weight scale of `identity`, computed once."""
@@ -87,17 +88,26 @@ class RoundingCache:
 
     def rounded(
         self, identity: tuple, scale: np.ndarray, compute: Callable[[np.ndarray], np.ndarray]
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The (integer, dequantized) weights of `identity` at `scale`, computed once and
-        read-only (every plan shares them)."""
+    ) -> np.ndarray:
+        """The integer weights of `identity` at `scale`, computed once and read-only (every
+        plan shares them)."""
         key = (*identity, scale.tobytes())
         if key not in self._rounded:
             values = compute(scale)
-            real = LayerWeights(0, values, scale, identity[1]).real_weights()
-            for shared in (values, real):  # every plan holds the same arrays
-                shared.setflags(write=False)
-            self._rounded[key] = (values, real)
+            values.setflags(write=False)
+            self._rounded[key] = values
         return self._rounded[key]
+
+    def dequantized(self, identity: tuple, scale: np.ndarray) -> np.ndarray:
+        """The rounded weights of `identity` at `scale` as the integer model means them (float32,
+        read-only), computed on first use: only a bias correction needs them, and a plan
+        without one never holds this float copy of every weight (a model's size)."""
+        key = (*identity, scale.tobytes())
+        if key not in self._dequantized:
+            real = LayerWeights(0, self._rounded[key], scale, identity[1]).real_weights()
+            real.setflags(write=False)
+            self._dequantized[key] = real
+        return self._dequantized[key]
 
 
 def nearest(weights: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndarray:
@@ -171,9 +181,11 @@ def quantize_layer(
     # A corrected bias may overflow where the original did not, and enlarged scales change the
     # products the accumulator must hold: a few rounds.
     for _ in range(4):
-        values, real = cache.rounded(identity, scale, lambda s: rounder(weights, s, axis))
+        values = cache.rounded(identity, scale, lambda s: rounder(weights, s, axis))
         layer = LayerWeights(position, values, scale, axis, bias_position)
-        shift = corrector(weights, real) if corrector is not None else None
+        shift = None
+        if corrector is not None:
+            shift = corrector(weights, cache.dequantized(identity, scale))
         total = bias if shift is None else (0 if bias is None else bias) + shift
         if total is None or wide_bias:
             break
