@@ -35,6 +35,16 @@ from qtool.quantize.plan import INT8, INT16, Plan, Slot
 from qtool.spec import QuantSpec
 
 BRANCHES, LOOP = "branches", "loop"
+# Why a WHILE carrying a recurrent state runs as it does (`loop_recurrence` names the state).
+RECURRENT_LOOP = (
+    "int16x8: its body carries a recurrent state ({}), whose error compounds over the "
+    "iterations: the loop variables and the body are 16-bit, as LiteRT's integer LSTM keeps "
+    "its state"
+)
+FLOAT_LOOP = (
+    "its body carries a recurrent state ({}), whose error compounds over the iterations: the "
+    "body runs in int16x8 and the loop variables stay float between iterations ({})"
+)
 BRANCH_NAMES = ("then branch", "else branch")
 LOOP_NAMES = ("condition", "body")
 INIT_NAMES = ("initialiser",)

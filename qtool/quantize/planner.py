@@ -19,7 +19,9 @@ from qtool.quantize.accuracy import LITERT, SIMULATION
 from qtool.quantize.adaround import gather_moments, layer_layout, optimise_rounding
 from qtool.quantize.bias_correction import mean_output_error
 from qtool.quantize.control_flow import (
+    FLOAT_LOOP,
     NO_BOUNDARY,
+    RECURRENT_LOOP,
     Boundary,
     boundaries,
     call_pins,
@@ -54,15 +56,6 @@ from qtool.spec import integer_lstm
 FOR_TARGET = "kept in float to reach the target SQNR"
 RECURRENT_BODY = "int16x8: the body of a recurrent loop (its state's error compounds over steps)"
 RECURRENT_STATE = "int16x8: on the recurrence of variable {!r} (its error compounds over steps)"
-RECURRENT_LOOP = (
-    "int16x8: its body carries a recurrent state ({}), whose error compounds over the "
-    "iterations: the loop variables and the body are 16-bit, as LiteRT's integer LSTM keeps "
-    "its state"
-)
-FLOAT_LOOP = (
-    "its body carries a recurrent state ({}), whose error compounds over the iterations: the "
-    "body runs in int16x8 and the loop variables stay float between iterations ({})"
-)
 MOMENT_CHUNK = 32
 KEPT_PLANS = 8
 
