@@ -182,6 +182,49 @@ def _subgraph(b: GraphBuilder, name: str) -> GraphBuilder:
     return GraphBuilder(b.model, len(b.model.subgraphs) - 1)
 
 
+def counted_condition(b: GraphBuilder, steps: int, carried: list[tuple[str, list[int]]]) -> None:
+    """The condition subgraph of a counted WHILE: input 0 the int32 step counter (`c_step`),
+    then the other loop variables (name, shape); true while the counter is below `steps`."""
+    condition = _subgraph(b, "condition")
+    counter = condition.input("c_step", [], np.int32)
+    for name, shape in carried:
+        condition.input(name, shape)
+    limit = condition.constant("steps", np.array(steps, np.int32))
+    condition.finish(
+        [condition.op("LESS", [counter, limit], output_shape=[], output_dtype=np.bool_)]
+    )
+
+
+def frame_at(body: GraphBuilder, sequence: int, step: int, features: int) -> int:
+    """Frame `step` of a [1, steps, features] sequence (GATHER along axis 1)."""
+    return body.op(
+        "GATHER",
+        [sequence, step],
+        output_shape=[1, features],
+        options_type="GatherOptions",
+        options={"axis": 1},
+    )
+
+
+def next_step(body: GraphBuilder, step: int) -> int:
+    """The counter plus one."""
+    one = body.constant("one", np.array(1, np.int32))
+    return body.op(
+        "ADD", [step, one], output_shape=[], output_dtype=np.int32, options_type="AddOptions"
+    )
+
+
+def while_op(b: GraphBuilder, inputs: list[int], outputs: list[int]) -> None:
+    """A WHILE running subgraph 1 as its condition and subgraph 2 as its body."""
+    b.op(
+        "WHILE",
+        inputs,
+        outputs,
+        options_type="WhileOptions",
+        options={"cond_subgraph_index": 1, "body_subgraph_index": 2},
+    )
+
+
 def _dense(b: GraphBuilder, x: int, rng: np.random.Generator, n_in: int, n_out: int, name: str):
     return b.fully_connected(
         x, rng.standard_normal((n_out, n_in)) / np.sqrt(n_in), rng.standard_normal(n_out) / 10, name
@@ -247,33 +290,15 @@ def while_form(samples: int = 40, steps: int = 6) -> Form:
     start = b.constant("start", np.array(0, np.int32))
     zeros = b.constant("zeros", np.zeros((1, 8), np.float32))
     recurrent = b.constant("recurrent", (rng.standard_normal((8, 8)) / 4).astype(np.float32))
-    condition = _subgraph(b, "condition")
-    c_i = condition.input("c_step", [], np.int32)
-    condition.input("c_state", [1, 8])
-    condition.input("c_sequence", [1, steps, 4])
-    condition.input("c_recurrent", [8, 8])
-    condition.finish(
-        [
-            condition.op(
-                "LESS",
-                [c_i, condition.constant("steps", np.array(steps, np.int32))],
-                output_shape=[],
-                output_dtype=np.bool_,
-            )
-        ]
+    counted_condition(
+        b, steps, [("c_state", [1, 8]), ("c_sequence", [1, steps, 4]), ("c_recurrent", [8, 8])]
     )
     body = _subgraph(b, "body")
     i = body.input("b_step", [], np.int32)
     state = body.input("b_state", [1, 8])
     sequence = body.input("b_sequence", [1, steps, 4])
     weights = body.input("b_recurrent", [8, 8])
-    frame = body.op(
-        "GATHER",
-        [sequence, i],
-        output_shape=[1, 4],
-        options_type="GatherOptions",
-        options={"axis": 1},
-    )
+    frame = frame_at(body, sequence, i, 4)
     mixed = body.op(
         "ADD",
         [
@@ -289,27 +314,14 @@ def while_form(samples: int = 40, steps: int = 6) -> Form:
         options_type="AddOptions",
     )
     new_state = body.op("TANH", [mixed], output_shape=[1, 8], name="new_state")
-    step = body.op(
-        "ADD",
-        [i, body.constant("one", np.array(1, np.int32))],
-        output_shape=[],
-        output_dtype=np.int32,
-        options_type="AddOptions",
-    )
-    body.finish([step, new_state, sequence, weights])
+    body.finish([next_step(body, i), new_state, sequence, weights])
     outputs = [
         b.tensor("last_step", [], np.int32),
         b.tensor("last_state", [1, 8]),
         b.tensor("sequence_out", [1, steps, 4]),
         b.tensor("recurrent_out", [8, 8]),
     ]
-    b.op(
-        "WHILE",
-        [start, zeros, x, recurrent],
-        outputs,
-        options_type="WhileOptions",
-        options={"cond_subgraph_index": 1, "body_subgraph_index": 2},
-    )
+    while_op(b, [start, zeros, x, recurrent], outputs)
     logits = _dense(b, outputs[1], rng, 8, 3, "classifier")
     model = parse_model(model_to_bytes(b.finish([logits])))
     t = np.linspace(0, 1, steps)[None, :, None]

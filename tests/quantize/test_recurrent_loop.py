@@ -13,7 +13,16 @@ from qtool.model import model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
 from qtool.quantize import planner
 from tests.check.oracles import tflm_result
-from tests.quantize.graph_forms import Form, _dense, _subgraph, litert_sqnr
+from tests.quantize.graph_forms import (
+    Form,
+    _dense,
+    _subgraph,
+    counted_condition,
+    frame_at,
+    litert_sqnr,
+    next_step,
+    while_op,
+)
 
 UNITS, FEATURES = 12, 4
 # A forget gate near 1, as trained LSTMs learn for long memories: the cell state accumulates.
@@ -43,24 +52,15 @@ def cell_loop_form(steps: int = 64, samples: int = 32) -> Form:
     x = b.input("sequence", [1, steps, FEATURES])
     start = b.constant("start", np.array(0, np.int32))
     zeros = b.constant("zeros", np.zeros((1, UNITS), np.float32))
-    condition = _subgraph(b, "condition")
-    c_i = condition.input("c_step", [], np.int32)
-    for name, shape in (("c_h", [1, UNITS]), ("c_c", [1, UNITS]), ("c_x", [1, steps, FEATURES])):
-        condition.input(name, shape)
-    limit = condition.constant("steps", np.array(steps, np.int32))
-    condition.finish([condition.op("LESS", [c_i, limit], output_shape=[], output_dtype=np.bool_)])
+    counted_condition(
+        b, steps, [("c_h", [1, UNITS]), ("c_c", [1, UNITS]), ("c_x", [1, steps, FEATURES])]
+    )
     body = _subgraph(b, "body")
     i = body.input("b_step", [], np.int32)
     h = body.input("b_h", [1, UNITS])
     c = body.input("b_c", [1, UNITS])
     sequence = body.input("b_x", [1, steps, FEATURES])
-    frame = body.op(
-        "GATHER",
-        [sequence, i],
-        output_shape=[1, FEATURES],
-        options_type="GatherOptions",
-        options={"axis": 1},
-    )
+    frame = frame_at(body, sequence, i, FEATURES)
     forget = _gate(body, "LOGISTIC", frame, h, rng, "forget", FORGET_BIAS)
     keep = _gate(body, "LOGISTIC", frame, h, rng, "input")
     candidate = _gate(body, "TANH", frame, h, rng, "candidate")
@@ -71,24 +71,14 @@ def cell_loop_form(steps: int = 64, samples: int = 32) -> Form:
         "ADD", [kept, added], output_shape=shape, name="cell", options_type="AddOptions"
     )
     new_h = body.op("TANH", [new_c], output_shape=shape, name="hidden")
-    one = body.constant("one", np.array(1, np.int32))
-    step = body.op(
-        "ADD", [i, one], output_shape=[], output_dtype=np.int32, options_type="AddOptions"
-    )
-    body.finish([step, new_h, new_c, sequence])
+    body.finish([next_step(body, i), new_h, new_c, sequence])
     outputs = [
         b.tensor("last_step", [], np.int32),
         b.tensor("last_h", [1, UNITS]),
         b.tensor("last_c", [1, UNITS]),
         b.tensor("sequence_out", [1, steps, FEATURES]),
     ]
-    b.op(
-        "WHILE",
-        [start, zeros, zeros, x],
-        outputs,
-        options_type="WhileOptions",
-        options={"cond_subgraph_index": 1, "body_subgraph_index": 2},
-    )
+    while_op(b, [start, zeros, zeros, x], outputs)
     logits = _dense(b, outputs[1], rng, UNITS, 3, "classifier")
     model = parse_model(model_to_bytes(b.finish([logits])))
     n = samples + 16
