@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -136,27 +136,14 @@ class Planner:
             decide(self.model, subgraph, op, self.precision, ranges, self.keep_float, input_type)
             for op, input_type in zip(subgraph.operators, types, strict=True)
         ]
-        if recipe.int16_tensors and INT16 in self.precision.specs:
-            wide = Precision(self.precision.specs, ("*",))
-            for i in _region(subgraph, recipe.int16_tensors):
-                if decisions[i].mode in QUANTIZED:
-                    widened = decide(self.model, subgraph, subgraph.operators[i], wide, ranges, ())
-                    if widened.mode == INT16:
-                        decisions[i] = OpDecision(INT16, "int16 to reach the target SQNR")
         if INT16 in self.precision.specs:
-            wide = Precision(self.precision.specs, ("*",))
-            recurrence = recurrences(self.model, self.subgraph_index, self.precision.specs[INT8])
-            for i, op in enumerate(subgraph.operators):
-                if recipe.recurrent_body:
-                    why = RECURRENT_BODY
-                elif i in recurrence:
-                    why = RECURRENT_STATE.format(recurrence[i])
-                else:
-                    continue
-                if decisions[i].mode == INT8:
-                    widened = decide(self.model, subgraph, op, wide, ranges, ())
-                    if widened.mode == INT16:
-                        decisions[i] = OpDecision(INT16, why)
+            region = _region(subgraph, recipe.int16_tensors) if recipe.int16_tensors else ()
+            for i in region:
+                if decisions[i].mode in QUANTIZED and self._int16_form(i, ranges).mode == INT16:
+                    decisions[i] = OpDecision(INT16, "int16 to reach the target SQNR")
+            for i, why in self._recurrent(recipe).items():
+                if decisions[i].mode == INT8 and self._int16_form(i, ranges).mode == INT16:
+                    decisions[i] = OpDecision(INT16, why)
         for i in recipe.float_ops:
             if decisions[i].mode in QUANTIZED:
                 decisions[i] = OpDecision(FLOAT, FOR_TARGET)
@@ -167,6 +154,24 @@ class Planner:
             keep_relative_float(self.model, subgraph, decisions, ranges, statistics.histogram)
         settle(self.model, self.subgraph_index, decisions)
         return decisions
+
+    def _int16_form(self, i: int, ranges) -> OpDecision:
+        """How operator i runs when every operator is asked to run in int16x8."""
+        everything = Precision(self.precision.specs, ("*",))
+        return decide(self.model, self.subgraph, self.subgraph.operators[i], everything, ranges, ())
+
+    @cached_property
+    def _recurrences(self) -> dict[int, str]:
+        """The operators on a variable's recurrence, with the variable (fixed for the
+        subgraph: found once)."""
+        return recurrences(self.model, self.subgraph_index, self.precision.specs[INT8])
+
+    def _recurrent(self, recipe: Recipe) -> dict[int, str]:
+        """The operators the recurrence rules ask to run in int16x8, with the reason: every one
+        of a loop body carrying a recurrent state, else those on a variable's recurrence."""
+        if recipe.recurrent_body:
+            return dict.fromkeys(range(len(self.subgraph.operators)), RECURRENT_BODY)
+        return {i: RECURRENT_STATE.format(name) for i, name in self._recurrences.items()}
 
     def plan(self, statistics: SubgraphStatistics, recipe: Recipe) -> Plan:
         """The plan of `recipe` on `statistics` (the last few are kept: auto calibration, the
@@ -250,7 +255,6 @@ class Planner:
         """Control-flow operators whose subgraphs cannot be planned around them stay float; a
         loop carrying a recurrent state runs in int16x8 (its loop variables 16-bit), or keeps
         them float where it cannot."""
-        subgraph = self.subgraph
         for site in planned_sites(self.model, self.subgraph_index, self.precision.specs[INT8]):
             if decisions[site.op_index].mode not in QUANTIZED:
                 continue
@@ -259,9 +263,7 @@ class Planner:
             if why is not None:
                 decisions[site.op_index] = OpDecision(FLOAT, why)
             elif state is not None:
-                op = subgraph.operators[site.op_index]
-                wide = Precision(self.precision.specs, ("*",))
-                widened = decide(self.model, subgraph, op, wide, ranges, ())
+                widened = self._int16_form(site.op_index, ranges)
                 decisions[site.op_index] = (
                     OpDecision(INT16, RECURRENT_LOOP.format(state))
                     if widened.mode == INT16
