@@ -64,30 +64,41 @@ def _timed(command: list[str]) -> tuple[float, float, subprocess.CompletedProces
     return wall, cpu, done
 
 
-def commands(entry: dict, out: Path) -> dict[str, list[str]]:
-    """Each tool's command line for one corpus model."""
+def commands(entry: dict, out: Path) -> dict[str, tuple[list[str], Path]]:
+    """Each tool's command line for one corpus model, with the model file it writes."""
     model, calib = entry["file"], entry["calib"]
+    ours, theirs = out / "q.tflite", out / "a.tflite"
     return {
-        "qtool": [str(QTOOL), "quantize", model, "--data", calib, "-o", str(out / "q.tflite")],
-        "ai-edge-quantizer": [
-            str(aeq_python()),
-            *("-m", "bench.aeq_peer", model, str(out / "a.tflite"), "static_wi8_ai8"),
-            *("--calibration", calib),
-        ],
+        "qtool": (
+            [str(QTOOL), "quantize", model, "--data", calib, "-o", str(ours), "--force"],
+            ours,
+        ),
+        "ai-edge-quantizer": (
+            [
+                str(aeq_python()),
+                "-m",
+                "bench.aeq_peer",
+                model,
+                str(theirs),
+                "static_wi8_ai8",
+                "--calibration",
+                calib,
+            ],
+            theirs,
+        ),
     }
 
 
 def measure(entry: dict, out: Path) -> dict[str, Run]:
     """Both tools on one model: timed `REPEATS` times alternating, then judged on held-out data."""
-    runs = {tool: Run() for tool in commands(entry, out)}
+    tools = commands(entry, out)
+    runs = {tool: Run() for tool in tools}
     for _ in range(REPEATS):
-        for tool, command in commands(entry, out).items():
+        for tool, (command, written) in tools.items():
             if runs[tool].failure:
                 continue
-            if tool == "qtool":
-                command = [*command, "--force"]
             wall, cpu, done = _timed(command)
-            if done.returncode not in (0, 1) or not Path(command_output(command)).exists():
+            if done.returncode not in (0, 1) or not written.exists():
                 lines = [line for line in done.stderr.splitlines() if line.strip()] or ["?"]
                 runs[tool].failure = lines[-1][:120]
                 continue
@@ -95,19 +106,13 @@ def measure(entry: dict, out: Path) -> dict[str, Run]:
                 runs[tool].wall, runs[tool].cpu = wall, cpu
     samples = np.load(entry["holdout"])
     reference = signature_outputs(Path(entry["file"]), samples)
-    for tool, command in commands(entry, out).items():
-        written = Path(command_output(command))
+    for tool, (_, written) in tools.items():
         if runs[tool].failure or not written.exists():
             continue
         runs[tool].bytes = written.stat().st_size
         runs[tool].worst_db = worst_sqnr(reference, signature_outputs(written, samples))
         written.unlink()
     return runs
-
-
-def command_output(command: list[str]) -> str:
-    """The model file a command writes."""
-    return command[command.index("-o") + 1] if "-o" in command else command[4]
 
 
 def _seconds(run: Run) -> str:
