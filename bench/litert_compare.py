@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from qtool.numerics import sqnr_db
+from qtool.numerics import dequantize, quantize, sqnr_db
 
 
 def signature_outputs(path: Path, samples: np.ndarray) -> dict[str, np.ndarray]:
@@ -41,16 +41,14 @@ def _to_type(value: np.ndarray, detail: dict) -> np.ndarray:
     if detail["dtype"] == np.float32:
         return value
     scale, zero_point = detail["quantization"]
-    info = np.iinfo(detail["dtype"])
-    codes = np.clip(np.round(value / scale) + zero_point, info.min, info.max)
-    return codes.astype(detail["dtype"])
+    return quantize(value, scale, zero_point, dtype=detail["dtype"])
 
 
 def _to_float(value: np.ndarray, detail: dict) -> np.ndarray:
     if value.dtype == np.float32:
         return value.copy()
     scale, zero_point = detail["quantization"]
-    return ((value.astype(np.float64) - zero_point) * scale).astype(np.float32)
+    return dequantize(value, scale, zero_point)
 
 
 def worst_sqnr(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> float:
