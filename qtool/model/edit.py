@@ -9,8 +9,10 @@ from qtool.model.lowbit import referenced_tensors, renumber_references
 
 
 def clone_model(model: Model) -> Model:
-    """A deep copy of the graph that shares the (read-only) buffer arrays with the original."""
+    """A deep copy of the graph that shares the (read-only) buffer arrays and the source file's
+    data with the original."""
     shared = {id(b.data): b.data for b in model.buffers if b.data is not None}
+    shared[id(model.source_data)] = model.source_data  # a mapping cannot be copied
     return copy.deepcopy(model, shared)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import mmap
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -298,8 +299,9 @@ class Model:
     extra: dict[str, Any] = field(default_factory=dict)
     source_path: str | None = field(default=None, compare=False)
     # The file's bytes as read (the buffers are views of them): what the model is, even if
-    # the file changes afterwards (the report's size and sha256 come from these).
-    source_data: bytes | None = field(default=None, compare=False, repr=False)
+    # the file changes afterwards (the report's size and sha256 come from these). A large
+    # file's are a read-only mapping of a private copy (`qtool.model.source`).
+    source_data: bytes | mmap.mmap | None = field(default=None, compare=False, repr=False)
 
     # ----------------------------------------------------------------- operator codes
 

@@ -1,10 +1,11 @@
 """Reading and writing .tflite files: decode, validate, encode, atomic write (`qtool.files`).
 
-Reading copies the file into memory once, and weight buffers are numpy views of that copy (also
-the buffers stored after the flatbuffer, offset/size, the >2 GiB layout). Not a memory map: a
-file truncated or rewritten while qtool runs would end a mapped read in SIGBUS (no message) or
-in bytes that changed under the validator; every command reads every weight anyway. A file that
-changes while it is read is one error. Writing inlines buffers unless they would push the
+Reading copies the file once, and weight buffers are numpy views of that copy (also the buffers
+stored after the flatbuffer, offset/size, the >2 GiB layout): into memory, or for a large file
+into a private temporary copy mapped read-only (`qtool.model.source`). Never a map of the user's
+file: one truncated or rewritten while qtool runs would end a mapped read in SIGBUS (no message)
+or in bytes that changed under the validator. A file that changes while it is read is one
+error. Writing inlines buffers unless they would push the
 flatbuffer past its 2 GiB limit, in which case they are appended after it with offsets, as the
 TFLite converter does.
 """
@@ -50,6 +51,7 @@ from qtool.model.reflect import (
     union_codes,
     union_members,
 )
+from qtool.model.source import SourceChanged, read_source
 from qtool.model.types import BuiltinOperator
 from qtool.model.validate import validate_model
 
@@ -86,15 +88,21 @@ def load_model(path: str | os.PathLike, validate: bool = True) -> Model:
             size = os.fstat(handle.fileno()).st_size
             if size == 0:
                 raise ModelError(f"{path}: empty file")
-            data = handle.read()
+            data = read_source(handle, size)
+    except SourceChanged as exc:
+        raise ModelError(_changed(path, size, exc.copied)) from None
     except OSError as exc:
         raise ModelError(f"{path}: cannot read ({os_reason(exc)})") from None
     if len(data) != size:
-        raise ModelError(f"{path}: changed while it was read ({size:,} bytes, then {len(data):,})")
+        raise ModelError(_changed(path, size, len(data)))
     model = parse_model(data, name=str(path), validate=validate)
     model.source_path = str(path.resolve())
     model.source_data = data
     return model
+
+
+def _changed(path: Path, size: int, read: int) -> str:
+    return f"{path}: changed while it was read ({size:,} bytes, then {read:,})"
 
 
 def parse_model(

@@ -20,9 +20,10 @@ from contextlib import suppress
 from qtool.heap import drop_file_pages
 from qtool.model.graph import Model
 from qtool.model.io import model_to_bytes, serialize_model
+from qtool.model.source import MAPPED_SOURCE_BYTES, drop_pages
 
 # Weights above this go to LiteRT as a file (the bytes route below it: most MediaPipe models).
-IN_FILE_BYTES = 4 << 20
+IN_FILE_BYTES = MAPPED_SOURCE_BYTES
 
 
 class TemporaryModelFile:
@@ -39,6 +40,9 @@ class TemporaryModelFile:
         except BaseException:
             self.close()
             raise
+        # Writing read every weight of a mapped source: those pages are not needed resident
+        # while LiteRT maps this file and packs a copy of its own (the peak of a large model).
+        drop_pages(model.source_data)
 
     def release_pages(self) -> None:
         """Drop this process's resident pages of the file's mappings: once an interpreter has

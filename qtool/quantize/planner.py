@@ -45,6 +45,7 @@ from qtool.quantize.user_metric import UserMetric
 from qtool.quantize.variables import recurrences, settle, variable_slots
 from qtool.quantize.weights import (
     INT4_MAX,
+    LayerWeights,
     Rounder,
     RoundingCache,
     nearest,
@@ -466,10 +467,10 @@ def quantize_weights(
         )
 
 
-def _cached(cache: dict, key: tuple, shift, real_weights, rounded_weights) -> np.ndarray:
-    full = (*key, hash(rounded_weights.tobytes()))
+def _cached(cache: dict, key: tuple, shift, real_weights, layer: LayerWeights) -> np.ndarray:
+    full = (*key, hash(layer.values.tobytes()), layer.scale.tobytes())
     if full not in cache:
-        cache[full] = shift(real_weights, rounded_weights)
+        cache[full] = shift(real_weights, layer)
     return cache[full]
 
 
@@ -482,7 +483,7 @@ def _weight_error_shift(
     weight_position: int,
     bias_position: int | None,
     real_weights: np.ndarray,
-    rounded_weights: np.ndarray,
+    layer: LayerWeights,
 ) -> np.ndarray:
     return mean_output_error(
         model,
@@ -491,6 +492,6 @@ def _weight_error_shift(
         activation,
         mean_input,
         weight_position,
-        real_weights - rounded_weights,
+        real_weights - layer.real_weights(),
         bias_position,
     )

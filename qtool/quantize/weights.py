@@ -31,9 +31,9 @@ from qtool.spec import OpRule, kernel_contracts
 
 # Integer weights for given real weights and per-channel scales: round to nearest by default.
 Rounder = Callable[[np.ndarray, np.ndarray, int | None], np.ndarray]
-# The change of a layer's float bias that compensates its rounded weights: (real weights,
-# dequantized integer weights) -> per-output-channel shift.
-Corrector = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# The change of a layer's float bias that compensates its rounded weights: (real weights, the
+# layer's integer weights and scales) -> per-output-channel shift.
+Corrector = Callable[[np.ndarray, "LayerWeights"], np.ndarray]
 
 
 @dataclass
@@ -73,12 +73,13 @@ class LayerWeights:
 
 @dataclass
 class RoundingCache:
-    """Weight scales by (weight tensor, axis, rounder), the rounded (integer) weights by that
-    and the scale, and their dequantized form where a bias correction asks for it."""
+    """Weight scales by (weight tensor, axis, rounder) and the rounded (integer) weights by
+    that and the scale. Not their dequantized form: a float copy of every weight (the model's
+    size, held across a search's plans) is what a bias correction reads once per layer, so it
+    is made for that read and dropped (`LayerWeights.real_weights`)."""
 
     _scales: dict[tuple, np.ndarray] = field(default_factory=dict)
     _rounded: dict[tuple, np.ndarray] = field(default_factory=dict)
-    _dequantized: dict[tuple, np.ndarray] = field(default_factory=dict)
 
     def scale(self, identity: tuple, compute: Callable[[], np.ndarray]) -> np.ndarray:
         """The weight scale of `identity`, computed once."""
@@ -97,17 +98,6 @@ class RoundingCache:
             values.setflags(write=False)
             self._rounded[key] = values
         return self._rounded[key]
-
-    def dequantized(self, identity: tuple, scale: np.ndarray) -> np.ndarray:
-        """The rounded weights of `identity` at `scale` as the integer model means them (float32,
-        read-only), computed on first use: only a bias correction needs them, and a plan
-        without one never holds this float copy of every weight (a model's size)."""
-        key = (*identity, scale.tobytes())
-        if key not in self._dequantized:
-            real = LayerWeights(0, self._rounded[key], scale, identity[1]).real_weights()
-            real.setflags(write=False)
-            self._dequantized[key] = real
-        return self._dequantized[key]
 
 
 def nearest(weights: np.ndarray, scale: np.ndarray, axis: int | None) -> np.ndarray:
@@ -185,7 +175,7 @@ def quantize_layer(
         layer = LayerWeights(position, values, scale, axis, bias_position)
         shift = None
         if corrector is not None:
-            shift = corrector(weights, cache.dequantized(identity, scale))
+            shift = corrector(weights, layer)
         total = bias if shift is None else (0 if bias is None else bias) + shift
         if total is None or wide_bias:
             break
