@@ -181,8 +181,9 @@ def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str)
 
     here = collect(model, dataset, engine="litert")
     split = collect(model, dataset, engine="litert", float_outputs=elsewhere)
-    assert [id(a) for a in asked] == [id(split.selection.inputs), id(split.estimate.inputs)]
-    for fold in ("selection", "estimate"):
+    folds = ("cross", "selection", "estimate")
+    assert [id(a) for a in asked] == [id(getattr(split, fold).inputs) for fold in folds]
+    for fold in folds:
         pairs = zip(getattr(here, fold).reference, getattr(split, fold).reference, strict=True)
         for expected, got in pairs:
             assert got.shape == expected.shape
@@ -190,6 +191,7 @@ def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str)
     assert _state(split.statistics) == _state(here.statistics)
     assert _state(split.fit) == _state(here.fit)
     assert _state(split.estimate_fit) == _state(here.estimate_fit)
+    assert _state(split.cross_fit) == _state(here.cross_fit)
 
 
 def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates() -> None:

@@ -108,18 +108,23 @@ def _accuracy(*fitting_db: float) -> PlanAccuracy:
 
 
 class _Planner:
-    """Scores each method as given, whatever the statistics (the planner's accuracy)."""
+    """Scores each method as given, whatever the statistics (the planner's accuracy); a method
+    given a list of scores scores them fold by fold (`_Collected.judging`'s order)."""
 
-    def __init__(self, scores: dict[str, PlanAccuracy]) -> None:
+    def __init__(self, scores: dict[str, PlanAccuracy | list[PlanAccuracy]]) -> None:
         self.scores = scores
 
     def accuracy(self, statistics, recipe: Recipe, evaluation) -> PlanAccuracy:
-        return self.scores[recipe.method.name]
+        found = self.scores[recipe.method.name]
+        return found[evaluation] if isinstance(found, list) else found
 
 
 class _Collected:
-    fit = None
-    selection = object()
+    """One judging fold (the selection fold), or two with a cross fold; `evaluation` is the
+    fold's number."""
+
+    def __init__(self, folds: int = 1) -> None:
+        self.judging = [(None, fold) for fold in range(folds)]
 
 
 def test_the_auto_choice_judges_the_worst_output() -> None:
@@ -134,12 +139,31 @@ def test_the_auto_choice_judges_the_worst_output() -> None:
     recipe, scores = auto.choose_recipe(None, {0: _Collected()}, {0: planner}, True)
     assert recipe.method == Method("percentile", 99.99)
     assert scores["mse"].worst_db == 10.0
+    assert set(scores) == {str(method) for method in auto.CANDIDATES}
     # The user's metric comes first when there is one.
     planner.scores["minmax"] = PlanAccuracy(planner.scores["minmax"].outputs, metric=0.9)
     planner.scores["percentile"] = PlanAccuracy(planner.scores["percentile"].outputs, metric=0.8)
     planner.scores["mse"] = PlanAccuracy(planner.scores["mse"].outputs, metric=0.7)
     recipe, _ = auto.choose_recipe(None, {0: _Collected()}, {0: planner}, True)
     assert recipe.method == Method("minmax")
+
+
+def test_the_auto_choice_takes_the_worse_of_the_selection_and_cross_folds() -> None:
+    """percentile:99.95 is best on the selection fold (30 dB) and worst on the cross fold (12):
+    mse, 20 and 21 dB, is the method that holds on both."""
+    planner = _Planner(
+        {
+            "minmax": [_accuracy(18.0), _accuracy(19.0)],
+            "percentile": [_accuracy(30.0), _accuracy(12.0)],
+            "mse": [_accuracy(20.0), _accuracy(21.0)],
+        }
+    )
+    recipe, scores = auto.choose_recipe(None, {0: _Collected(2)}, {0: planner}, True)
+    assert recipe.method == Method("mse")
+    assert scores["percentile:99.95"].worst_db == 12.0
+    # Judged on the selection fold alone, the percentile would have won.
+    recipe, _ = auto.choose_recipe(None, {0: _Collected(1)}, {0: planner}, True)
+    assert recipe.method.name == "percentile"
 
 
 def test_a_simulation_that_strays_from_litert_is_a_warning(monkeypatch) -> None:
