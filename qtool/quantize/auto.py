@@ -52,7 +52,9 @@ def _label(recipe: Recipe, both: bool) -> str:
 @dataclass(frozen=True)
 class CandidateScore:
     """One candidate's score on the judging folds: its worst output's fitting SQNR (dB) and
-    the user's metric (None without one), the worst over folds and subgraphs."""
+    the user's metric (None without one), the worst over folds and subgraphs (over the
+    selection fold alone for a candidate that could not win there, whose cross run was
+    saved)."""
 
     worst_db: float
     metric: float | None
