@@ -9,8 +9,8 @@ worst output's fitting SQNR, or first by the user's metric when one is given
 worst one loses. With a cross fold (`Collected.judging`) each candidate is also fitted without
 it and judged on it, and scores the worse of its two folds: a method that clips what one fold's
 samples need loses, where one fold of 16 samples can hide it (on other crops of the
-calibration photographs the worse of two folds picked better than either fold, or than their
-mean). All candidates read the same histograms: choosing costs runs of candidate models, not
+calibration photographs, with min/max among the candidates, the worse of two folds picked
+better than the selection fold alone or the two folds' mean: `bench/choice_rules.py`). All candidates read the same histograms: choosing costs runs of candidate models, not
 calibration passes. The estimate fold never takes part. Without a selection fold (too few
 samples, or a model the numpy engine cannot run) the fallback is used: `mse` ranges with bias
 correction.
