@@ -6,6 +6,10 @@ two folds (which samples: `fold_of`):
 - the *selection fold* (a quarter): quantization choices that need a measurement (which
   calibration method, bias correction, rounding optimisation, the layers a target needs in
   16 bits or float) are fitted on the other samples (the *fitting fold*) and judged on it;
+- the *cross fold* (a quarter of the fitting fold, with `MIN_SAMPLES_FOR_CROSS` samples or more
+  of a known count): the calibration method is judged on it too, fitted on the fitting fold
+  without it plus the selection fold, so that the choice reads twice as many samples and a
+  method that fails on either fold shows it (`qtool.quantize.auto`);
 - the *estimate fold* (a quarter): no choice ever sees it. The accuracy qtool reports is that
   of the plan fitted on the fitting and selection folds with the choices made, measured on it.
 
@@ -51,10 +55,12 @@ FOLD_WINDOW = 128  # samples among which the folds are chosen (later ones all ca
 _QUARTER = 1 << 30  # a quarter of the 32-bit hash range
 _GOLDEN = np.uint64(2654435769)  # 2^32 / golden ratio
 MIN_SAMPLES_FOR_HOLDOUT = 8
-FIT, SELECTION, ESTIMATE = 0, 1, 2  # the folds, as `fold_of` numbers them
+MIN_SAMPLES_FOR_CROSS = 16  # fewer: the fitting fold without the cross fold would be too thin
+FIT, SELECTION, ESTIMATE, CROSS = 0, 1, 2, 3  # the folds, as `fold_of` numbers them
 HELD_OUT = "held-out data"
 ESTIMATE_FOLD = "calibration fold"  # the estimate fold's source
 SELECTION_FOLD = "selection fold"
+CROSS_FOLD = "cross fold"
 
 
 @dataclass
@@ -102,6 +108,9 @@ class Collected:
             held-out dataset, else the fitting and selection folds.
         calibration: the pass's CalibrationResult.
         fit_data: the samples `fit` came from, for further passes (None: unknown).
+        cross: the cross fold (None: none was kept), part of `fit`.
+        cross_fit: what the cross fold's candidates are fitted on: the fitting fold without
+            it, plus the selection fold.
     """
 
     statistics: SubgraphStatistics
@@ -111,6 +120,19 @@ class Collected:
     estimate_fit: SubgraphStatistics
     calibration: CalibrationResult
     fit_data: Dataset | None
+    cross: EvaluationSet | None = None
+    cross_fit: SubgraphStatistics | None = None
+
+    @property
+    def judging(self) -> list[tuple[SubgraphStatistics, EvaluationSet]]:
+        """The folds the calibration method is judged on, each with what its candidates are
+        fitted on: the selection fold, then the cross fold when there is one."""
+        if self.selection is None:
+            return []
+        folds = [(self.fit, self.selection)]
+        if self.cross is not None and self.cross_fit is not None:
+            folds.append((self.cross_fit, self.cross))
+        return folds
 
     @property
     def shared(self) -> bool:
@@ -207,11 +229,10 @@ def _reference(
 
 
 def _split_folds(
-    dataset: Dataset, assign: Callable[[np.ndarray], np.ndarray], own_estimate: bool
+    dataset: Dataset, assign: Callable[[np.ndarray], np.ndarray], wanted: tuple[int, ...]
 ) -> dict[int, list[np.ndarray]]:
-    """The selection fold's samples and, with `own_estimate`, the estimate fold's, in one
-    read of `dataset` (fold number -> one array per input; `assign`: each index's fold)."""
-    wanted = (SELECTION, ESTIMATE) if own_estimate else (SELECTION,)
+    """The samples of the `wanted` folds, in one read of `dataset` (fold number -> one array
+    per input; `assign`: each index's fold)."""
     parts: dict[int, list[Batch]] = {fold: [] for fold in wanted}
     start = 0
     for batch in dataset.iter_chunks(256):
@@ -247,7 +268,8 @@ def collect(
     With `evaluate` False, or when the numpy engine cannot run the model (the folds' reference
     outputs and every simulation need it), all samples calibrate and there are no folds.
     `on_fit(fit statistics, selection inputs)` is called once both exist, before the folds'
-    samples run (the selection `EvaluationSet` holds that very list of inputs).
+    samples run (the selection `EvaluationSet` holds that very list of inputs); the cross
+    fold's candidates are not started early, since the choice runs only those that can win.
     `float_outputs(inputs)`, where LiteRT computes the float outputs, starts computing them
     elsewhere (LiteRT in child processes) and returns what waits for them (samples stacked,
     a leading 1 kept; None: they could not be): this process then only observes.
@@ -266,7 +288,9 @@ def collect(
             evaluate = False
     expected = dataset.expected_samples
     own_estimate = holdout is None
-    assign = partial(fold_of, own_estimate=own_estimate)
+    # A cross fold needs the sample count known: the fitting fold without it must keep samples.
+    cross = expected is not None and expected >= MIN_SAMPLES_FOR_CROSS
+    assign = partial(fold_of, own_estimate=own_estimate, cross=cross)
     window = FOLD_WINDOW
     if keeps_state(model, subgraph_index):
         # A sequence: the folds are its tail, which needs the length known beforehand (unknown:
@@ -274,60 +298,78 @@ def collect(
         expected = expected or 0
         assign, window = partial(_tail_folds, expected, own_estimate), expected
     folded = evaluate and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
-    fit_data = dataset
+    fit_data = core_data = dataset
     if folded:
-        fit_data = selected(dataset, lambda i: assign(i) == FIT, None)
+        fit_data = selected(dataset, lambda i: np.isin(assign(i), (FIT, CROSS)), None)
+        core_data = selected(dataset, lambda i: assign(i) == FIT, None)
         held_back = None if expected is None else assign(np.arange(min(expected, window))) != FIT
-        fit_data.size_hint = None if expected is None else expected - int(held_back.sum())
+        core_data.size_hint = None if expected is None else expected - int(held_back.sum())
     fit = fresh()
     began = time.perf_counter()  # the engine's set-up counts in the calibration's time
     calibrator = Calibrator(model, engine, subgraph_index, fit)
-    calibration = calibrator.run(fit_data, progress, began)
+    calibration = calibrator.run(core_data, progress, began)
     fit.samples = calibration.samples
     fit.flush()
-    statistics = copy.deepcopy(fit)
     sets: dict[int, EvaluationSet] = {}
-    estimate_fit = statistics
+    held: dict[int, list[np.ndarray]] = {}
+    elsewhere: dict[int, Callable[[], list[np.ndarray] | None]] = {}
     if evaluate:
-        held = _split_folds(dataset, assign, own_estimate) if folded else {}
+        wanted = (CROSS, SELECTION, ESTIMATE) if own_estimate else (CROSS, SELECTION)
+        held = _split_folds(dataset, assign, wanted) if folded else {}
         if holdout is not None:
             held[ESTIMATE] = _materialise(holdout)
             if not (held[ESTIMATE] and held[ESTIMATE][0].shape[0]):
                 raise DataError(f"{holdout.source}: no held-out samples found")
         held = {fold: inputs for fold, inputs in held.items() if inputs and inputs[0].shape[0]}
-        elsewhere = {}
         if float_outputs is not None and _litert_runs_reference(
             model, subgraph_index, calibration.engine
         ):
             # Before on_fit's candidates: first in line.
             elsewhere = {fold: float_outputs(inputs) for fold, inputs in held.items()}
-        if on_fit is not None and SELECTION in held:
+
+    def observe(fold: int) -> tuple[SubgraphStatistics, list[np.ndarray]]:
+        """The fold's statistics and float outputs (run by the engine that calibrated)."""
+        observed = fresh()
+        reference = _reference(
+            model,
+            subgraph_index,
+            held[fold],
+            observed,
+            calibration.engine,
+            elsewhere.get(fold),
+            calibrator.xnnpack,
+        )
+        observed.samples = int(held[fold][0].shape[0])
+        if progress and not (fold == ESTIMATE and holdout is not None):
+            progress(observed.samples)
+        return observed, reference
+
+    # The fitting fold without the cross fold; the cross fold judges only beside a selection.
+    core = copy.deepcopy(fit) if CROSS in held and SELECTION in held else None
+    if CROSS in held:
+        observed, reference = observe(CROSS)
+        fit.merge(observed)
+        if core is not None:
+            sets[CROSS] = EvaluationSet(held[CROSS], reference, CROSS_FOLD)
+    statistics = copy.deepcopy(fit)
+    estimate_fit = statistics
+    for fold in (SELECTION, ESTIMATE):
+        if fold not in held:
+            continue
+        if fold == SELECTION and on_fit is not None:
             on_fit(fit, held[SELECTION])
-        for fold in (SELECTION, ESTIMATE):
-            if fold not in held:
-                continue
-            observed = fresh()
-            reference = _reference(
-                model,
-                subgraph_index,
-                held[fold],
-                observed,
-                calibration.engine,
-                elsewhere.get(fold),
-                calibrator.xnnpack,
-            )
-            observed.samples = int(held[fold][0].shape[0])
-            if fold == ESTIMATE and holdout is not None:
-                source = HELD_OUT
-                estimate_fit = statistics  # the final plan's: every calibration sample
-            else:
-                source = SELECTION_FOLD if fold == SELECTION else ESTIMATE_FOLD
-                if fold == ESTIMATE:
-                    estimate_fit = copy.deepcopy(statistics)  # the fitting and selection folds
-                statistics.merge(observed)
-                if progress:
-                    progress(observed.samples)
-            sets[fold] = EvaluationSet(held[fold], reference, source)
+        observed, reference = observe(fold)
+        if fold == SELECTION and core is not None:
+            core.merge(copy.deepcopy(observed))  # now what the cross fold's candidates fit on
+        if fold == ESTIMATE and holdout is not None:
+            source = HELD_OUT
+            estimate_fit = statistics  # the final plan's: every calibration sample
+        else:
+            source = SELECTION_FOLD if fold == SELECTION else ESTIMATE_FOLD
+            if fold == ESTIMATE:
+                estimate_fit = copy.deepcopy(statistics)  # the fitting and selection folds
+            statistics.merge(observed)
+        sets[fold] = EvaluationSet(held[fold], reference, source)
     if folded and statistics.samples < MIN_SAMPLES_FOR_HOLDOUT:
         # A dataset of unknown size (a generator) turned out too small to hold samples out.
         sets = {ESTIMATE: sets[ESTIMATE]} if holdout is not None and ESTIMATE in sets else {}
@@ -335,13 +377,24 @@ def collect(
     estimate = sets.get(ESTIMATE)
     selection = sets.get(SELECTION, estimate)  # none of its own: judged on the estimate's
     calibration.samples = statistics.samples
-    return Collected(statistics, fit, selection, estimate, estimate_fit, calibration, fit_data)
+    return Collected(
+        statistics,
+        fit,
+        selection,
+        estimate,
+        estimate_fit,
+        calibration,
+        fit_data,
+        sets.get(CROSS),
+        core if CROSS in sets else None,
+    )
 
 
-def fold_of(index: np.ndarray, own_estimate: bool = True) -> np.ndarray:
-    """Each sample's fold (FIT, SELECTION or ESTIMATE): among the first FOLD_WINDOW samples,
-    those whose golden-ratio (Weyl) sequence value falls in the lowest quarter are the
-    selection fold and, with `own_estimate`, those in the next quarter the estimate fold.
+def fold_of(index: np.ndarray, own_estimate: bool = True, cross: bool = False) -> np.ndarray:
+    """Each sample's fold (FIT, SELECTION, ESTIMATE or CROSS): among the first FOLD_WINDOW
+    samples, those whose golden-ratio (Weyl) sequence value falls in the lowest quarter are the
+    selection fold, with `own_estimate` those in the next quarter the estimate fold, and with
+    `cross` those in the third quarter the cross fold (part of the fitting fold).
 
     Every prefix of the data holds close to a quarter of each fold, and no period in the data
     lines up with a fold: every 4th sample would be exactly the whole faces of a dataset built
@@ -355,6 +408,8 @@ def fold_of(index: np.ndarray, own_estimate: bool = True) -> np.ndarray:
     folds[inside & (weyl < _QUARTER)] = SELECTION
     if own_estimate:
         folds[inside & (weyl >= _QUARTER) & (weyl < 2 * _QUARTER)] = ESTIMATE
+    if cross:
+        folds[inside & (weyl >= 2 * _QUARTER) & (weyl < 3 * _QUARTER)] = CROSS
     return folds
 
 

@@ -65,8 +65,9 @@ _OPTIONS = [
         show_default=True,
         metavar="METHOD",
         help="How activation ranges are chosen: minmax, percentile[:P] (default P 99.99), mse, kl, "
-        "or auto (the method whose worst output scores best on held-out calibration samples, "
-        "or whose --metric does).",
+        "or auto (percentile 99.99, percentile 99.95 or mse: the method whose worst output "
+        "scores best on held-out calibration samples, the worse of two folds, or whose "
+        "--metric does).",
     ),
     click.option(
         "--bias-correction/--no-bias-correction",

@@ -10,9 +10,11 @@ import pytest
 
 from qtool.calibrate import Dataset, load_dataset, model_inputs
 from qtool.calibrate.collect import (
+    CROSS_FOLD,
     ESTIMATE_FOLD,
     FOLD_WINDOW,
     HELD_OUT,
+    MIN_SAMPLES_FOR_CROSS,
     MIN_SAMPLES_FOR_HOLDOUT,
     SELECTION_FOLD,
     collect,
@@ -85,6 +87,48 @@ def test_a_quarter_each_for_selection_and_estimate(count: int, size_known: bool)
     assert found.statistics.samples == found.calibration.samples == count
     assert (found.statistics.histogram(0).min, found.statistics.histogram(0).max) == (0, count - 1)
     assert found.statistics.means.counts[0] == count
+
+
+@pytest.mark.parametrize("holdout", [False, True])
+@pytest.mark.parametrize("count", [MIN_SAMPLES_FOR_CROSS, 40, 200])
+def test_the_cross_fold_is_a_quarter_of_the_fitting_fold_judged_without_it(
+    count: int, holdout: bool
+) -> None:
+    model = identity_model()
+    samples = numbered(count)
+    held_out = dataset(numbered(6, start=1000)) if holdout else None
+    found = collect(model, dataset(samples), engine="numpy", holdout=held_out)
+    chosen, crossed = indices([found.selection.inputs]), indices([found.cross.inputs])
+    assert found.cross.source == CROSS_FOLD
+    assert_spread(crossed, count)
+    assert found.judging == [(found.fit, found.selection), (found.cross_fit, found.cross)]
+    (reference,) = found.cross.reference
+    np.testing.assert_array_equal(reference, Engine(model).run(found.cross.inputs)[0])
+    # It belongs to the fitting fold (the folds' candidates and the final plan see it)...
+    fitting = indices(found.fit_data.iter_chunks(5))
+    assert set(crossed) < set(fitting) and not set(chosen) & set(fitting)
+    assert found.statistics.samples == count
+    if not holdout:
+        assert not set(crossed) & set(indices([found.estimate.inputs]))
+
+    def exactly(rows: list[int]) -> tuple:
+        subset = Dataset.from_arrays([samples[sorted(rows)]])
+        return _state(collect(model, subset, engine="numpy", evaluate=False).statistics)
+
+    # ...and its candidates are fitted on the fitting fold without it, plus the selection fold.
+    assert _state(found.fit) == exactly(fitting)
+    assert _state(found.cross_fit) == exactly([i for i in fitting if i not in crossed] + chosen)
+    assert found.cross_fit.samples == len(fitting) - len(crossed) + len(chosen)
+
+
+@pytest.mark.parametrize("count", [MIN_SAMPLES_FOR_HOLDOUT, MIN_SAMPLES_FOR_CROSS - 1, 40])
+def test_no_cross_fold_below_its_minimum_or_for_a_generator(count: int) -> None:
+    # A generator's count is unknown until read: the fitting fold without a cross fold could
+    # turn out empty.
+    for size_known in (False, True) if count < MIN_SAMPLES_FOR_CROSS else (False,):
+        found = collect(identity_model(), dataset(numbered(count), size_known), engine="numpy")
+        assert found.cross is None and found.cross_fit is None
+        assert found.judging == [(found.fit, found.selection)]
 
 
 @pytest.mark.parametrize("size_known", [True, False])
@@ -181,8 +225,9 @@ def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str)
 
     here = collect(model, dataset, engine="litert")
     split = collect(model, dataset, engine="litert", float_outputs=elsewhere)
-    assert [id(a) for a in asked] == [id(split.selection.inputs), id(split.estimate.inputs)]
-    for fold in ("selection", "estimate"):
+    folds = ("cross", "selection", "estimate")
+    assert [id(a) for a in asked] == [id(getattr(split, fold).inputs) for fold in folds]
+    for fold in folds:
         pairs = zip(getattr(here, fold).reference, getattr(split, fold).reference, strict=True)
         for expected, got in pairs:
             assert got.shape == expected.shape
@@ -190,6 +235,7 @@ def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str)
     assert _state(split.statistics) == _state(here.statistics)
     assert _state(split.fit) == _state(here.fit)
     assert _state(split.estimate_fit) == _state(here.estimate_fit)
+    assert _state(split.cross_fit) == _state(here.cross_fit)
 
 
 def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates() -> None:

@@ -108,38 +108,60 @@ def _accuracy(*fitting_db: float) -> PlanAccuracy:
 
 
 class _Planner:
-    """Scores each method as given, whatever the statistics (the planner's accuracy)."""
+    """Scores each method as given, whatever the statistics (the planner's accuracy); a method
+    given a list of scores scores them fold by fold (`_Collected.judging`'s order)."""
 
-    def __init__(self, scores: dict[str, PlanAccuracy]) -> None:
+    def __init__(self, scores: dict[str, PlanAccuracy | list[PlanAccuracy]]) -> None:
         self.scores = scores
+        self.runs: set[tuple[str, bool, int]] = set()  # (method, bias correction, fold)
 
     def accuracy(self, statistics, recipe: Recipe, evaluation) -> PlanAccuracy:
-        return self.scores[recipe.method.name]
+        self.runs.add((str(recipe.method), recipe.bias_correction, evaluation))
+        found = self.scores[recipe.method.name]
+        return found[evaluation] if isinstance(found, list) else found
 
 
 class _Collected:
-    fit = None
-    selection = object()
+    """One judging fold (the selection fold), or two with a cross fold; `evaluation` is the
+    fold's number."""
+
+    def __init__(self, folds: int = 1) -> None:
+        self.judging = [(None, fold) for fold in range(folds)]
 
 
 def test_the_auto_choice_judges_the_worst_output() -> None:
     """mse has the best mean (50 and 10 dB), percentile the best worst output (25 and 24)."""
-    planner = _Planner(
-        {
-            "minmax": _accuracy(20.0, 20.0),
-            "percentile": _accuracy(25.0, 24.0),
-            "mse": _accuracy(50.0, 10.0),
-        }
-    )
+    planner = _Planner({"percentile": _accuracy(25.0, 24.0), "mse": _accuracy(50.0, 10.0)})
     recipe, scores = auto.choose_recipe(None, {0: _Collected()}, {0: planner}, True)
     assert recipe.method == Method("percentile", 99.99)
     assert scores["mse"].worst_db == 10.0
+    assert set(scores) == {str(method) for method in auto.CANDIDATES}
     # The user's metric comes first when there is one.
-    planner.scores["minmax"] = PlanAccuracy(planner.scores["minmax"].outputs, metric=0.9)
     planner.scores["percentile"] = PlanAccuracy(planner.scores["percentile"].outputs, metric=0.8)
-    planner.scores["mse"] = PlanAccuracy(planner.scores["mse"].outputs, metric=0.7)
+    planner.scores["mse"] = PlanAccuracy(planner.scores["mse"].outputs, metric=0.9)
     recipe, _ = auto.choose_recipe(None, {0: _Collected()}, {0: planner}, True)
-    assert recipe.method == Method("minmax")
+    assert recipe.method == Method("mse")
+
+
+def test_the_auto_choice_takes_the_worse_of_the_selection_and_cross_folds() -> None:
+    """The percentiles are best on the selection fold (30 dB) and worst on the cross fold (12):
+    mse, 20 and 21 dB, is the method that holds on both."""
+    planner = _Planner(
+        {
+            "percentile": [_accuracy(30.0), _accuracy(12.0)],
+            "mse": [_accuracy(20.0), _accuracy(21.0)],
+        }
+    )
+    recipe, scores = auto.choose_recipe(None, {0: _Collected(2)}, {0: planner}, None)
+    assert recipe == Recipe(Method("mse"), True)
+    assert scores["percentile:99.95, bias correction on"].worst_db == 12.0
+    # Without bias correction mse scores 20 dB on the selection fold, no better than its worst
+    # fold with it: its cross-fold run is saved.
+    assert ("mse", False, 0) in planner.runs and ("mse", False, 1) not in planner.runs
+    assert scores["mse, bias correction off"].worst_db == 20.0
+    # Judged on the selection fold alone, the percentile would have won.
+    recipe, _ = auto.choose_recipe(None, {0: _Collected(1)}, {0: planner}, True)
+    assert recipe.method.name == "percentile"
 
 
 def test_a_simulation_that_strays_from_litert_is_a_warning(monkeypatch) -> None:

@@ -20,6 +20,9 @@ from tests.quantize.common import fixture_path, holdout_feeds, quantized
 
 INT16 = (("activations", "int16"),)
 ALGORITHMS = {"int8": (), "int16": INT16}
+# The plan on which the known L2_NORMALIZATION defect below shows (the auto choice now takes bias
+# correction on spec_ops in int16, where the defect does not flip a comparison).
+UNCORRECTED_INT16 = (*INT16, ("bias_correction", False))
 # The bar: simulation is used to choose, so it must predict LiteRT this closely.
 AGREEMENT_DB = 0.5
 
@@ -46,17 +49,23 @@ FIXED_POINT_L2_NORM = pytest.mark.xfail(
 
 
 @pytest.mark.parametrize(
-    ("name", "scheme"),
+    ("name", "algorithm"),
     [
-        pytest.param(name, scheme, marks=FIXED_POINT_L2_NORM, id=f"{name}-{scheme}")
-        if (name, scheme) == ("spec_ops", "int16")
-        else pytest.param(name, scheme, id=f"{name}-{scheme}")
-        for name in float_model_names()
-        for scheme in sorted(ALGORITHMS)
+        *(
+            pytest.param(name, ALGORITHMS[scheme], id=f"{name}-{scheme}")
+            for name in float_model_names()
+            for scheme in sorted(ALGORITHMS)
+        ),
+        pytest.param(
+            "spec_ops",
+            UNCORRECTED_INT16,
+            marks=FIXED_POINT_L2_NORM,
+            id="spec_ops-int16-no-bias-correction",
+        ),
     ],
 )
-def test_simulated_sqnr_agrees_with_litert(name: str, scheme: str) -> None:
-    result = quantized(name, algorithm=ALGORITHMS[scheme])
+def test_simulated_sqnr_agrees_with_litert(name: str, algorithm: tuple) -> None:
+    result = quantized(name, algorithm=algorithm)
     feeds, reference = float_outputs(name)
     litert = run_litert_samples(model_to_bytes(result.model), feeds, reference=False)
     simulated = Simulator(result.float_model, result.plans[0]).run(feeds)
