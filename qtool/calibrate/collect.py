@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -177,6 +177,14 @@ def _reference(
         return Engine(model, subgraph_index).run(
             inputs, observers=[observer], calls_observed=called
         )
+    samples = int(inputs[0].shape[0])
+    if elsewhere is None and runner is not None and runner.places_apart(outputs, samples):
+        # The calibration's runner hands the outputs over in their own places: read them in
+        # its batched run, as the observer's tensors are.
+        keeper = _Kept(outputs)
+        with retained_heap():  # as calibrate(): the observers' temporaries
+            runner.run(inputs, [observer, keeper])
+        return keeper.stacked(leading_one)
     observers = [observer]
     if elsewhere is not None:
         # Only the observed tensors run here, in batches: read with the outputs, a detector's
@@ -204,6 +212,26 @@ def _reference(
         runner.run(inputs, [*observers, keep])
     join = np.concatenate if leading_one else np.stack
     return [join(parts[t]) for t in outputs]
+
+
+class _Kept:
+    """An observer keeping copies of some tensors' values, chunk by chunk (each tensor's calls
+    come in chunk order, on one thread: `tensors_apart`)."""
+
+    tensors_apart = True
+
+    def __init__(self, tensors: Sequence[int]) -> None:
+        self.tensors = list(tensors)
+        self.parts: dict[int, list[np.ndarray]] = {t: [] for t in tensors}
+
+    def __call__(self, t: int, value: np.ndarray) -> None:
+        if t in self.parts:
+            self.parts[t].append(np.array(value))  # a view of the interpreter's memory
+
+    def stacked(self, leading_one: bool) -> list[np.ndarray]:
+        """Each tensor's values, samples stacked (chunks joined, or single samples stacked)."""
+        join = np.concatenate if leading_one else np.stack
+        return [join(self.parts[t]) for t in self.tensors]
 
 
 class _FoldSplit:
@@ -320,10 +348,21 @@ def collect(
                 raise DataError(f"{holdout.source}: no held-out samples found")
         held = {fold: inputs for fold, inputs in held.items() if inputs and inputs[0].shape[0]}
         elsewhere = {}
-        if float_outputs is not None and _litert_runs_reference(
-            model, subgraph_index, calibration.engine
+        runner = calibrator.xnnpack
+        if (
+            float_outputs is not None
+            and _litert_runs_reference(model, subgraph_index, calibration.engine)
+            and not (
+                runner is not None
+                and all(
+                    runner.places_apart(subgraph.outputs, int(inputs[0].shape[0]))
+                    for inputs in held.values()
+                )
+            )
         ):
-            # Before on_fit's candidates: first in line.
+            # Outputs the calibration's batched run cannot hand over in place (a detector's,
+            # folded by a RESHAPE to [1, -1]) come from LiteRT's children meanwhile. Before
+            # on_fit's candidates: first in line.
             elsewhere = {fold: float_outputs(inputs) for fold, inputs in held.items()}
         if on_fit is not None and SELECTION in held:
             on_fit(fit, held[SELECTION])
@@ -338,7 +377,7 @@ def collect(
                 observed,
                 calibration.engine,
                 elsewhere.get(fold),
-                calibrator.xnnpack,
+                runner,
             )
             observed.samples = int(held[fold][0].shape[0])
             if fold == ESTIMATE and holdout is not None:
