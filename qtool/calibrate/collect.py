@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
@@ -364,33 +365,40 @@ def collect(
             # folded by a RESHAPE to [1, -1]) come from LiteRT's children meanwhile. Before
             # on_fit's candidates: first in line.
             elsewhere = {fold: float_outputs(inputs) for fold, inputs in held.items()}
-        if on_fit is not None and SELECTION in held:
-            on_fit(fit, held[SELECTION])
-        for fold in (SELECTION, ESTIMATE):
-            if fold not in held:
-                continue
-            observed = fresh()
-            reference = _reference(
-                model,
-                subgraph_index,
-                held[fold],
-                observed,
-                calibration.engine,
-                elsewhere.get(fold),
-                runner,
-            )
-            observed.samples = int(held[fold][0].shape[0])
-            if fold == ESTIMATE and holdout is not None:
-                source = HELD_OUT
-                estimate_fit = statistics  # the final plan's: every calibration sample
-            else:
-                source = SELECTION_FOLD if fold == SELECTION else ESTIMATE_FOLD
-                if fold == ESTIMATE:
-                    estimate_fit = copy.deepcopy(statistics)  # the fitting and selection folds
-                statistics.merge(observed)
-                if progress:
-                    progress(observed.samples)
-            sets[fold] = EvaluationSet(held[fold], reference, source)
+        with ThreadPoolExecutor(1, thread_name_prefix="qtool-on-fit") as beside:
+            # on_fit (the candidates' plans: Python on one core) runs beside the folds'
+            # observation (LiteRT and the observers, which release the GIL); it reads `fit`,
+            # which nothing here changes.
+            started = None
+            if on_fit is not None and SELECTION in held:
+                started = beside.submit(on_fit, fit, held[SELECTION])
+            for fold in (SELECTION, ESTIMATE):
+                if fold not in held:
+                    continue
+                observed = fresh()
+                reference = _reference(
+                    model,
+                    subgraph_index,
+                    held[fold],
+                    observed,
+                    calibration.engine,
+                    elsewhere.get(fold),
+                    runner,
+                )
+                observed.samples = int(held[fold][0].shape[0])
+                if fold == ESTIMATE and holdout is not None:
+                    source = HELD_OUT
+                    estimate_fit = statistics  # the final plan's: every calibration sample
+                else:
+                    source = SELECTION_FOLD if fold == SELECTION else ESTIMATE_FOLD
+                    if fold == ESTIMATE:
+                        estimate_fit = copy.deepcopy(statistics)  # fitting and selection folds
+                    statistics.merge(observed)
+                    if progress:
+                        progress(observed.samples)
+                sets[fold] = EvaluationSet(held[fold], reference, source)
+            if started is not None:
+                started.result()  # its exception, if any, is raised here
     if folded and statistics.samples < MIN_SAMPLES_FOR_HOLDOUT:
         # A dataset of unknown size (a generator) turned out too small to hold samples out.
         sets = {ESTIMATE: sets[ESTIMATE]} if holdout is not None and ESTIMATE in sets else {}
