@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -34,6 +34,7 @@ import numpy as np
 
 from qtool.calibrate.calibrator import CalibrationResult, Calibrator, activation_tensors
 from qtool.calibrate.datasets import Batch, Dataset
+from qtool.calibrate.set_aside import FoldSplit, KeptValues
 from qtool.calibrate.statistics import (
     CalibrationStatistics,
     SubgraphStatistics,
@@ -182,7 +183,7 @@ def _reference(
     if elsewhere is None and runner is not None and runner.places_apart(outputs, samples):
         # The calibration's runner hands the outputs over in their own places: read them in
         # its batched run, as the observer's tensors are.
-        keeper = _Kept(outputs)
+        keeper = KeptValues(outputs)
         with retained_heap():  # as calibrate(): the observers' temporaries
             runner.run(inputs, [observer, keeper])
         return keeper.stacked(leading_one)
@@ -200,85 +201,13 @@ def _reference(
         if found is not None:
             return [v.reshape(-1, *v.shape[2:]) if leading_one else v for v in found]
         observers = []
-    parts: dict[int, list[np.ndarray]] = {t: [] for t in outputs}
-
-    def keep(t: int, value: np.ndarray) -> None:
-        if t in parts:
-            parts[t].append(np.array(value))  # a view of the interpreter's memory
-
     tensors = set(outputs).union(*(o.tensors for o in observers))
     ordered = set(outputs).union(*(o.ordered_tensors for o in observers))
     runner = XnnpackRunner(model, sorted(tensors), ordered=ordered)
+    keeper = KeptValues(outputs)
     with retained_heap():
-        runner.run(inputs, [*observers, keep])
-    join = np.concatenate if leading_one else np.stack
-    return [join(parts[t]) for t in outputs]
-
-
-class _Kept:
-    """An observer keeping copies of some tensors' values, chunk by chunk (each tensor's calls
-    come in chunk order, on one thread: `tensors_apart`)."""
-
-    tensors_apart = True
-
-    def __init__(self, tensors: Sequence[int]) -> None:
-        self.tensors = list(tensors)
-        self.parts: dict[int, list[np.ndarray]] = {t: [] for t in tensors}
-
-    def __call__(self, t: int, value: np.ndarray) -> None:
-        if t in self.parts:
-            self.parts[t].append(np.array(value))  # a view of the interpreter's memory
-
-    def stacked(self, leading_one: bool) -> list[np.ndarray]:
-        """Each tensor's values, samples stacked (chunks joined, or single samples stacked)."""
-        join = np.concatenate if leading_one else np.stack
-        return [join(self.parts[t]) for t in self.tensors]
-
-
-class _FoldSplit:
-    """The fitting fold of `dataset` as a lazy dataset (`fitting`) whose passes set the other
-    folds' samples aside as they read past them (`held`, the last complete pass's): the
-    calibration's pass yields them without a second read of the data (pose_landmark_full's
-    64 samples: 0.2 s). Only the first FOLD_WINDOW samples hold any, so memory stays bounded."""
-
-    def __init__(
-        self, dataset: Dataset, assign: Callable[[np.ndarray], np.ndarray], own_estimate: bool
-    ) -> None:
-        self.dataset = dataset
-        self.assign = assign  # each index's fold
-        self.wanted = (SELECTION, ESTIMATE) if own_estimate else (SELECTION,)
-        self.held: dict[int, list[np.ndarray]] | None = None
-        self.fitting = Dataset(read=self._read, source=dataset.source, synthetic=dataset.synthetic)
-
-    def _read(self) -> Iterator[Batch]:
-        self.held = None
-        parts: dict[int, list[Batch]] = {fold: [] for fold in self.wanted}
-        start = 0
-        for batch in self.dataset.iter_chunks(256):
-            n = batch[0].shape[0]
-            folds = self.assign(np.arange(start, start + n))
-            start += n
-            for fold in self.wanted:
-                mask = folds == fold
-                if mask.any():
-                    parts[fold].append([values[mask] for values in batch])
-            mask = folds == FIT
-            if mask.any():
-                yield [values[mask] for values in batch]
-        self.held = {
-            fold: [np.concatenate(arrays) for arrays in zip(*chunks, strict=True)]
-            for fold, chunks in parts.items()
-            if chunks
-        }
-
-    def held_folds(self) -> dict[int, list[np.ndarray]]:
-        """The held-out folds' samples (fold number -> one array per input): those the last
-        complete pass set aside, else read now."""
-        if self.held is None:
-            for _ in self._read():
-                pass
-        assert self.held is not None
-        return self.held
+        runner.run(inputs, [*observers, keeper])
+    return keeper.stacked(leading_one)
 
 
 def collect(
@@ -327,7 +256,7 @@ def collect(
         assign, window = partial(_tail_folds, expected, own_estimate), expected
     folded = evaluate and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
     fit_data = dataset
-    split = _FoldSplit(dataset, assign, own_estimate)
+    split = FoldSplit(dataset, assign, FIT, (SELECTION, ESTIMATE) if own_estimate else (SELECTION,))
     if folded:
         fit_data = split.fitting
         held_back = None if expected is None else assign(np.arange(min(expected, window))) != FIT
