@@ -19,9 +19,6 @@ import sys
 
 from qtool.signals import HANDLED_SIGNALS  # the ones the guard handles too
 
-# The commands whose auto choice and estimate run candidate models in LiteRT's children.
-RUNS_CANDIDATES = ("quantize", "analyze")
-
 
 def _stop(signum: int, frame: object) -> None:
     os.write(2, b"qtool: interrupted\n")
@@ -34,10 +31,6 @@ def main() -> None:
     for name in HANDLED_SIGNALS:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _stop)
-    if _command(sys.argv[1:]) in RUNS_CANDIDATES and not {"-h", "--help"} & set(sys.argv):
-        from qtool.processes import start_early
-
-        start_early()  # LiteRT's children import beside the command line's own imports
     from qtool.cli import main as run
     from qtool.heap import tune_heap_for_runs
 
@@ -48,12 +41,6 @@ def main() -> None:
     except SystemExit as done:
         _exit_now(done.code)
     _exit_now(0)
-
-
-def _command(arguments: list[str]) -> str | None:
-    """The command named on the command line: its first argument that is not an option (the
-    group's options are flags)."""
-    return next((a for a in arguments if not a.startswith("-")), None)
 
 
 def _exit_now(code: object) -> None:

@@ -28,7 +28,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "qtool.op_facts",
         "qtool.weight_spec",
         "qtool.heap",
-        "qtool.processes",
     ),
     ("qtool.model",),
     ("qtool.runtime", "qtool.targets", "qtool.readback"),

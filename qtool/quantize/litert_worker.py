@@ -4,11 +4,10 @@ The auto choice and the estimate score plans by their outputs on held-out sample
 the planned int8 model in LiteRT measures them exactly (the simulation approximates kernel
 rounding) and several times faster than the simulation, but LiteRT aborts the whole process on
 some int8 models (a TFLITE_CHECK inside a kernel), and candidates are not audited yet. So they
-run in child processes (`litert_child.py`, started by the `qtool` program before its own
-imports (`qtool.processes`) or on first use, reused, stopped at exit): one per core, up to two,
-each running its share of the samples (LiteRT's int8 kernels gain nothing from a second thread
-on an int8 palm_detection_lite, two processes halve its time). A model a child refuses or dies
-on gets None, and the caller simulates it instead.
+run in child processes (`litert_child.py`, started on first use and reused, stopped at exit):
+one per core, up to two, each running its share of the samples (LiteRT's int8 kernels gain
+nothing from a second thread on an int8 palm_detection_lite, two processes halve its time). A
+model a child refuses or dies on gets None, and the caller simulates it instead.
 """
 
 from __future__ import annotations
@@ -16,21 +15,34 @@ from __future__ import annotations
 import atexit
 import itertools
 import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from qtool.model import Model
 from qtool.model.temporary import TemporaryModelFile, model_for_litert
-from qtool.processes import MAX_CHILDREN, children_wanted, take_child
 from qtool.quantize.litert_child import _read, _write
+from qtool.runtime.parallel import available_cores
 from qtool.runtime.state import keeps_state
+
+_CHILD = Path(__file__).with_name("litert_child.py")
+MAX_CHILDREN = 2
 
 
 class _Worker:
     def __init__(self) -> None:
-        self.process = take_child()  # one the program started early, or a new one
+        # -I: the child imports numpy and LiteRT from this interpreter's environment, never a
+        # module of the current directory.
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", str(_CHILD)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self.held: tuple[Sequence[np.ndarray], slice] | None = None  # the samples it holds
 
     def send(
@@ -69,7 +81,7 @@ def _shares(samples: int, sequence: bool = False) -> list[slice]:
     """Consecutive shares of the samples, one per child (at most one per core); one share for
     a `sequence` (the samples of a stateful model, each continuing from the state the last
     left)."""
-    children = 1 if sequence else min(children_wanted(), max(1, samples))
+    children = 1 if sequence else max(1, min(MAX_CHILDREN, available_cores(), samples))
     bounds = [samples * k // children for k in range(children + 1)]
     return [slice(start, stop) for start, stop in itertools.pairwise(bounds)]
 

@@ -24,7 +24,6 @@ from typing import TypeVar
 import numpy as np
 
 from qtool.errors import UsageError
-from qtool.processes import available_cores
 
 Observer = Callable[[int, np.ndarray], None]
 Result = TypeVar("Result")
@@ -34,6 +33,14 @@ _PENDING_BYTES = 1 << 28  # queued tensors of chunks ahead of their turn
 
 # Beyond it, each thread's chunk of live tensors costs more memory than it saves time.
 MAX_DEFAULT_THREADS = 4
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity, where the system tells)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def engine_threads() -> int:

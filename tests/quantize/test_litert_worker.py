@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from qtool import processes
 from qtool.calibrate import Dataset
 from qtool.model import model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
@@ -100,26 +99,3 @@ def test_children_that_cannot_start_leave_models_to_the_simulation(monkeypatch) 
     monkeypatch.setattr(litert_worker._Worker, "__init__", refuse)
     litert_worker.start_children()  # nothing started, nothing raised
     assert litert_outputs(blob, [samples[:, None, :]], False) is None
-
-
-def test_children_started_early_are_the_ones_that_run(monkeypatch) -> None:
-    # The `qtool` program starts them before its imports; the workers take them up.
-    blob, samples = _greater_than_zero()
-    litert_worker._stop()
-    monkeypatch.setattr(processes, "_early", [])
-    processes.start_early()
-    early = [child.pid for child in processes._early]
-    assert len(early) == processes.children_wanted()
-    litert_worker.start_children()
-    assert [worker.process.pid for worker in litert_worker._workers] == early
-    assert not processes._early
-    (got,) = litert_outputs(blob, [samples[:, None, :]], False)
-    (expected,) = run_litert_samples(blob, [samples], reference=False)
-    np.testing.assert_array_equal(got.reshape(expected.shape), expected)
-
-
-def test_a_child_started_early_and_never_used_ends_with_its_stdin() -> None:
-    child = processes.start_child()
-    child.stdin.close()
-    assert child.wait(timeout=60) == 0
-    child.stdout.close()
