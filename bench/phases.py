@@ -16,9 +16,10 @@ Process CPU seconds are printed next to wall seconds: on a loaded machine the wa
 the load, the CPU seconds what the work costs.
 
 `qtool quantize` (64 samples): an in-process timeline of its phases (load and prepare,
-calibration with the evaluation fold, the auto choice, plan and rewrite, the accuracy estimate,
-audit, report, read-back and write) and the wall time of the whole command in a fresh process
-(issue 25: < 2 s).
+equalization, calibration with the evaluation fold, the auto choice, plan and rewrite, the
+accuracy estimate, audit, report, read-back and write) and the wall and CPU time of the whole
+command in a fresh process (issue 25: < 2 s wall). `make bench` compiles qtool's bytecode first:
+where PYTHONDONTWRITEBYTECODE is set, each run would compile its sources again (0.15 s of CPU).
 
     python -m bench.phases [MODEL ...]
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -130,10 +132,14 @@ def calibration_phases(name: str) -> dict[str, dict[int, tuple[float, float]]]:
 
 _QUANTIZE_PHASES = (  # (module, class or "", function) where qtool calls it, and its label
     ("qtool.jobs", "", "load_job_inputs", "load, prepare"),
+    ("qtool.quantize.quantizer", "", "_equalize", "equalization"),
     ("qtool.quantize.quantizer", "", "collect", "calibration + fold"),
     ("qtool.quantize.quantizer", "", "choose_recipe", "auto choice"),
     ("qtool.quantize.quantizer", "", "rewritten", "plan, rewrite"),
-    ("qtool.quantize.planner", "Planner", "accuracy", "estimate"),
+    # The estimate's plan and LiteRT run start before the final plan (start_estimate); its
+    # measures and the simulation check come after the rewrite (estimate_accuracy).
+    ("qtool.quantize.quantizer", "", "start_estimate", "estimate"),
+    ("qtool.quantize.quantizer", "", "estimate_accuracy", "estimate"),
     ("qtool.jobs", "", "audit_model", "audit"),
     ("qtool.jobs", "", "build_report", "report"),
     ("qtool.jobs", "", "write_pair", "read-back, write"),
@@ -201,8 +207,9 @@ def quantize_phases(name: str) -> tuple[dict[str, float], float]:
     return best
 
 
-def quantize_wall(name: str) -> list[float]:
-    """Wall seconds of REPEATS fresh `qtool quantize` processes with FEW samples, sorted."""
+def quantize_wall(name: str) -> list[tuple[float, float]]:
+    """(wall, CPU) seconds of REPEATS fresh `qtool quantize` processes with FEW samples (the
+    CPU of the process and of its LiteRT children), sorted by wall."""
     calibration, _ = make_data(name)
     with tempfile.TemporaryDirectory() as tmp:
         command = [
@@ -213,9 +220,13 @@ def quantize_wall(name: str) -> list[float]:
         ]
         times = []
         for _ in range(REPEATS):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
             subprocess.run(command, check=True, capture_output=True)
-            times.append(time.perf_counter() - started)
+            wall = time.perf_counter() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            times.append((wall, cpu))
     return sorted(times)
 
 
@@ -242,7 +253,8 @@ def bench_phases(names: tuple[str, ...] = MODELS) -> None:
         calibration.add_column(column, justify="right")
     quantize = Table(
         title=f"qtool quantize, {FEW} samples: in-process timeline (fastest of {REPEATS}), s; "
-        f"whole command in a fresh process, median (range) of {REPEATS}"
+        f"whole command in a fresh process, median (range) of {REPEATS} and its CPU (with "
+        "the LiteRT children's)"
     )
     labels = [label for *_, label in _QUANTIZE_PHASES]
     for column in ("model", *labels, "other", "in-process", "command"):
@@ -274,7 +286,9 @@ def bench_phases(names: tuple[str, ...] = MODELS) -> None:
             *(f"{spent.get(label, 0.0):.2f}" for label in labels),
             f"{total - sum(spent.values()):.2f}",
             f"{total:.2f}",
-            f"{statistics.median(command):.2f} ({command[0]:.2f}-{command[-1]:.2f})",
+            f"{statistics.median(w for w, _ in command):.2f} "
+            f"({command[0][0]:.2f}-{command[-1][0]:.2f}), "
+            f"CPU {statistics.median(c for _, c in command):.2f}",
         )
     console.print(calibration)
     console.print(quantize)

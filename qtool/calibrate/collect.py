@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
@@ -37,6 +38,7 @@ import numpy as np
 
 from qtool.calibrate.calibrator import CalibrationResult, Calibrator, activation_tensors
 from qtool.calibrate.datasets import Batch, Dataset
+from qtool.calibrate.set_aside import FoldSplit, KeptValues
 from qtool.calibrate.statistics import (
     CalibrationStatistics,
     SubgraphStatistics,
@@ -199,6 +201,14 @@ def _reference(
         return Engine(model, subgraph_index).run(
             inputs, observers=[observer], calls_observed=called
         )
+    samples = int(inputs[0].shape[0])
+    if elsewhere is None and runner is not None and runner.places_apart(outputs, samples):
+        # The calibration's runner hands the outputs over in their own places: read them in
+        # its batched run, as the observer's tensors are.
+        keeper = KeptValues(outputs)
+        with retained_heap():  # as calibrate(): the observers' temporaries
+            runner.run(inputs, [observer, keeper])
+        return keeper.stacked(leading_one)
     observers = [observer]
     if elsewhere is not None:
         # Only the observed tensors run here, in batches: read with the outputs, a detector's
@@ -213,41 +223,13 @@ def _reference(
         if found is not None:
             return [v.reshape(-1, *v.shape[2:]) if leading_one else v for v in found]
         observers = []
-    parts: dict[int, list[np.ndarray]] = {t: [] for t in outputs}
-
-    def keep(t: int, value: np.ndarray) -> None:
-        if t in parts:
-            parts[t].append(np.array(value))  # a view of the interpreter's memory
-
     tensors = set(outputs).union(*(o.tensors for o in observers))
     ordered = set(outputs).union(*(o.ordered_tensors for o in observers))
     runner = XnnpackRunner(model, sorted(tensors), ordered=ordered)
+    keeper = KeptValues(outputs)
     with retained_heap():
-        runner.run(inputs, [*observers, keep])
-    join = np.concatenate if leading_one else np.stack
-    return [join(parts[t]) for t in outputs]
-
-
-def _split_folds(
-    dataset: Dataset, assign: Callable[[np.ndarray], np.ndarray], wanted: tuple[int, ...]
-) -> dict[int, list[np.ndarray]]:
-    """The samples of the `wanted` folds, in one read of `dataset` (fold number -> one array
-    per input; `assign`: each index's fold)."""
-    parts: dict[int, list[Batch]] = {fold: [] for fold in wanted}
-    start = 0
-    for batch in dataset.iter_chunks(256):
-        n = batch[0].shape[0]
-        folds = assign(np.arange(start, start + n))
-        start += n
-        for fold in wanted:
-            mask = folds == fold
-            if mask.any():
-                parts[fold].append([values[mask] for values in batch])
-    return {
-        fold: [np.concatenate(arrays) for arrays in zip(*chunks, strict=True)]
-        for fold, chunks in parts.items()
-        if chunks
-    }
+        runner.run(inputs, [*observers, keeper])
+    return keeper.stacked(leading_one)
 
 
 def collect(
@@ -299,9 +281,11 @@ def collect(
         assign, window = partial(_tail_folds, expected, own_estimate), expected
     folded = evaluate and (expected is None or expected >= MIN_SAMPLES_FOR_HOLDOUT)
     fit_data = core_data = dataset
+    wanted = (CROSS, SELECTION, ESTIMATE) if own_estimate else (CROSS, SELECTION)
+    split = FoldSplit(dataset, assign, FIT, wanted)
     if folded:
         fit_data = selected(dataset, lambda i: np.isin(assign(i), (FIT, CROSS)), None)
-        core_data = selected(dataset, lambda i: assign(i) == FIT, None)
+        core_data = split.fitting
         held_back = None if expected is None else assign(np.arange(min(expected, window))) != FIT
         core_data.size_hint = None if expected is None else expected - int(held_back.sum())
     fit = fresh()
@@ -314,17 +298,27 @@ def collect(
     held: dict[int, list[np.ndarray]] = {}
     elsewhere: dict[int, Callable[[], list[np.ndarray] | None]] = {}
     if evaluate:
-        wanted = (CROSS, SELECTION, ESTIMATE) if own_estimate else (CROSS, SELECTION)
-        held = _split_folds(dataset, assign, wanted) if folded else {}
+        held = dict(split.held_folds()) if folded else {}
         if holdout is not None:
             held[ESTIMATE] = _materialise(holdout)
             if not (held[ESTIMATE] and held[ESTIMATE][0].shape[0]):
                 raise DataError(f"{holdout.source}: no held-out samples found")
         held = {fold: inputs for fold, inputs in held.items() if inputs and inputs[0].shape[0]}
-        if float_outputs is not None and _litert_runs_reference(
-            model, subgraph_index, calibration.engine
+        runner = calibrator.xnnpack
+        if (
+            float_outputs is not None
+            and _litert_runs_reference(model, subgraph_index, calibration.engine)
+            and not (
+                runner is not None
+                and all(
+                    runner.places_apart(subgraph.outputs, int(inputs[0].shape[0]))
+                    for inputs in held.values()
+                )
+            )
         ):
-            # Before on_fit's candidates: first in line.
+            # Outputs the calibration's batched run cannot hand over in place (a detector's,
+            # folded by a RESHAPE to [1, -1]) come from LiteRT's children meanwhile. Before
+            # on_fit's candidates: first in line.
             elsewhere = {fold: float_outputs(inputs) for fold, inputs in held.items()}
 
     def observe(fold: int) -> tuple[SubgraphStatistics, list[np.ndarray]]:
@@ -353,23 +347,30 @@ def collect(
             sets[CROSS] = EvaluationSet(held[CROSS], reference, CROSS_FOLD)
     statistics = copy.deepcopy(fit)
     estimate_fit = statistics
-    for fold in (SELECTION, ESTIMATE):
-        if fold not in held:
-            continue
-        if fold == SELECTION and on_fit is not None:
-            on_fit(fit, held[SELECTION])
-        observed, reference = observe(fold)
-        if fold == SELECTION and core is not None:
-            core.merge(copy.deepcopy(observed))  # now what the cross fold's candidates fit on
-        if fold == ESTIMATE and holdout is not None:
-            source = HELD_OUT
-            estimate_fit = statistics  # the final plan's: every calibration sample
-        else:
-            source = SELECTION_FOLD if fold == SELECTION else ESTIMATE_FOLD
-            if fold == ESTIMATE:
-                estimate_fit = copy.deepcopy(statistics)  # the fitting and selection folds
-            statistics.merge(observed)
-        sets[fold] = EvaluationSet(held[fold], reference, source)
+    with ThreadPoolExecutor(1, thread_name_prefix="qtool-on-fit") as beside:
+        # on_fit (the candidates' plans: Python on one core) runs beside the folds'
+        # observation (LiteRT and the observers, which release the GIL); it reads `fit`,
+        # which nothing here changes (the cross fold is merged into it before).
+        started = None
+        if on_fit is not None and SELECTION in held:
+            started = beside.submit(on_fit, fit, held[SELECTION])
+        for fold in (SELECTION, ESTIMATE):
+            if fold not in held:
+                continue
+            observed, reference = observe(fold)
+            if fold == SELECTION and core is not None:
+                core.merge(copy.deepcopy(observed))  # now what the cross fold's candidates fit on
+            if fold == ESTIMATE and holdout is not None:
+                source = HELD_OUT
+                estimate_fit = statistics  # the final plan's: every calibration sample
+            else:
+                source = SELECTION_FOLD if fold == SELECTION else ESTIMATE_FOLD
+                if fold == ESTIMATE:
+                    estimate_fit = copy.deepcopy(statistics)  # the fitting and selection folds
+                statistics.merge(observed)
+            sets[fold] = EvaluationSet(held[fold], reference, source)
+        if started is not None:
+            started.result()  # its exception, if any, is raised here
     if folded and statistics.samples < MIN_SAMPLES_FOR_HOLDOUT:
         # A dataset of unknown size (a generator) turned out too small to hold samples out.
         sets = {ESTIMATE: sets[ESTIMATE]} if holdout is not None and ESTIMATE in sets else {}

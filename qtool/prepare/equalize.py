@@ -188,8 +188,7 @@ def channel_ranges(
     def observe(t: int, value: np.ndarray) -> None:
         if t not in wanted:
             return
-        flat = value.reshape(-1, value.shape[-1])
-        low, high = flat.min(axis=0), flat.max(axis=0)
+        low, high = channel_extremes(value)
         if t in ranges:
             low, high = np.minimum(ranges[t][0], low), np.maximum(ranges[t][1], high)
         ranges[t] = (low, high)
@@ -212,6 +211,40 @@ def channel_ranges(
     else:
         engine.run(list(samples), observers=[observe])
     return ranges
+
+
+# Values per row when a tensor's channels are reduced in two steps (`channel_extremes`): long
+# enough for numpy's vector loops, short enough to stay in the first-level cache.
+_ROW = 4096
+
+
+def channel_extremes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The smallest and largest value of each channel (last axis) of `values`.
+
+    numpy reduces an (n, c) array along its first axis row by row, a loop of c values each: on
+    pose_landmark_full's narrow activations (8-48 channels) that took 22 ms a sample, more than
+    LiteRT's inference. Rows are joined into rows of about `_ROW` values first (each holding
+    whole pixels), reduced, and the few rows left reduced per channel: 10-40x faster, and the
+    same values (min and max do not depend on the order; NaN stays NaN either way)."""
+    channels = values.shape[-1] if values.ndim else 1
+    flat = values.reshape(-1, channels)
+    per = max(1, _ROW // max(channels, 1))
+    whole = flat.shape[0] // per * per
+    parts = []
+    if whole:
+        joined = flat[:whole].reshape(-1, per * channels)
+        parts.append(
+            (
+                joined.min(axis=0).reshape(per, channels).min(axis=0),
+                joined.max(axis=0).reshape(per, channels).max(axis=0),
+            )
+        )
+    if whole < flat.shape[0] or not parts:
+        parts.append((flat[whole:].min(axis=0), flat[whole:].max(axis=0)))
+    if len(parts) == 1:
+        return parts[0]
+    (low, high), (rest_low, rest_high) = parts
+    return np.minimum(low, rest_low), np.maximum(high, rest_high)
 
 
 def _xnnpack_runs(model: Model, subgraph_index: int) -> bool:

@@ -67,6 +67,14 @@ class SimulationCheck:
         }
 
 
+def simulated_for_check(
+    model: Model, plan: Plan, evaluation: EvaluationSet, samples: int = SAMPLES
+) -> list[np.ndarray]:
+    """The simulation's outputs on the samples `simulation_check` compares, for a caller that
+    computes them while LiteRT runs the plan."""
+    return simulated_outputs(model, plan, [np.asarray(x)[:samples] for x in evaluation.inputs])
+
+
 def simulation_check(
     model: Model,
     plan: Plan,
@@ -74,11 +82,14 @@ def simulation_check(
     evaluation: EvaluationSet,
     samples: int = SAMPLES,
     measured: list[np.ndarray] | None = None,
+    simulated: list[np.ndarray] | None = None,
 ) -> list[SimulationCheck]:
     """Each output's fitting SQNR on the first `samples` evaluation samples, simulated and run
     in LiteRT; empty where LiteRT cannot run the plan. `measured`: LiteRT's outputs of the plan
     on every evaluation sample (samples stacked), where the estimate has them already: LiteRT
-    runs each sample alone, so their first samples are what a run on those alone gives."""
+    runs each sample alone, so their first samples are what a run on those alone gives.
+    `simulated`: the simulation's outputs on those samples (`simulated_for_check`), where the
+    caller has them already."""
     inputs = [np.asarray(x)[:samples] for x in evaluation.inputs]
     part = EvaluationSet(inputs, [np.asarray(r)[:samples] for r in evaluation.reference], "")
     if measured is not None:
@@ -87,9 +98,11 @@ def simulation_check(
         litert = litert_plan_outputs(model, plan, specs, inputs)
     if litert is None:
         return []
-    measured = plan_accuracy(model, plan, part, litert, LITERT).outputs
-    simulated = plan_accuracy(model, plan, part, simulated_outputs(model, plan, inputs), SIMULATION)
+    if simulated is None:
+        simulated = simulated_outputs(model, plan, inputs)
+    in_litert = plan_accuracy(model, plan, part, litert, LITERT).outputs
+    in_simulation = plan_accuracy(model, plan, part, simulated, SIMULATION).outputs
     return [
         SimulationCheck(plan.subgraph_index, m.name, s.fitting_db, m.fitting_db, part.samples)
-        for m, s in zip(measured, simulated.outputs, strict=True)
+        for m, s in zip(in_litert, in_simulation, strict=True)
     ]

@@ -4,12 +4,12 @@ simulation of that plan checked against LiteRT (agreement.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from qtool.calibrate.collect import HELD_OUT, MIN_SAMPLES_FOR_HOLDOUT, Collected
 from qtool.quantize.accuracy import LITERT, OutputAccuracy
-from qtool.quantize.agreement import SimulationCheck, simulation_check
+from qtool.quantize.agreement import SimulationCheck, simulated_for_check, simulation_check
 from qtool.quantize.evaluation import PlanAccuracy
 from qtool.quantize.planner import Planner, Recipe
 from qtool.quantize.search import SearchResult, Target
@@ -53,24 +53,46 @@ class Estimate:
         return [check.warning() for check in self.checks if check.disagrees]
 
 
+def start_estimate(
+    collected: Mapping[int, Collected],
+    planners: Mapping[int, Planner],
+    recipes: Mapping[int, Recipe],
+) -> set[int]:
+    """Build every estimated plan and start its LiteRT run as soon as the recipes are final:
+    LiteRT's children run it while this process plans and rewrites the final model and
+    simulates the plan for the check (`estimate_accuracy` picks the run up). The subgraphs
+    whose plan LiteRT runs."""
+    return {
+        s
+        for s, c in collected.items()
+        if c.estimate is not None
+        and planners[s].start_measuring(c.estimate_fit, recipes[s], c.estimate.inputs)
+    }
+
+
 def estimate_accuracy(
     collected: Mapping[int, Collected],
     planners: Mapping[int, Planner],
     recipes: Mapping[int, Recipe],
     specs: Mapping[str, QuantSpec],
+    running: Collection[int] = (),
 ) -> Estimate:
-    """The estimate of every subgraph that has samples for one."""
+    """The estimate of every subgraph that has samples for one; `running`: the subgraphs
+    whose LiteRT run `start_estimate` started."""
     found = Estimate()
     for s, c in collected.items():
         if c.estimate is None:
             continue
+        plan = planners[s].plan(c.estimate_fit, recipes[s])
+        simulated = None
+        if s in running:  # simulated while LiteRT runs the plan, not after
+            simulated = simulated_for_check(planners[s].model, plan, c.estimate)
         found.accuracy[s] = planners[s].accuracy(c.estimate_fit, recipes[s], c.estimate)
         if found.accuracy[s].measured_in == LITERT:
-            plan = planners[s].plan(c.estimate_fit, recipes[s])
             # The estimate's own LiteRT outputs: the same plan on the same samples, not run again.
             measured = planners[s].litert_outputs(c.estimate_fit, recipes[s], c.estimate)
             found.checks += simulation_check(
-                planners[s].model, plan, specs, c.estimate, measured=measured
+                planners[s].model, plan, specs, c.estimate, measured=measured, simulated=simulated
             )
     if found.accuracy:
         estimated = [collected[s] for s in found.accuracy]

@@ -222,14 +222,15 @@ class Planner:
 
     def start_measuring(
         self, statistics: SubgraphStatistics, recipe: Recipe, inputs: list[np.ndarray]
-    ) -> None:
+    ) -> bool:
         """Build the plan of `recipe` and start running its integer model on the evaluation
         `inputs` in the background, before their float reference exists; `accuracy` on an
-        evaluation set of these very inputs picks the run up."""
+        evaluation set of these very inputs picks the run up. Whether LiteRT runs it."""
         key = (_Same(statistics), recipe, _Same(inputs))
         if key not in self._started:
             plan = self.plan(statistics, recipe)
             self._started[key] = candidate_outputs(self.model, plan, self.precision.specs, inputs)
+        return self._started[key] is not None
 
     def body_plan(
         self,

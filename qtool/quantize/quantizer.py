@@ -50,7 +50,7 @@ from qtool.prepare.fold import StoredForm
 from qtool.quantize.auto import AUTO, CandidateScore, choose_recipe, start_candidates
 from qtool.quantize.decisions import FLOAT, unmatched_pattern
 from qtool.quantize.diagnosis import Diagnosis, diagnose_calibrated, layer_sqnr
-from qtool.quantize.estimate import estimate_accuracy
+from qtool.quantize.estimate import estimate_accuracy, start_estimate
 from qtool.quantize.float_subgraphs import computes_in_float, float_body_plans, subgraph_warnings
 from qtool.quantize.litert_worker import start_children, submit_model
 from qtool.quantize.options import QuantizeOptions
@@ -317,6 +317,7 @@ def quantize_loaded(
             options.io,
             options.target,
         )
+    estimating = start_estimate(collected, planners, recipes)
     entry_plans = {
         s: planners[s].plan(found.statistics, recipes[s]) for s, found in collected.items()
     }
@@ -335,7 +336,7 @@ def quantize_loaded(
         for op_type, decision in zip(prepared.input_types(s), plan.decisions, strict=True)
         if decision.mode == FLOAT
     ]
-    estimate = estimate_accuracy(collected, planners, recipes, precision.specs)
+    estimate = estimate_accuracy(collected, planners, recipes, precision.specs, estimating)
     release_free_heap()  # the simulation check's dequantized weights (a model's size) too
     layers = {
         s: _layer_sqnr(planners[s], found, recipes[s])

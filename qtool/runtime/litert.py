@@ -234,16 +234,36 @@ class XnnpackRunner:
             self.batch = 1  # nothing was observed yet: run again sample by sample
             self._run(feeds, observers)
 
-    def _run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
-        n = feeds[0].shape[0]
-        # As few parts as the batch allows, of sizes differing by one at most (64 samples at a
-        # batch of 17: 4 x 16, not 17, 17, 17, 13): every interpreter of another size costs an
-        # allocation and XNNPACK's weight packing, a fifth of a 64-sample calibration.
+    def places_apart(self, tensors: Collection[int], samples: int) -> bool:
+        """Whether a run of `samples` samples hands each of `tensors` over with every sample's
+        values in its own place, as those in `ordered` (not folded into another shape by a
+        resized interpreter); the interpreters that run makes are made now."""
+        if any(t not in self.tensors for t in tensors):
+            return False
+        try:
+            sizes = {stop - start for start, stop in self._bounds(samples)}
+            sizes = {size if self.leading_one else 1 for size in sizes}
+            for size in sizes:
+                if not self._free.get(size):
+                    self._free.setdefault(size, []).append(self._check(size))
+        except _NotBatchable:
+            self.batch = 1  # as `run` does: every sample alone, in its own place
+            return True
+        return not any(t in self.read_shapes.get(size, {}) for size in sizes for t in tensors)
+
+    def _bounds(self, n: int) -> list[tuple[int, int]]:
+        """Where the parts of a run of n samples start and stop: as few parts as the batch
+        allows, of sizes differing by one at most (64 samples at a batch of 17: 4 x 16, not 17,
+        17, 17, 13): every interpreter of another size costs an allocation and XNNPACK's weight
+        packing, a fifth of a 64-sample calibration."""
         count = -(-n // self.batch)
-        bounds = [n * k // count for k in range(count + 1)]
+        return list(itertools.pairwise([n * k // count for k in range(count + 1)]))
+
+    def _run(self, feeds: Sequence[np.ndarray], observers: Sequence[Observer]) -> None:
+        bounds = self._bounds(feeds[0].shape[0])
         parts = [
             [f[start:stop] if self.leading_one else f[start] for f in feeds]
-            for start, stop in itertools.pairwise(bounds)
+            for start, stop in bounds
         ]
         # An interpreter for every part size before anything is observed: a size LiteRT
         # cannot batch raises _NotBatchable now, not after a part of another size was seen.

@@ -22,6 +22,7 @@ from qtool.calibrate.collect import (
 )
 from qtool.model import Model, load_model, model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
+from qtool.model.types import Padding
 from qtool.numerics import sqnr_db
 from qtool.quantize.litert_worker import submit_model
 from qtool.runtime import Engine
@@ -209,13 +210,41 @@ def _state(statistics) -> tuple:
     )
 
 
+def detector() -> Model:
+    """CONV_2D -> RESHAPE to [1, -1, 2], MediaPipe's detector heads: a LiteRT interpreter
+    resized to a batch folds the samples into the output's middle axis."""
+    rng = np.random.default_rng(2)
+    builder = GraphBuilder()
+    x = builder.input("x", [1, 4, 4, 3])
+    conv = builder.op(
+        "CONV_2D",
+        [
+            x,
+            builder.constant("w", rng.standard_normal((2, 1, 1, 3)).astype(np.float32)),
+            builder.constant("b", np.zeros(2, np.float32)),
+        ],
+        output_shape=[1, 4, 4, 2],
+        options_type="Conv2DOptions",
+        options={"padding": Padding.SAME, "stride_h": 1, "stride_w": 1},
+    )
+    boxes = builder.op(
+        "RESHAPE",
+        [conv, builder.constant("shape", np.array([1, -1, 2], np.int32))],
+        output_shape=[1, 16, 2],
+        options_type="ReshapeOptions",
+        options={"new_shape": [1, -1, 2]},
+    )
+    return parse_model(model_to_bytes(builder.finish([boxes])))
+
+
 @pytest.mark.parametrize("outcome", ["outputs", "none"])
-@pytest.mark.parametrize("name", ["cnn", "multi_io"])
-def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str) -> None:
-    # With `float_outputs` the children compute the fold's float outputs and this process only
-    # observes; when they cannot (None), LiteRT computes them here after all.
-    model = load_model(fixture_path(name))
-    dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
+def test_fold_outputs_computed_elsewhere_change_nothing(outcome: str) -> None:
+    # Where the calibration's batched run folds the outputs (a detector's), `float_outputs`
+    # has the children compute the fold's float outputs and this process only observes; when
+    # they cannot (None), LiteRT computes them here after all.
+    model = detector()
+    samples = np.random.default_rng(3).standard_normal((40, 4, 4, 3)).astype(np.float32)
+    dataset = Dataset.from_arrays([samples])
     asked = []
 
     def elsewhere(inputs):
@@ -236,6 +265,23 @@ def test_fold_outputs_computed_elsewhere_change_nothing(name: str, outcome: str)
     assert _state(split.fit) == _state(here.fit)
     assert _state(split.estimate_fit) == _state(here.estimate_fit)
     assert _state(split.cross_fit) == _state(here.cross_fit)
+
+
+@pytest.mark.parametrize("name", ["cnn", "multi_io"])
+def test_fold_outputs_in_place_are_read_in_the_calibration_s_run(name: str) -> None:
+    # Outputs the batched run hands over in their own places are read there: no child runs
+    # the float model again, and they are LiteRT's outputs sample by sample, to the bit.
+    model = load_model(fixture_path(name))
+    dataset = load_dataset([str(DATA / f"{name}_calib.npz")], model_inputs(model))
+
+    def elsewhere(inputs):
+        raise AssertionError("the outputs were asked of the children")
+
+    found = collect(model, dataset, engine="litert", float_outputs=elsewhere)
+    for fold in (found.selection, found.estimate):
+        expected = submit_model(model, fold.inputs).result()
+        for want, got in zip(expected, fold.reference, strict=True):
+            np.testing.assert_array_equal(got, want.reshape(got.shape))
 
 
 def test_fold_outputs_are_not_asked_elsewhere_when_the_numpy_engine_calibrates() -> None:

@@ -9,6 +9,8 @@ import json
 import jsonschema
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qtool.calibrate import Dataset
 from qtool.check.audit import audit_model
@@ -17,7 +19,7 @@ from qtool.model.build import GraphBuilder
 from qtool.model.types import ActivationFunctionType, Padding
 from qtool.numerics import sqnr_db
 from qtool.prepare.bounds import activation_bounds
-from qtool.prepare.equalize import channel_ranges, find_pairs
+from qtool.prepare.equalize import channel_extremes, channel_ranges, find_pairs
 from qtool.quantize import QuantizeOptions, quantize_loaded
 from tests.conftest import ROOT
 from tests.litert import run_litert_samples
@@ -146,3 +148,22 @@ def test_channel_ranges_from_litert_where_numpy_lacks_a_kernel(monkeypatch):
     for t in pair.tensors:
         np.testing.assert_allclose(litert_ranges[t][0], numpy_ranges[t][0], atol=1e-5)
         np.testing.assert_allclose(litert_ranges[t][1], numpy_ranges[t][1], rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 3000),
+    channels=st.sampled_from([1, 3, 8, 24, 4095, 5000]),
+    nan=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_channel_extremes_are_numpys_per_channel_min_and_max(rows, channels, nan, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((min(rows, 40_000 // channels + 1), channels)).astype(np.float32)
+    values[rng.random(values.shape) < 0.05] = np.inf
+    if nan:
+        values[rng.integers(values.shape[0]), rng.integers(channels)] = np.nan
+    low, high = channel_extremes(values.reshape(1, -1, 1, channels))
+    np.testing.assert_array_equal(low, values.min(axis=0))
+    np.testing.assert_array_equal(high, values.max(axis=0))
+    assert low.dtype == high.dtype == np.float32

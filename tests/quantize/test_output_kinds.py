@@ -7,7 +7,7 @@ import pytest
 
 from qtool.model import model_to_bytes, parse_model
 from qtool.model.build import GraphBuilder
-from qtool.numerics.measures import OutputMeasures, sample_sqnr
+from qtool.numerics.measures import KINDS, OutputMeasures, sample_sqnr, sigmoid
 from qtool.numerics.metrics import sqnr_db
 from qtool.quantize.accuracy import (
     BOXES,
@@ -137,3 +137,23 @@ def test_records_of_a_whole_model_add_up_by_chunks() -> None:
         assert record.sample_median_db == pytest.approx(np.median(per_sample))
         assert record.headline()
         assert record.to_dict()["kind"] == record.kind
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_measure_is_its_definition_to_the_bit(kind) -> None:
+    # add() computes each difference and square once: the sums are those of the definitions.
+    rng = np.random.default_rng(4)
+    want = rng.uniform(-3, 3, (6, 5, 4)).astype(np.float32)
+    got = want + rng.normal(0, 0.05, want.shape).astype(np.float32)
+    meter = OutputMeasures(kind)
+    meter.add(want, got)
+    ref, out = want.astype(np.float64), got.astype(np.float64)
+    assert (meter.sqnr.signal, meter.sqnr.noise) == (np.sum(ref**2), np.sum((ref - out) ** 2))
+    if kind == LOGITS:
+        ref, out = sigmoid(ref), sigmoid(out)
+    centre = 0.5 if kind in (PROBABILITY, MASK, LOGITS) else 0.0
+    assert meter.fitting.signal == np.sum((ref - centre) ** 2)
+    assert meter.fitting.noise == np.sum((ref - out) ** 2)
+    np.testing.assert_array_equal(meter.per_sample[0], sample_sqnr(ref, out, centre))
+    assert meter.largest_error == np.abs(ref - out).max()
+    assert meter.abs_error == np.abs(ref - out).sum()
