@@ -1,0 +1,434 @@
+/* The numpy engine's hottest float kernels in C (qtool/runtime/kernels/native.py), each giving
+ * the results of the numpy code it stands in for bit for bit
+ * (tests/runtime/test_native_kernels.py).
+ *
+ * DEPTHWISE_CONV_2D (conv.py). numpy computes it as an einsum over strided views of a padded
+ * copy of the input, then adds the bias and clamps in two more passes: on MediaPipe's models
+ * that took 2 to 5 times as long as the matrix products around it. Here the output pixels whose
+ * whole window lies inside the input are summed in registers (four pixels by eight channels at
+ * a time), and the pixels along the padded borders in a row buffer that stays in the first-level
+ * cache, a tap outside the input multiplying a zero; the bias and the clamp are applied as the
+ * sums are written out. The numpy path sums the taps of each column group (the window columns
+ * that read the same column phase of a strided input: TapGrid.column_groups) window row by
+ * window row from zero, adds the groups' sums in group order, then the bias, then clamps; so
+ * does this kernel, each product and sum rounded on its own (built with -ffp-contract=off, so
+ * that no multiply and add are fused).
+ *
+ * PRELU (activations.py): x >= 0 ? x : x * alpha in one pass, alpha along the last axes. numpy
+ * restarts its loops at every row of channels and needs four passes where alphas are mixed.
+ *
+ * Only the CPython API (the buffer protocol): no numpy headers at build time.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROW_FLOATS 4096 /* floats of one group's row buffer (16 KB), or one pixel's */
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(__clang__)
+#define VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VECTOR_CLONES
+#endif
+
+typedef struct {
+    Py_ssize_t n, height, width, channels;    /* the input, NHWC */
+    Py_ssize_t kh, kw, sh, sw, dh, dw;         /* window, strides, dilations */
+    Py_ssize_t top, left, oh, ow;              /* leading padding, output size */
+} geometry;
+
+/* Eight float lanes: one AVX register, two SSE ones (GCC's and clang's portable vectors). */
+typedef float lanes __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) lanes load(const float *p) {
+    lanes v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline __attribute__((always_inline)) void store(float *p, lanes v) {
+    memcpy(p, &v, sizeof v);
+}
+
+/* acc[o * c + k] += x[o * step + k] * w[k] for `count` output pixels o and c channels k,
+ * eight channels at a time. Few channels: pixel after pixel for each eight, their weights held
+ * in a register; many: channel after channel for each pixel, one long contiguous run. */
+static inline __attribute__((always_inline)) void
+multiply_add(float *restrict acc, const float *restrict x, Py_ssize_t step,
+             const float *restrict w, Py_ssize_t count, Py_ssize_t c) {
+    Py_ssize_t vectors = c / 8 * 8;
+    if (c >= 64) {
+        for (Py_ssize_t o = 0; o < count; o++) {
+            float *restrict a = acc + o * c;
+            const float *restrict p = x + o * step;
+#pragma GCC unroll 4
+            for (Py_ssize_t k = 0; k < vectors; k += 8)
+                store(a + k, load(a + k) + load(p + k) * load(w + k));
+        }
+    } else {
+        for (Py_ssize_t k = 0; k < vectors; k += 8) {
+            lanes weights = load(w + k);
+#pragma GCC unroll 4
+            for (Py_ssize_t o = 0; o < count; o++)
+                store(acc + o * c + k, load(acc + o * c + k) + load(x + o * step + k) * weights);
+        }
+    }
+    for (Py_ssize_t k = vectors; k < c; k++) {
+        float weight = w[k];
+        for (Py_ssize_t o = 0; o < count; o++) acc[o * c + k] += x[o * step + k] * weight;
+    }
+}
+
+/* The first output column at or after `first` whose tap at input offset `offset` (the column
+ * of output 0) lies inside [0, width), and the first at or after that which does not. */
+static void inside(Py_ssize_t offset, Py_ssize_t stride, Py_ssize_t width, Py_ssize_t first,
+                   Py_ssize_t stop, Py_ssize_t *lo, Py_ssize_t *hi) {
+    Py_ssize_t need = -offset; /* output o reads column o * stride + offset */
+    Py_ssize_t a = need <= 0 ? 0 : (need + stride - 1) / stride;
+    Py_ssize_t last = width - 1 - offset;
+    Py_ssize_t b = last < 0 ? 0 : last / stride + 1;
+    a = a < first ? first : (a > stop ? stop : a);
+    b = b < a ? a : (b > stop ? stop : b);
+    *lo = a;
+    *hi = b;
+}
+
+/* One call's constants: the geometry, the taps in summation order (column group by column
+ * group, window rows, then columns), and the working memory. */
+typedef struct {
+    geometry g;
+    const float *x, *filters, *bias;
+    float *out;
+    float low, high;
+    const unsigned char *group_of; /* the column group of each window column */
+    int groups;
+    Py_ssize_t *tap_end;  /* taps [tap_end[k - 1], tap_end[k]) make group k */
+    Py_ssize_t *tap_x;    /* a tap's input offset from its window's first pixel (floats) */
+    Py_ssize_t *tap_w;    /* its weights' offset in the filters (floats) */
+    float *acc;           /* groups * row floats: the edge columns' row buffers */
+    Py_ssize_t row;       /* floats of one buffer: ROW_FLOATS, or one pixel's channels */
+    const float *zeros;   /* c zeros: what a tap outside the input reads */
+} plan;
+
+/* Output columns [first, stop) of row oy of a sample, any of whose taps may lie outside the
+ * input: summed in row buffers, tap by tap over the whole span, padded taps multiplying zeros. */
+static inline __attribute__((always_inline)) void
+edge_columns(const plan *pl, Py_ssize_t sample, Py_ssize_t oy, Py_ssize_t first,
+             Py_ssize_t end) {
+    const geometry *g = &pl->g;
+    const Py_ssize_t c = g->channels, span = pl->row / c;
+    for (Py_ssize_t ox0 = first; ox0 < end; ox0 += span) {
+        Py_ssize_t count = end - ox0 < span ? end - ox0 : span;
+        Py_ssize_t stop = ox0 + count;
+        for (int group = 0; group < pl->groups; group++) {
+            float *restrict a = pl->acc + group * pl->row;
+            memset(a, 0, (size_t)(count * c) * sizeof(float));
+            for (Py_ssize_t i = 0; i < g->kh; i++) {
+                Py_ssize_t iy = oy * g->sh + i * g->dh - g->top;
+                int row_inside = iy >= 0 && iy < g->height;
+                const float *input =
+                    row_inside ? pl->x + ((sample * g->height + iy) * g->width) * c : pl->zeros;
+                for (Py_ssize_t j = 0; j < g->kw; j++) {
+                    if (pl->group_of[j] != group) continue;
+                    const float *w = pl->filters + (i * g->kw + j) * c;
+                    Py_ssize_t offset = j * g->dw - g->left, lo = ox0, hi = ox0;
+                    if (row_inside) inside(offset, g->sw, g->width, ox0, stop, &lo, &hi);
+                    /* Left padding, the input, right padding (or a whole padded row). */
+                    multiply_add(a, pl->zeros, 0, w, lo - ox0, c);
+                    if (hi > lo)
+                        multiply_add(a + (lo - ox0) * c, input + (lo * g->sw + offset) * c,
+                                     g->sw * c, w, hi - lo, c);
+                    multiply_add(a + (hi - ox0) * c, pl->zeros, 0, w, stop - hi, c);
+                }
+            }
+        }
+        float *restrict acc = pl->acc;
+        for (int group = 1; group < pl->groups; group++) {
+            const float *restrict more = acc + group * pl->row;
+            for (Py_ssize_t m = 0; m < count * c; m++) acc[m] = acc[m] + more[m];
+        }
+        if (pl->bias)
+            for (Py_ssize_t p = 0; p < count; p++)
+                for (Py_ssize_t k = 0; k < c; k++) acc[p * c + k] = acc[p * c + k] + pl->bias[k];
+        /* np.clip: NaN stays NaN (both comparisons are false). */
+        float *o = pl->out + ((sample * g->oh + oy) * g->ow + ox0) * c;
+        for (Py_ssize_t m = 0; m < count * c; m++) {
+            float v = acc[m] < pl->low ? pl->low : acc[m];
+            o[m] = v > pl->high ? pl->high : v;
+        }
+    }
+}
+
+typedef int32_t mask __attribute__((vector_size(32)));
+
+static inline __attribute__((always_inline)) lanes choose(mask m, lanes yes, lanes no) {
+    return (lanes)((m & (mask)yes) | (~m & (mask)no));
+}
+
+/* The sums of PIXELS neighbouring output pixels (columns ox, ox + 1, ...) for channels
+ * [k, k + 8), every tap inside the input: held in registers from the first tap to the store.
+ * `origin`: the input offset of the first pixel's window; `step`: floats between windows. */
+#define PIXELS 4
+static inline __attribute__((always_inline)) void
+inner_pixels(const plan *pl, const float *restrict origin, Py_ssize_t step, Py_ssize_t k,
+             float *restrict o, int pixels) {
+    const Py_ssize_t c = pl->g.channels;
+    lanes total[PIXELS] = {{0}}, sum[PIXELS];
+    Py_ssize_t t = 0;
+    for (int group = 0; group < pl->groups; group++) {
+#pragma GCC unroll 4
+        for (int p = 0; p < PIXELS; p++) sum[p] = (lanes){0};
+        for (; t < pl->tap_end[group]; t++) {
+            lanes w = load(pl->filters + pl->tap_w[t] + k);
+            const float *restrict input = origin + pl->tap_x[t] + k;
+#pragma GCC unroll 4
+            for (int p = 0; p < PIXELS; p++)
+                if (p < pixels) sum[p] = sum[p] + load(input + p * step) * w;
+        }
+#pragma GCC unroll 4
+        for (int p = 0; p < PIXELS; p++) total[p] = group ? total[p] + sum[p] : sum[p];
+    }
+    lanes low = (lanes){0} + pl->low, high = (lanes){0} + pl->high;
+    lanes bias = pl->bias ? load(pl->bias + k) : (lanes){0};
+#pragma GCC unroll 4
+    for (int p = 0; p < PIXELS; p++) {
+        if (p >= pixels) break;
+        lanes v = pl->bias ? total[p] + bias : total[p];
+        v = choose(v < low, low, v);
+        v = choose(v > high, high, v);
+        store(o + p * c + k, v);
+    }
+}
+
+/* Output columns [first, stop) of row oy of a sample, every tap of which lies inside the input
+ * (c a multiple of 8). */
+static inline __attribute__((always_inline)) void
+inner_columns(const plan *pl, Py_ssize_t sample, Py_ssize_t oy, Py_ssize_t first,
+              Py_ssize_t stop) {
+    const geometry *g = &pl->g;
+    const Py_ssize_t c = g->channels, step = g->sw * c;
+    const float *row = pl->x + ((sample * g->height + oy * g->sh - g->top) * g->width) * c;
+    float *o = pl->out + ((sample * g->oh + oy) * g->ow) * c;
+    for (Py_ssize_t ox = first; ox < stop; ox += PIXELS) {
+        int pixels = stop - ox < PIXELS ? (int)(stop - ox) : PIXELS;
+        const float *origin = row + (ox * g->sw - g->left) * c;
+        for (Py_ssize_t k = 0; k < c; k += 8)
+            if (pixels == PIXELS)
+                inner_pixels(pl, origin, step, k, o + ox * c, PIXELS);
+            else
+                inner_pixels(pl, origin, step, k, o + ox * c, pixels);
+    }
+}
+
+/* Every output row of one sample. */
+VECTOR_CLONES
+static void depthwise_sample(const plan *pl, Py_ssize_t sample) {
+    const geometry *g = &pl->g;
+    /* The output columns whose window columns all lie inside the input. */
+    Py_ssize_t first = 0, stop = g->ow;
+    for (Py_ssize_t j = 0; j < g->kw; j++) {
+        Py_ssize_t lo, hi;
+        inside(j * g->dw - g->left, g->sw, g->width, 0, g->ow, &lo, &hi);
+        first = lo > first ? lo : first;
+        stop = hi < stop ? hi : stop;
+    }
+    if (stop < first || g->channels % 8) stop = first;
+    for (Py_ssize_t oy = 0; oy < g->oh; oy++) {
+        Py_ssize_t top = oy * g->sh - g->top, bottom = top + (g->kh - 1) * g->dh;
+        if (top < 0 || bottom >= g->height || stop == first) {
+            edge_columns(pl, sample, oy, 0, g->ow);
+            continue;
+        }
+        edge_columns(pl, sample, oy, 0, first);
+        inner_columns(pl, sample, oy, first, stop);
+        edge_columns(pl, sample, oy, stop, g->ow);
+    }
+}
+
+/* A C-contiguous float32 buffer of `length` items, writable if asked. */
+static int float_buffer(PyObject *object, Py_buffer *view, int writable, Py_ssize_t length,
+                        const char *what) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object, view, flags) < 0) return -1;
+    const char *format = view->format ? view->format : "B";
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    if (view->itemsize != 4 || strcmp(format, "f") != 0 || view->len != length * 4) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd C-contiguous float32 items", what,
+                     length);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* "O&" converter: a tuple (n, height, width, c, kh, kw, stride_h, stride_w, dilation_h,
+ * dilation_w, top, left, oh, ow) to a geometry. Any values are safe to run with (every tap is
+ * checked against the input's bounds); nonsense ones are refused. */
+static int to_geometry(PyObject *tuple, void *address) {
+    geometry *g = address;
+    if (!PyTuple_Check(tuple) ||
+        !PyArg_ParseTuple(tuple, "nnnnnnnnnnnnnn;geometry: a tuple of 14 integers", &g->n,
+                          &g->height, &g->width, &g->channels, &g->kh, &g->kw, &g->sh, &g->sw,
+                          &g->dh, &g->dw, &g->top, &g->left, &g->oh, &g->ow)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "geometry: a tuple");
+        return 0;
+    }
+    if (g->n < 0 || g->height < 0 || g->width < 0 || g->channels < 1 || g->kh < 1 ||
+        g->kw < 1 || g->sh < 1 || g->sw < 1 || g->dh < 1 || g->dw < 1 || g->oh < 0 ||
+        g->ow < 0) {
+        PyErr_SetString(PyExc_ValueError, "geometry: inconsistent sizes");
+        return 0;
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(depthwise_doc,
+             "depthwise(x, filters, bias, out, geometry, group_of, low, high)\n\n"
+             "x: float32 [n, height, width, c]; filters: float32 [kh, kw, c]; bias: float32 [c]\n"
+             "or None; out: float32 [n, oh, ow, c], written. geometry: (n, height, width, c,\n"
+             "kh, kw, stride_h, stride_w, dilation_h, dilation_w, top, left, oh, ow). group_of:\n"
+             "the column group of each window column (bytes of length kw, groups numbered\n"
+             "0, 1, ... by first column). Each output: the taps of each group summed from zero\n"
+             "(window rows, then columns), the groups summed in order, the bias added, clamped\n"
+             "to [low, high].");
+
+static PyObject *depthwise(PyObject *self, PyObject *args) {
+    PyObject *x_object, *filters_object, *bias_object, *out_object;
+    geometry g;
+    const char *group_bytes;
+    Py_ssize_t group_length;
+    float low, high;
+    if (!PyArg_ParseTuple(args, "OOOOO&y#ff", &x_object, &filters_object, &bias_object,
+                          &out_object, to_geometry, &g, &group_bytes, &group_length, &low,
+                          &high))
+        return NULL;
+    if (group_length != g.kw) {
+        PyErr_SetString(PyExc_ValueError, "depthwise: one group number per window column");
+        return NULL;
+    }
+    const unsigned char *group_of = (const unsigned char *)group_bytes;
+    int groups = 0;
+    for (Py_ssize_t j = 0; j < g.kw; j++) {
+        if (group_of[j] > groups) {
+            PyErr_SetString(PyExc_ValueError, "depthwise: groups must be numbered in order");
+            return NULL;
+        }
+        if (group_of[j] == groups) groups++;
+    }
+    Py_buffer x, filters, bias = {0}, out;
+    int with_bias = bias_object != Py_None;
+    if (float_buffer(x_object, &x, 0, g.n * g.height * g.width * g.channels, "x") < 0)
+        return NULL;
+    if (float_buffer(filters_object, &filters, 0, g.kh * g.kw * g.channels, "filters") < 0)
+        goto release_x;
+    if (with_bias && float_buffer(bias_object, &bias, 0, g.channels, "bias") < 0)
+        goto release_filters;
+    if (float_buffer(out_object, &out, 1, g.n * g.oh * g.ow * g.channels, "out") < 0)
+        goto release_bias;
+    Py_ssize_t row = g.channels > ROW_FLOATS ? g.channels : ROW_FLOATS;
+    Py_ssize_t taps = g.kh * g.kw;
+    float *acc = malloc(sizeof(float) * (size_t)(row * groups));
+    float *zeros = calloc((size_t)g.channels, sizeof(float));
+    Py_ssize_t *offsets = malloc(sizeof(Py_ssize_t) * (size_t)(2 * taps + groups));
+    if (!acc || !zeros || !offsets) {
+        free(acc);
+        free(zeros);
+        free(offsets);
+        PyErr_NoMemory();
+        goto release_out;
+    }
+    plan pl = {g, x.buf, filters.buf, with_bias ? bias.buf : NULL, out.buf, low, high,
+               group_of, groups, offsets + 2 * taps, offsets, offsets + taps, acc, row, zeros};
+    Py_ssize_t t = 0;
+    for (int group = 0; group < groups; group++) {
+        for (Py_ssize_t i = 0; i < g.kh; i++)
+            for (Py_ssize_t j = 0; j < g.kw; j++)
+                if (group_of[j] == group) {
+                    pl.tap_x[t] = (i * g.dh * g.width + j * g.dw) * g.channels;
+                    pl.tap_w[t] = (i * g.kw + j) * g.channels;
+                    t++;
+                }
+        pl.tap_end[group] = t;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t sample = 0; sample < g.n; sample++) depthwise_sample(&pl, sample);
+    Py_END_ALLOW_THREADS
+    free(offsets);
+    free(acc);
+    free(zeros);
+    PyBuffer_Release(&out);
+    if (with_bias) PyBuffer_Release(&bias);
+    PyBuffer_Release(&filters);
+    PyBuffer_Release(&x);
+    Py_RETURN_NONE;
+
+release_out:
+    PyBuffer_Release(&out);
+release_bias:
+    if (with_bias) PyBuffer_Release(&bias);
+release_filters:
+    PyBuffer_Release(&filters);
+release_x:
+    PyBuffer_Release(&x);
+    return NULL;
+}
+
+/* out[r, k] = x[r, k] >= 0 ? x[r, k] : x[r, k] * alpha[k]: NaN takes the product (NaN). */
+VECTOR_CLONES
+static void prelu_rows(const float *restrict x, const float *restrict alpha,
+                       float *restrict out, Py_ssize_t rows, Py_ssize_t size) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *restrict p = x + r * size;
+        float *restrict o = out + r * size;
+        for (Py_ssize_t k = 0; k < size; k++) o[k] = p[k] >= 0.0f ? p[k] : p[k] * alpha[k];
+    }
+}
+
+PyDoc_STRVAR(prelu_doc,
+             "prelu(x, alpha, out, rows, size)\n\n"
+             "x, out: float32 [rows, size] (out written); alpha: float32 [size].\n"
+             "out = x where x >= 0, else x * alpha.");
+
+static PyObject *prelu(PyObject *self, PyObject *args) {
+    PyObject *x_object, *alpha_object, *out_object;
+    Py_ssize_t rows, size;
+    if (!PyArg_ParseTuple(args, "OOOnn", &x_object, &alpha_object, &out_object, &rows, &size))
+        return NULL;
+    if (rows < 0 || size < 0) {
+        PyErr_SetString(PyExc_ValueError, "prelu: rows and size must be >= 0");
+        return NULL;
+    }
+    Py_buffer x, alpha, out;
+    if (float_buffer(x_object, &x, 0, rows * size, "x") < 0) return NULL;
+    if (float_buffer(alpha_object, &alpha, 0, size, "alpha") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    if (float_buffer(out_object, &out, 1, rows * size, "out") < 0) {
+        PyBuffer_Release(&alpha);
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    prelu_rows(x.buf, alpha.buf, out.buf, rows, size);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&alpha);
+    PyBuffer_Release(&x);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"depthwise", depthwise, METH_VARARGS, depthwise_doc},
+    {"prelu", prelu, METH_VARARGS, prelu_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_native",
+    "The numpy engine's hottest float kernels in C (see _native.c).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
