@@ -375,6 +375,52 @@ release_x:
     return NULL;
 }
 
+/* values[r, k] = clamp(values[r, k] + bias[k]) (no bias: the clamp alone), in place. */
+VECTOR_CLONES
+static void bias_clamp_rows(float *restrict values, const float *restrict bias, Py_ssize_t rows,
+                            Py_ssize_t c, float low, float high) {
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        float *restrict v = values + r * c;
+        for (Py_ssize_t k = 0; k < c; k++) {
+            float sum = bias ? v[k] + bias[k] : v[k];
+            sum = sum < low ? low : sum;
+            v[k] = sum > high ? high : sum;
+        }
+    }
+}
+
+PyDoc_STRVAR(bias_clamp_doc,
+             "bias_clamp(values, bias, rows, channels, low, high)\n\n"
+             "values: float32 [rows, channels], updated in place to clip(values + bias, low,\n"
+             "high) (bias: float32 [channels], or None for the clip alone) as numpy's\n"
+             "`values += bias; np.clip(values, low, high, out=values)` does: NaN stays NaN.");
+
+static PyObject *bias_clamp(PyObject *self, PyObject *args) {
+    PyObject *values_object, *bias_object;
+    Py_ssize_t rows, channels;
+    float low, high;
+    if (!PyArg_ParseTuple(args, "OOnnff", &values_object, &bias_object, &rows, &channels, &low,
+                          &high))
+        return NULL;
+    if (rows < 0 || channels < 0) {
+        PyErr_SetString(PyExc_ValueError, "bias_clamp: rows and channels must be >= 0");
+        return NULL;
+    }
+    Py_buffer values, bias = {0};
+    int with_bias = bias_object != Py_None;
+    if (float_buffer(values_object, &values, 1, rows * channels, "values") < 0) return NULL;
+    if (with_bias && float_buffer(bias_object, &bias, 0, channels, "bias") < 0) {
+        PyBuffer_Release(&values);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    bias_clamp_rows(values.buf, with_bias ? bias.buf : NULL, rows, channels, low, high);
+    Py_END_ALLOW_THREADS
+    if (with_bias) PyBuffer_Release(&bias);
+    PyBuffer_Release(&values);
+    Py_RETURN_NONE;
+}
+
 /* out[r, k] = x[r, k] >= 0 ? x[r, k] : x[r, k] * alpha[k]: NaN takes the product (NaN). */
 VECTOR_CLONES
 static void prelu_rows(const float *restrict x, const float *restrict alpha,
@@ -422,6 +468,7 @@ static PyObject *prelu(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"depthwise", depthwise, METH_VARARGS, depthwise_doc},
+    {"bias_clamp", bias_clamp, METH_VARARGS, bias_clamp_doc},
     {"prelu", prelu, METH_VARARGS, prelu_doc},
     {NULL, NULL, 0, NULL},
 };

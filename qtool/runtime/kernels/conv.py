@@ -202,7 +202,18 @@ def _window_options(ctx: OpContext) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def _finish(ctx: OpContext, out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """Add the optional bias and apply the fused activation, in place."""
+    """Add the optional bias and apply the fused activation, in place: in one pass by the C
+    kernel (native.py) where it is built and the layout allows, else by numpy's two."""
+    channels = out.shape[-1] if out.ndim else 0
+    if (
+        native.kernels is not None
+        and out.dtype == np.float32
+        and out.flags.c_contiguous
+        and (bias is None or (bias.dtype == np.float32 and bias.shape == (channels,)))
+    ):
+        rows = out.size // channels if channels else 0
+        native.kernels.bias_clamp(out, bias, rows, channels, *fused_float_range(ctx))
+        return out
     if bias is not None:
         out += bias
     return fused(ctx, out)
