@@ -2,9 +2,11 @@
 bit for bit, so that nothing but speed depends on whether qtool was built with a C compiler:
 DEPTHWISE_CONV_2D on every form the engine runs (strides, dilations, padding, multipliers,
 channel counts on and off the kernel's eight-lane blocks, fused activations, no bias) with
-infinities, NaN, signed zeros, denormals and overflowing sums; PRELU; and a whole model's
-calibration ranges. Both paths are also checked against LiteRT op by op
-(tests/runtime/test_kernels_conv.py, test_kernels_activations.py run with either)."""
+infinities, NaN, signed zeros, denormals and overflowing sums; a convolution's bias and clamp;
+PRELU; RESIZE_BILINEAR; MAX_POOL_2D (the same values: a tie of -0 and +0 may keep either sign,
+as numpy's own vector and scalar loops differ there); and a whole model's calibration ranges.
+Both paths are also checked against LiteRT op by op (the kernel tests of tests/runtime/ run
+with either: `kernel_code`)."""
 
 from __future__ import annotations
 
@@ -175,3 +177,54 @@ def test_a_model_s_ranges_are_the_same_with_either() -> None:
     with numpy_code():
         without = calibrate(model, load_dataset(data, model_inputs(model)), "numpy").ranges
     assert with_kernels == without
+
+
+@st.composite
+def window_cases(draw):
+    """A CONV_2D, MAX_POOL_2D or RESIZE_BILINEAR with hostile values."""
+    op_type = draw(st.sampled_from(["CONV_2D", "MAX_POOL_2D", "RESIZE_BILINEAR"]))
+    height, width = draw(st.integers(1, 12)), draw(st.integers(1, 12))
+    channels = draw(st.sampled_from([1, 3, 8, 13, 16]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = hostile(rng, (2, height, width, channels), draw(st.sampled_from([0.0, 0.05])))
+    activation = draw(st.sampled_from(ACTIVATIONS))
+    if op_type == "RESIZE_BILINEAR":
+        out_hw = [draw(st.integers(1, 20)), draw(st.integers(1, 20))]
+        align_corners = draw(st.booleans())
+        options = {
+            "align_corners": align_corners,
+            "half_pixel_centers": not align_corners and draw(st.booleans()),
+        }
+        inputs = [Act(x), Const(np.array(out_hw, np.int32))]
+        return op_type, x, inputs, "ResizeBilinearOptions", options, [1, *out_hw, channels]
+    kernel = (draw(st.integers(1, min(height, 4))), draw(st.integers(1, min(width, 4))))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    padding = draw(st.sampled_from([Padding.SAME, Padding.VALID]))
+    out_hw = [
+        out_size_and_padding(padding, size, k, s)[0]
+        for size, k, s in zip((height, width), kernel, stride, strict=True)
+    ]
+    geometry = {"padding": padding, "stride_h": stride[0], "stride_w": stride[1]}
+    geometry["fused_activation_function"] = activation
+    if op_type == "MAX_POOL_2D":
+        options = {**geometry, "filter_height": kernel[0], "filter_width": kernel[1]}
+        return op_type, x, [Act(x)], "Pool2DOptions", options, [1, *out_hw, channels]
+    out_c = draw(st.sampled_from([1, 4, 16]))
+    filters = Const(hostile(rng, (out_c, *kernel, channels), 0.01))
+    bias = [Const(rng.standard_normal(out_c).astype(np.float32))] if draw(st.booleans()) else []
+    options = {**geometry, "dilation_h_factor": 1, "dilation_w_factor": 1}
+    return op_type, x, [Act(x), filters, *bias], "Conv2DOptions", options, [1, *out_hw, out_c]
+
+
+@settings(deadline=None, max_examples=150)
+@given(window_cases())
+def test_windows_and_finishing_are_the_numpy_path(case) -> None:
+    op_type, x, inputs, options_type, options, out_shape = case
+    model = build_single_op(
+        op_type, inputs, options_type=options_type, options=options, output_shapes=[out_shape]
+    )
+    got, expected = both_paths(model, [x])
+    if op_type == "MAX_POOL_2D":
+        np.testing.assert_array_equal(got, expected)  # NaN where NaN, signs of zeros aside
+    else:
+        assert_same_bits(got, expected)

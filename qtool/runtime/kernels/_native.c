@@ -21,6 +21,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,20 +248,28 @@ static void depthwise_sample(const plan *pl, Py_ssize_t sample) {
     }
 }
 
-/* A C-contiguous float32 buffer of `length` items, writable if asked. */
-static int float_buffer(PyObject *object, Py_buffer *view, int writable, Py_ssize_t length,
-                        const char *what) {
+/* A C-contiguous buffer of `length` items of the struct format `kind` ("f": float32, "q":
+ * int64), writable if asked. */
+static int typed_buffer(PyObject *object, Py_buffer *view, int writable, Py_ssize_t length,
+                        char kind, const char *what) {
     int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(object, view, flags) < 0) return -1;
     const char *format = view->format ? view->format : "B";
     if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    if (view->itemsize != 4 || strcmp(format, "f") != 0 || view->len != length * 4) {
-        PyErr_Format(PyExc_ValueError, "%s: expected %zd C-contiguous float32 items", what,
-                     length);
+    int is_int64 = (format[0] == 'q' || format[0] == 'l') && view->itemsize == 8;
+    int matches = kind == 'q' ? is_int64 : format[0] == 'f' && view->itemsize == 4;
+    if (!matches || strlen(format) != 1 || view->len != length * view->itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: expected %zd C-contiguous %s items", what, length,
+                     kind == 'q' ? "int64" : "float32");
         PyBuffer_Release(view);
         return -1;
     }
     return 0;
+}
+
+static int float_buffer(PyObject *object, Py_buffer *view, int writable, Py_ssize_t length,
+                        const char *what) {
+    return typed_buffer(object, view, writable, length, 'f', what);
 }
 
 /* "O&" converter: a tuple (n, height, width, c, kh, kw, stride_h, stride_w, dilation_h,
@@ -421,6 +430,189 @@ static PyObject *bias_clamp(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* np.maximum(a, b): a if it is NaN, else b if it is NaN, else a where a >= b (so a tie of
+ * zeros keeps a's sign). */
+static inline __attribute__((always_inline)) lanes np_maximum(lanes a, lanes b) {
+    return choose((a != a) | ((b == b) & (a >= b)), a, b);
+}
+
+static inline __attribute__((always_inline)) float np_maximum_1(float a, float b) {
+    return a != a || (b == b && a >= b) ? a : b;
+}
+
+/* MAX_POOL_2D as pooling.py folds it: for each window column, its rows' maximum (padding
+ * -inf), then the maximum of those column maxima, every step np.maximum's (NaN and the signs
+ * of zeros included); then clamped. */
+VECTOR_CLONES
+static void max_pool_sample(const geometry *g, const float *restrict x, float *restrict out,
+                            Py_ssize_t sample, float low_value, float high_value) {
+    const Py_ssize_t c = g->channels, vectors = c / 8 * 8;
+    const lanes low = (lanes){0} + low_value, high = (lanes){0} + high_value;
+    const lanes padding = (lanes){0} - INFINITY;
+    for (Py_ssize_t oy = 0; oy < g->oh; oy++)
+        for (Py_ssize_t ox = 0; ox < g->ow; ox++) {
+            float *o = out + ((sample * g->oh + oy) * g->ow + ox) * c;
+            for (Py_ssize_t k = 0; k < c; k += k < vectors ? 8 : 1) {
+                int whole = k < vectors;
+                lanes total = padding;
+                float total_1 = -INFINITY;
+                for (Py_ssize_t j = 0; j < g->kw; j++) {
+                    Py_ssize_t ix = ox * g->sw - g->left + j;
+                    lanes column = padding;
+                    float column_1 = -INFINITY;
+                    for (Py_ssize_t i = 0; i < g->kh; i++) {
+                        Py_ssize_t iy = oy * g->sh - g->top + i;
+                        int inside = iy >= 0 && iy < g->height && ix >= 0 && ix < g->width;
+                        const float *p =
+                            x + ((sample * g->height + iy) * g->width + ix) * c + k;
+                        if (whole) {
+                            lanes v = inside ? load(p) : padding;
+                            column = i ? np_maximum(column, v) : v;
+                        } else {
+                            float v = inside ? *p : -INFINITY;
+                            column_1 = i ? np_maximum_1(column_1, v) : v;
+                        }
+                    }
+                    if (whole) total = j ? np_maximum(total, column) : column;
+                    else total_1 = j ? np_maximum_1(total_1, column_1) : column_1;
+                }
+                if (whole) {
+                    total = choose(total < low, low, total);
+                    store(o + k, choose(total > high, high, total));
+                } else {
+                    total_1 = total_1 < low_value ? low_value : total_1;
+                    o[k] = total_1 > high_value ? high_value : total_1;
+                }
+            }
+        }
+}
+
+PyDoc_STRVAR(max_pool_doc,
+             "max_pool(x, out, geometry, low, high)\n\n"
+             "x: float32 [n, height, width, c]; out: float32 [n, oh, ow, c], written; geometry\n"
+             "as for depthwise (dilations 1). Each output: its window's maximum (np.maximum's,\n"
+             "window rows first, padding -inf), clamped to [low, high].");
+
+static PyObject *max_pool(PyObject *self, PyObject *args) {
+    PyObject *x_object, *out_object;
+    geometry g;
+    float low, high;
+    if (!PyArg_ParseTuple(args, "OOO&ff", &x_object, &out_object, to_geometry, &g, &low, &high))
+        return NULL;
+    Py_buffer x, out;
+    if (float_buffer(x_object, &x, 0, g.n * g.height * g.width * g.channels, "x") < 0)
+        return NULL;
+    if (float_buffer(out_object, &out, 1, g.n * g.oh * g.ow * g.channels, "out") < 0) {
+        PyBuffer_Release(&x);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t sample = 0; sample < g.n; sample++)
+        max_pool_sample(&g, x.buf, out.buf, sample, low, high);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&x);
+    Py_RETURN_NONE;
+}
+
+/* RESIZE_BILINEAR as resize.py computes it: each output row from two input rows,
+ * r = x[y0] * (1 - dy) + x[y1] * dy, then each output pixel from two pixels of r,
+ * r[x0] * (1 - dx) + r[x1] * dx, every product and sum rounded to float32 on its own. */
+VECTOR_CLONES
+static void bilinear_sample(const float *restrict x, float *restrict out, float *restrict row,
+                            Py_ssize_t sample, Py_ssize_t height, Py_ssize_t width, Py_ssize_t c,
+                            Py_ssize_t oh, Py_ssize_t ow, const int64_t *y0, const int64_t *y1,
+                            const float *dy, const int64_t *x0, const int64_t *x1,
+                            const float *dx) {
+    const Py_ssize_t span = width * c;
+    for (Py_ssize_t oy = 0; oy < oh; oy++) {
+        const float *top = x + (sample * height + y0[oy]) * span;
+        const float *bottom = x + (sample * height + y1[oy]) * span;
+        float wy = dy[oy], keep_y = 1.0f - wy;
+        for (Py_ssize_t m = 0; m < span; m++) row[m] = top[m] * keep_y + bottom[m] * wy;
+        float *o = out + (sample * oh + oy) * ow * c;
+        for (Py_ssize_t ox = 0; ox < ow; ox++) {
+            const float *left = row + x0[ox] * c, *right = row + x1[ox] * c;
+            float wx = dx[ox], keep_x = 1.0f - wx;
+            for (Py_ssize_t k = 0; k < c; k++) o[ox * c + k] = left[k] * keep_x + right[k] * wx;
+        }
+    }
+}
+
+PyDoc_STRVAR(bilinear_doc,
+             "bilinear(x, out, y0, y1, dy, x0, x1, dx)\n\n"
+             "x: float32 [n, height, width, c]; out: float32 [n, oh, ow, c], written. y0, y1:\n"
+             "int64 [oh] input rows in [0, height); dy: float32 [oh] weights of y1; x0, x1, dx\n"
+             "likewise per output column. out = lerp over columns of the lerp over rows.");
+
+/* An int64 index buffer of `length` items, every one in [0, limit). */
+static int index_buffer(PyObject *object, Py_buffer *view, Py_ssize_t length, Py_ssize_t limit,
+                        const char *what) {
+    if (typed_buffer(object, view, 0, length, 'q', what) < 0) return -1;
+    const int64_t *index = view->buf;
+    for (Py_ssize_t i = 0; i < length; i++)
+        if (index[i] < 0 || index[i] >= limit) {
+            PyErr_Format(PyExc_ValueError, "%s: index %lld outside [0, %zd)", what,
+                         (long long)index[i], limit);
+            PyBuffer_Release(view);
+            return -1;
+        }
+    return 0;
+}
+
+static PyObject *bilinear(PyObject *self, PyObject *args) {
+    PyObject *objects[8];
+    if (!PyArg_ParseTuple(args, "OOOOOOOO", &objects[0], &objects[1], &objects[2], &objects[3],
+                          &objects[4], &objects[5], &objects[6], &objects[7]))
+        return NULL;
+    Py_buffer views[8];
+    int held = 0;
+    PyObject *result = NULL;
+    /* The shapes come from the buffers themselves: x and out are 4-D. */
+    Py_buffer probe;
+    if (PyObject_GetBuffer(objects[0], &probe, PyBUF_ND) < 0) return NULL;
+    int x_ok = probe.ndim == 4;
+    Py_ssize_t n = x_ok ? probe.shape[0] : 0, height = x_ok ? probe.shape[1] : 0;
+    Py_ssize_t width = x_ok ? probe.shape[2] : 0, c = x_ok ? probe.shape[3] : 0;
+    PyBuffer_Release(&probe);
+    if (PyObject_GetBuffer(objects[1], &probe, PyBUF_ND) < 0) return NULL;
+    int out_ok = probe.ndim == 4 && x_ok && probe.shape[0] == n && probe.shape[3] == c;
+    Py_ssize_t oh = out_ok ? probe.shape[1] : 0, ow = out_ok ? probe.shape[2] : 0;
+    PyBuffer_Release(&probe);
+    if (!out_ok) {
+        PyErr_SetString(PyExc_ValueError, "bilinear: x and out must be [n, h, w, c] alike");
+        return NULL;
+    }
+    if (float_buffer(objects[0], &views[held++], 0, n * height * width * c, "x") < 0 ||
+        float_buffer(objects[1], &views[held++], 1, n * oh * ow * c, "out") < 0 ||
+        index_buffer(objects[2], &views[held++], oh, height, "y0") < 0 ||
+        index_buffer(objects[3], &views[held++], oh, height, "y1") < 0 ||
+        float_buffer(objects[4], &views[held++], 0, oh, "dy") < 0 ||
+        index_buffer(objects[5], &views[held++], ow, width, "x0") < 0 ||
+        index_buffer(objects[6], &views[held++], ow, width, "x1") < 0 ||
+        float_buffer(objects[7], &views[held++], 0, ow, "dx") < 0) {
+        held--; /* the failed one released itself */
+        goto release;
+    }
+    float *row = malloc(sizeof(float) * (size_t)(width * c > 0 ? width * c : 1));
+    if (!row) {
+        PyErr_NoMemory();
+        goto release;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t sample = 0; sample < n; sample++)
+        bilinear_sample(views[0].buf, views[1].buf, row, sample, height, width, c, oh, ow,
+                        views[2].buf, views[3].buf, views[4].buf, views[5].buf, views[6].buf,
+                        views[7].buf);
+    Py_END_ALLOW_THREADS
+    free(row);
+    Py_INCREF(Py_None);
+    result = Py_None;
+release:
+    while (held > 0) PyBuffer_Release(&views[--held]);
+    return result;
+}
+
 /* out[r, k] = x[r, k] >= 0 ? x[r, k] : x[r, k] * alpha[k]: NaN takes the product (NaN). */
 VECTOR_CLONES
 static void prelu_rows(const float *restrict x, const float *restrict alpha,
@@ -469,6 +661,8 @@ static PyObject *prelu(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"depthwise", depthwise, METH_VARARGS, depthwise_doc},
     {"bias_clamp", bias_clamp, METH_VARARGS, bias_clamp_doc},
+    {"bilinear", bilinear, METH_VARARGS, bilinear_doc},
+    {"max_pool", max_pool, METH_VARARGS, max_pool_doc},
     {"prelu", prelu, METH_VARARGS, prelu_doc},
     {NULL, NULL, 0, NULL},
 };
