@@ -1,6 +1,7 @@
 /* The numpy engine's hottest float kernels in C (qtool/runtime/kernels/native.py), each giving
- * the results of the numpy code it stands in for bit for bit
- * (tests/runtime/test_native_kernels.py).
+ * the results of the numpy code it stands in for bit for bit (NaN payloads aside: which one an
+ * operation on two NaNs keeps depends on the compiler's operand order, in numpy as here;
+ * tests/runtime/test_native_kernels.py).
  *
  * DEPTHWISE_CONV_2D (conv.py). numpy computes it as an einsum over strided views of a padded
  * copy of the input, then adds the bias and clamps in two more passes: on MediaPipe's models
@@ -168,6 +169,22 @@ static inline __attribute__((always_inline)) lanes choose(mask m, lanes yes, lan
     return (lanes)((m & (mask)yes) | (~m & (mask)no));
 }
 
+/* Bias, clamp and store of `pixels` sums of channels [k, k + 8). */
+static inline __attribute__((always_inline)) void
+store_pixels(const plan *pl, const lanes *total, Py_ssize_t k, float *restrict o, int pixels,
+             int most) {
+    const Py_ssize_t c = pl->g.channels;
+    lanes low = (lanes){0} + pl->low, high = (lanes){0} + pl->high;
+    lanes bias = pl->bias ? load(pl->bias + k) : (lanes){0};
+    for (int p = 0; p < most; p++) {
+        if (p >= pixels) break;
+        lanes v = pl->bias ? total[p] + bias : total[p];
+        v = choose(v < low, low, v);
+        v = choose(v > high, high, v);
+        store(o + p * c + k, v);
+    }
+}
+
 /* The sums of PIXELS neighbouring output pixels (columns ox, ox + 1, ...) for channels
  * [k, k + 8), every tap inside the input: held in registers from the first tap to the store.
  * `origin`: the input offset of the first pixel's window; `step`: floats between windows. */
@@ -191,16 +208,38 @@ inner_pixels(const plan *pl, const float *restrict origin, Py_ssize_t step, Py_s
 #pragma GCC unroll 4
         for (int p = 0; p < PIXELS; p++) total[p] = group ? total[p] + sum[p] : sum[p];
     }
-    lanes low = (lanes){0} + pl->low, high = (lanes){0} + pl->high;
-    lanes bias = pl->bias ? load(pl->bias + k) : (lanes){0};
-#pragma GCC unroll 4
-    for (int p = 0; p < PIXELS; p++) {
-        if (p >= pixels) break;
-        lanes v = pl->bias ? total[p] + bias : total[p];
-        v = choose(v < low, low, v);
-        v = choose(v > high, high, v);
-        store(o + p * c + k, v);
+    store_pixels(pl, total, k, o, pixels, PIXELS);
+}
+
+/* As inner_pixels for a window KW columns wide read with column stride and dilation 1 (one
+ * column group), UNIT pixels at a time: each input vector of a window row is loaded once and
+ * added to every pixel whose window holds it, with the KW weights of the row in registers.
+ * Each pixel's sum still takes its taps window row by window row, columns in order. */
+#define UNIT 8
+static inline __attribute__((always_inline)) void
+unit_stride_pixels(const plan *pl, const float *restrict origin, Py_ssize_t k,
+                   float *restrict o, int pixels, const int KW) {
+    const Py_ssize_t c = pl->g.channels, row_step = pl->g.dh * pl->g.width * c;
+    lanes sum[UNIT];
+#pragma GCC unroll 8
+    for (int p = 0; p < UNIT; p++) sum[p] = (lanes){0};
+    for (Py_ssize_t i = 0; i < pl->g.kh; i++) {
+        const float *restrict input = origin + i * row_step + k;
+        lanes w[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < KW; j++) w[j] = load(pl->filters + (i * KW + j) * c + k);
+#pragma GCC unroll 16
+        for (int column = 0; column < UNIT + KW - 1; column++) {
+            if (column >= pixels + KW - 1) break;
+            lanes v = load(input + column * c);
+#pragma GCC unroll 8
+            for (int p = 0; p < UNIT; p++) {
+                int j = column - p;
+                if (j >= 0 && j < KW && p < pixels) sum[p] = sum[p] + v * w[j];
+            }
+        }
     }
+    store_pixels(pl, sum, k, o, pixels, UNIT);
 }
 
 /* Output columns [first, stop) of row oy of a sample, every tap of which lies inside the input
@@ -212,14 +251,30 @@ inner_columns(const plan *pl, Py_ssize_t sample, Py_ssize_t oy, Py_ssize_t first
     const Py_ssize_t c = g->channels, step = g->sw * c;
     const float *row = pl->x + ((sample * g->height + oy * g->sh - g->top) * g->width) * c;
     float *o = pl->out + ((sample * g->oh + oy) * g->ow) * c;
-    for (Py_ssize_t ox = first; ox < stop; ox += PIXELS) {
-        int pixels = stop - ox < PIXELS ? (int)(stop - ox) : PIXELS;
+    int unit = g->sw == 1 && g->dw == 1 && (g->kw == 3 || g->kw == 5);
+    for (Py_ssize_t ox = first; ox < stop;) {
         const float *origin = row + (ox * g->sw - g->left) * c;
+        if (unit) {
+            int pixels = stop - ox < UNIT ? (int)(stop - ox) : UNIT;
+            for (Py_ssize_t k = 0; k < c; k += 8)
+                if (g->kw == 3 && pixels == UNIT)
+                    unit_stride_pixels(pl, origin, k, o + ox * c, UNIT, 3);
+                else if (g->kw == 3)
+                    unit_stride_pixels(pl, origin, k, o + ox * c, pixels, 3);
+                else if (pixels == UNIT)
+                    unit_stride_pixels(pl, origin, k, o + ox * c, UNIT, 5);
+                else
+                    unit_stride_pixels(pl, origin, k, o + ox * c, pixels, 5);
+            ox += pixels;
+            continue;
+        }
+        int pixels = stop - ox < PIXELS ? (int)(stop - ox) : PIXELS;
         for (Py_ssize_t k = 0; k < c; k += 8)
             if (pixels == PIXELS)
                 inner_pixels(pl, origin, step, k, o + ox * c, PIXELS);
             else
                 inner_pixels(pl, origin, step, k, o + ox * c, pixels);
+        ox += pixels;
     }
 }
 
