@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install compiler browser test demo lint docs espeak corpus smoke honesty ortvenv peer bench fuzz clean
 
-$(STAMP): pyproject.toml qtool/calibrate/_observe.c | compiler
+$(STAMP): pyproject.toml qtool/calibrate/_observe.c $(wildcard qtool/runtime/kernels/_native*.[ch]) | compiler
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e ".[dev]"

@@ -173,7 +173,12 @@ def test_readme_example_runs_on_the_installed_package(
     succeeds(run(installed.python, tmp_path, "example.py"))
 
 
-def test_the_wheel_carries_the_one_pass_kernel(installed: Installed, tmp_path: Path) -> None:
-    # Built by pip from pyproject.toml's ext-modules (optional only where no C compiler is).
-    probe = "from qtool.calibrate.histogram import one_pass; print(one_pass is not None)"
-    assert succeeds(run(installed.python, tmp_path, "-c", probe)).strip() == "True"
+def test_the_wheel_carries_the_c_kernels(installed: Installed, tmp_path: Path) -> None:
+    # Built by pip from pyproject.toml's ext-modules (optional only where no C compiler is):
+    # calibration's one pass and the numpy engine's kernels.
+    probe = (
+        "from qtool.calibrate.histogram import one_pass; "
+        "from qtool.runtime.kernels import native; "
+        "print(one_pass is not None, native.kernels is not None)"
+    )
+    assert succeeds(run(installed.python, tmp_path, "-c", probe)).strip() == "True True"

@@ -43,6 +43,7 @@ from qtool.runtime.parallel import (
     engine_threads,
     run_chunks,
     single_threaded_blas,
+    tensors_apart,
 )
 from qtool.runtime.registry import KernelEntry, OpContext, lookup
 from qtool.runtime.state import ModelState, keeps_state
@@ -230,8 +231,11 @@ class Engine:
         parallel on `self.threads` threads. Observers see every tensor as it is produced (model
         inputs first, then each operator's outputs, constants folded at build time excluded),
         one call per tensor and chunk, in the order a single thread would make them and never
-        two at once; `replace` (called on the worker threads, so it must not keep state) may
-        first swap the value for another (e.g. its fake-quantized version). With `profile`,
+        two at once; observers that all keep their statistics tensor by tensor
+        (`tensors_apart`) see each tensor's values in that order, different tensors at once on
+        the threads that made them (`TensorOrderedObservation`). `replace` (called on the
+        worker threads, so it must not keep state) may first swap the value for another (e.g.
+        its fake-quantized version). With `profile`,
         the seconds spent in each op type's kernels (summed over threads) are added to it.
         `calls_observed[s]` observes the tensors of subgraph s whenever a control-flow op runs
         it (never two calls at once, in no set order).
@@ -252,7 +256,9 @@ class Engine:
             return self._run_chunk(k, parts[k], order, replace, timings[k], callees)
 
         with single_threaded_blas(), retained_heap():
-            results = run_chunks(len(parts), run_part, observers, self.threads)
+            results = run_chunks(
+                len(parts), run_part, observers, self.threads, by_tensor=tensors_apart(observers)
+            )
         if profile is not None:
             for timing in timings:
                 for op_type, seconds in timing.items():

@@ -233,12 +233,26 @@ def fused(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 
     An operator written without its options table (LiteRT accepts that) has no activation.
     """
-    code = (
-        ctx.option("fused_activation_function")
-        if ctx.op.options_type is not None
-        else ActivationFunctionType.NONE
-    )
-    return activation_clamp(code, x)
+    return activation_clamp(_fused_code(ctx), x)
+
+
+def fused_float_range(ctx: OpContext) -> tuple[float, float]:
+    """The [low, high] that `fused` clamps a float32 result to (for kernels that clamp as they
+    write their output)."""
+    low, high = _float_range(_fused_code(ctx), np.dtype(np.float32))
+    return float(low), float(high)
+
+
+def _fused_code(ctx: OpContext) -> int:
+    if ctx.op.options_type is None:
+        return ActivationFunctionType.NONE
+    return ctx.option("fused_activation_function")
+
+
+def _float_range(code: int, dtype: np.dtype) -> tuple:
+    low, high = _ACTIVATION_RANGES.get(code, (None, None))
+    finite = np.finfo(dtype)
+    return (finite.min if low is None else low), (finite.max if high is None else high)
 
 
 def activation_clamp(code: int, x: np.ndarray) -> np.ndarray:
@@ -248,11 +262,10 @@ def activation_clamp(code: int, x: np.ndarray) -> np.ndarray:
     run as NONE (checked against LiteRT). Floats are also clamped to [lowest, max] without an
     activation, so an inf result saturates to +-FLT_MAX; NaN stays.
     """
-    low, high = _ACTIVATION_RANGES.get(code, (None, None))
     if x.dtype.kind == "f":
-        finite = np.finfo(x.dtype)
-        low = finite.min if low is None else low
-        high = finite.max if high is None else high
+        low, high = _float_range(code, x.dtype)
+    else:
+        low, high = _ACTIVATION_RANGES.get(code, (None, None))
     if low is None and high is None:
         return x
     return np.clip(x, low, high, out=x)

@@ -70,7 +70,7 @@ PRELU_ALPHAS = {
 
 
 @pytest.mark.parametrize("alpha", PRELU_ALPHAS.values(), ids=PRELU_ALPHAS.keys())
-def test_prelu(alpha: tuple[str, tuple[int, ...]]) -> None:
+def test_prelu(alpha: tuple[str, tuple[int, ...]], kernel_code: str) -> None:
     role, shape = alpha
     value = uniform(shape, -0.5, 1.5, seed=1)
     check_op("PRELU", [Act(normal((N, 4, 5, 3), 3)), Act(value) if role == "act" else Const(value)])
@@ -87,7 +87,7 @@ PRELU_SHORTCUTS = {
 
 
 @pytest.mark.parametrize("alpha", PRELU_SHORTCUTS.values(), ids=PRELU_SHORTCUTS.keys())
-def test_prelu_shortcuts_are_exact(alpha: np.ndarray) -> None:
+def test_prelu_shortcuts_are_exact(alpha: np.ndarray, kernel_code: str) -> None:
     # Bit for bit against LiteRT, infinities included (inf * 0 makes max() a NaN, hence the
     # zero-alpha case goes the split way). Large enough for the blocked path.
     x = normal((N, 40, 30, 4), 5, seed=3)

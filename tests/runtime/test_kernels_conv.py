@@ -1,4 +1,5 @@
-"""CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED and BATCH_MATMUL against LiteRT."""
+"""CONV_2D, DEPTHWISE_CONV_2D, TRANSPOSE_CONV, FULLY_CONNECTED and BATCH_MATMUL against LiteRT
+(DEPTHWISE_CONV_2D with the engine's C kernel and with its numpy code: `kernel_code`)."""
 
 from __future__ import annotations
 
@@ -143,7 +144,7 @@ def _blocking_case(op_type: str, rng: np.random.Generator, x: np.ndarray) -> dic
         *[("TRANSPOSE_CONV", b) for b in (1, 60_000)],
     ],
 )
-def test_blocks(op_type, budget, monkeypatch):
+def test_blocks(op_type, budget, monkeypatch, kernel_code):
     monkeypatch.setattr(conv, "_MATMUL_BLOCK_BYTES", budget)
     monkeypatch.setattr(conv, "_TAP_BLOCK_BYTES", budget)
     rng = np.random.default_rng(13)
@@ -189,7 +190,9 @@ def _depthwise_options(multiplier, stride, dilation, padding, activation) -> dic
     ("in_shape", "multiplier", "kernel", "stride", "dilation", "padding", "activation"),
     DEPTHWISE_CASES,
 )
-def test_depthwise_conv_2d(in_shape, multiplier, kernel, stride, dilation, padding, activation):
+def test_depthwise_conv_2d(
+    in_shape, multiplier, kernel, stride, dilation, padding, activation, kernel_code
+):
     rng = np.random.default_rng(4)
     x = _data(rng, N, *in_shape)
     out_c = in_shape[2] * multiplier
@@ -204,7 +207,7 @@ def test_depthwise_conv_2d(in_shape, multiplier, kernel, stride, dilation, paddi
 
 
 @pytest.mark.parametrize("option", [0, 1, 3])
-def test_depthwise_conv_2d_multiplier_from_shapes(option):
+def test_depthwise_conv_2d_multiplier_from_shapes(option, kernel_code):
     # LiteRT never reads depth_multiplier (0 or a wrong value are common in converted models).
     rng = np.random.default_rng(5)
     x, w = _data(rng, N, 6, 6, 3), _data(rng, 1, 3, 3, 6)

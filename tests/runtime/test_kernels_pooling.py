@@ -41,7 +41,7 @@ ACTIVATIONS = [Fn.RELU, Fn.RELU_N1_TO_1, Fn.RELU6, Fn.TANH, Fn.SIGN_BIT]
         *[((7, 9, 4), (3, 3), (2, 2), Padding.SAME, act) for act in ACTIVATIONS],
     ],
 )
-def test_pool_2d(op_type, in_shape, filter_hw, stride, padding, activation):
+def test_pool_2d(op_type, in_shape, filter_hw, stride, padding, activation, kernel_code):
     _check_pool(op_type, in_shape, filter_hw, stride, padding, activation)
 
 
@@ -49,7 +49,7 @@ def test_pool_2d(op_type, in_shape, filter_hw, stride, padding, activation):
 # (10 = 3 + 3 + 3 + 1), or into blocks of 2 samples and 1.
 @pytest.mark.parametrize("op_type", POOLS)
 @pytest.mark.parametrize("budget", [1, 7_700, 52_000])
-def test_pool_2d_blocks(op_type, budget, monkeypatch):
+def test_pool_2d_blocks(op_type, budget, monkeypatch, kernel_code):
     monkeypatch.setattr(pooling, "_BLOCK_BYTES", budget)
     _check_pool(op_type, (10, 12, 16), (3, 3), (1, 1), Padding.SAME, Fn.NONE)
 

@@ -56,7 +56,7 @@ MODES = [
 
 @pytest.mark.parametrize(("op_type", "align_corners", "half_pixel_centers"), MODES)
 @pytest.mark.parametrize(("in_shape", "out_hw"), SIZES)
-def test_resize(op_type, align_corners, half_pixel_centers, in_shape, out_hw):
+def test_resize(op_type, align_corners, half_pixel_centers, in_shape, out_hw, kernel_code):
     rng = np.random.default_rng(30)
     x = rng.standard_normal((3, *in_shape)).astype(np.float32)
     check_op(

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from qtool.runtime.kernels import native
 from qtool.runtime.kernels.elementwise import broadcasts_per_sample
 from qtool.runtime.registry import OpContext, fused, kernel
 
@@ -92,6 +93,14 @@ def leaky_relu(ctx: OpContext) -> np.ndarray:
 def prelu(ctx: OpContext) -> np.ndarray:
     """PRELU: x where x >= 0, alpha * x elsewhere (alpha broadcast against x)."""
     x, alpha = ctx.inputs
+    if native.kernels is not None and x.dtype == alpha.dtype == np.float32:
+        channels = _trailing(alpha)
+        if channels.ndim and x.shape[x.ndim - channels.ndim :] == channels.shape:
+            # The C kernel: the formula itself in one pass (native.py).
+            x, out = np.ascontiguousarray(x), np.empty(x.shape, np.float32)
+            rows = x.size // channels.size if channels.size else 0
+            native.kernels.prelu(x, np.ascontiguousarray(channels), out, rows, channels.size)
+            return out
     fast = (
         x.dtype == alpha.dtype == np.float32
         and x.shape == np.broadcast_shapes(x.shape, alpha.shape)
@@ -131,17 +140,43 @@ def _blockwise_with(
     """fn(x, operand, out) over cache-sized blocks of x's leading axes, when `operand`
     broadcasts over them; in one go otherwise."""
     out = np.empty_like(x)
-    while operand.ndim and operand.shape[0] == 1:
-        operand = operand[0]  # leading 1s broadcast anyway; without them blocks can be rows
+    operand = _trailing(operand)
     if operand.ndim >= x.ndim:
         fn(x, operand, out)
         return out
-    rows = x.reshape(-1, *x.shape[x.ndim - operand.ndim :])
+    operand = operand.reshape(-1)
+    rows = x.reshape(-1, operand.size)
+    # numpy restarts its inner loop at every row: a per-channel operand (16 channels) made
+    # PRELU cost 1-1.5 ns an element. Rows side by side against the operand repeated as often
+    # run the same operations in long loops.
+    side_by_side = _rows_side_by_side(rows.shape[0], operand.size)
+    rows = rows.reshape(-1, operand.size * side_by_side)
+    operand = np.tile(operand, side_by_side)
     targets = out.reshape(rows.shape)
     step = max(1, _BLOCK // max(1, rows[0].size))
     for start in range(0, rows.shape[0], step):
         fn(rows[start : start + step], operand, targets[start : start + step])
     return out
+
+
+def _trailing(operand: np.ndarray) -> np.ndarray:
+    """An operand broadcast against x without its leading 1s (which broadcast anyway; without
+    them, blocks of x can be whole rows)."""
+    while operand.ndim and operand.shape[0] == 1:
+        operand = operand[0]
+    return operand
+
+
+_LONG_ROW = 1024  # elements of a row beyond which numpy's per-row cost no longer shows
+
+
+def _rows_side_by_side(rows: int, size: int) -> int:
+    """The fewest rows of `size` elements that make a row of at least `_LONG_ROW` and divide
+    `rows` (1 when none does below four times that, or for a small array)."""
+    if rows * size < 16 * _LONG_ROW:
+        return 1
+    least = -(-_LONG_ROW // max(size, 1))
+    return next((k for k in range(least, 4 * least + 1) if rows % k == 0), 1)
 
 
 def _hard_swish(x: np.ndarray) -> np.ndarray:

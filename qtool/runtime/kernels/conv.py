@@ -15,7 +15,14 @@ import numpy as np
 
 from qtool.errors import ModelError
 from qtool.model.types import Padding
-from qtool.runtime.registry import OpContext, fused, is_clamp_activation, kernel
+from qtool.runtime.kernels import native
+from qtool.runtime.registry import (
+    OpContext,
+    fused,
+    fused_float_range,
+    is_clamp_activation,
+    kernel,
+)
 
 # Temporaries (im2col columns, accumulators) are built a block of samples or rows at a time so
 # that a 64-sample chunk of a large feature map neither exhausts memory nor thrashes the caches.
@@ -103,6 +110,19 @@ class TapGrid:
             samples, rows = slice(sample, sample + 1), range(start, min(start + step, oh))
             yield Block(samples, rows, self._slab(samples, rows))
 
+    def geometry(self) -> tuple[int, ...]:
+        """The grid as the C kernels take it (native.py): (n, height, width, channels, kh, kw,
+        stride_h, stride_w, dilation_h, dilation_w, top, left, oh, ow)."""
+        return (
+            *self.x.shape,
+            *self.kernel,
+            *self.stride,
+            *self.dilation,
+            self.top,
+            self.left,
+            *self.out_shape[1:],
+        )
+
     def _slab(self, samples: slice, rows: range) -> np.ndarray:
         first = rows.start * self.stride[0]
         stop = (rows.stop - 1) * self.stride[0] + (self.kernel[0] - 1) * self.dilation[0] + 1
@@ -182,7 +202,18 @@ def _window_options(ctx: OpContext) -> tuple[tuple[int, int], tuple[int, int]]:
 
 
 def _finish(ctx: OpContext, out: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """Add the optional bias and apply the fused activation, in place."""
+    """Add the optional bias and apply the fused activation, in place: in one pass by the C
+    kernel (native.py) where it is built and the layout allows, else by numpy's two."""
+    channels = out.shape[-1] if out.ndim else 0
+    if (
+        native.kernels is not None
+        and out.dtype == np.float32
+        and out.flags.c_contiguous
+        and (bias is None or (bias.dtype == np.float32 and bias.shape == (channels,)))
+    ):
+        rows = out.size // channels if channels else 0
+        native.kernels.bias_clamp(out, bias, rows, channels, *fused_float_range(ctx))
+        return out
     if bias is not None:
         out += bias
     return fused(ctx, out)
@@ -287,6 +318,14 @@ def depthwise_conv_2d(ctx: OpContext) -> np.ndarray:
     stride, dilation = _window_options(ctx)
     x = np.ascontiguousarray(x)  # tap_stack's views need it
     grid = TapGrid(x, (kh, kw), stride, dilation, ctx.option("padding"))
+    if (
+        native.kernels is not None
+        and out_c > 1  # one channel: einsum may sum a window's taps in another order
+        and grid.phases < 256
+        and all(a is None or a.dtype == np.float32 for a in (x, filters, bias))
+        and (bias is None or bias.shape == (out_c,))
+    ):
+        return _native_depthwise(ctx, grid, filters, bias)
     n, oh, ow = grid.out_shape
     # Each tap's weights repeated along the output row, so that a tap's products run along
     # contiguous [OW * C] rows: per column group, [KH, len(group), OW * C].
@@ -306,6 +345,30 @@ def depthwise_conv_2d(ctx: OpContext) -> np.ndarray:
             else:
                 flat += np.einsum("ijnrk,ijk->nrk", stack, weights)
         _finish(ctx, acc, bias)
+    return out
+
+
+def _native_depthwise(
+    ctx: OpContext, grid: TapGrid, filters: np.ndarray, bias: np.ndarray | None
+) -> np.ndarray:
+    """The numpy path's results from the C kernel (native.py): the same products summed in
+    the same order (column group by column group), the bias added and the clamp applied as
+    each output row is written, with no padded copy of the input."""
+    n, oh, ow = grid.out_shape
+    group_of = bytearray(grid.kernel[1])
+    for number, columns in enumerate(grid.column_groups()):
+        for j in columns:
+            group_of[j] = number  # fewer than 256 groups: stride_w is checked in the caller
+    out = np.empty((n, oh, ow, filters.shape[3]), np.float32)
+    native.kernels.depthwise(
+        grid.x,
+        np.ascontiguousarray(filters),
+        None if bias is None else np.ascontiguousarray(bias),
+        out,
+        grid.geometry(),
+        bytes(group_of),
+        *fused_float_range(ctx),
+    )
     return out
 
 

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from qtool.runtime.kernels import native
 from qtool.runtime.kernels.conv import TapGrid, out_size_and_padding
-from qtool.runtime.registry import OpContext, fused, kernel
+from qtool.runtime.registry import OpContext, fused, fused_float_range, kernel
 
 _BLOCK_BYTES = 1 << 20  # the partial results of a block stay in the L2 cache across the taps
 
@@ -89,7 +90,15 @@ def average_pool_2d(ctx: OpContext) -> np.ndarray:
 @kernel("MAX_POOL_2D")
 def max_pool_2d(ctx: OpContext) -> np.ndarray:
     """MAX_POOL_2D: window maxima (padding never wins), then the fused activation."""
-    out = _reduce_windows(ctx, ctx.input(0), np.maximum, -np.inf)
+    x = ctx.input(0)
+    if native.kernels is not None and x.dtype == np.float32:
+        # The C kernel (native.py): the window's maximum and the clamp in one pass.
+        kernel_size, stride = _geometry(ctx)
+        grid = TapGrid(np.ascontiguousarray(x), kernel_size, stride, (1, 1), ctx.option("padding"))
+        out = np.empty((*grid.out_shape, x.shape[3]), np.float32)
+        native.kernels.max_pool(grid.x, out, grid.geometry(), *fused_float_range(ctx))
+        return out
+    out = _reduce_windows(ctx, x, np.maximum, -np.inf)
     return fused(ctx, out)
 
 
