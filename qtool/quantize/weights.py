@@ -17,6 +17,7 @@ import numpy as np
 
 from qtool.errors import ModelError
 from qtool.model import Model, Operator, Subgraph
+from qtool.model.source import drop_pages
 from qtool.numerics import (
     AffineParams,
     bias_overflow,
@@ -197,4 +198,8 @@ def quantize_layer(
             layer.bias = np.trunc(real + np.copysign(0.5, real)).astype(np.int64)
         else:
             layer.bias = quantize_bias(total, input_params.scale, scale)
+    # The float weights were read from a large model's mapped copy: their pages go back now,
+    # or every layer's stays resident through the search's plans (a model's size while the
+    # calibration's XNNPACK copy is alive).
+    drop_pages(model.source_data)
     return layer
