@@ -112,6 +112,23 @@ def test_a_full_temporary_directory_falls_back_to_memory(
     assert isinstance(model.source_data, bytes) and model.source_data == path.read_bytes()
 
 
+LINUX_ONLY = pytest.mark.skipif(
+    not sys.platform.startswith("linux"),
+    reason="reads /proc/self/smaps, which only Linux has; the pages are dropped elsewhere too "
+    "where madvise exists, the figures cannot be read",
+)
+
+
+def _all_weights_read(model) -> int:
+    """Read every weight of `model` (all of its mapping's pages resident, checked) and return
+    the address of its largest buffer."""
+    largest = max((b.data for b in model.buffers if b.data is not None), key=len)
+    address = largest.__array_interface__["data"][0]
+    assert np.isfinite(sum(float(b.data.sum()) for b in model.buffers if b.data is not None))
+    assert _resident_kib(address) * 1024 >= len(model.source_data) * 0.9
+    return address
+
+
 def _resident_kib(address: int) -> int:
     """Rss of the mapping of this process that holds `address` (/proc/self/smaps)."""
     with open("/proc/self/smaps") as smaps:
@@ -126,20 +143,11 @@ def _resident_kib(address: int) -> int:
     raise AssertionError("no mapping holds the address")
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux"),
-    reason="reads /proc/self/smaps, which only Linux has; the pages are dropped elsewhere too "
-    "where madvise exists, the figures cannot be read",
-)
+@LINUX_ONLY
 @pytest.mark.usefixtures("mapped")
 def test_writing_the_model_for_litert_gives_its_read_pages_back(tmp_path: Path) -> None:
     model = load_model(_written(tmp_path))
-    largest = max((b.data for b in model.buffers if b.data is not None), key=len)
-    address = largest.__array_interface__["data"][0]
-    total = sum(float(b.data.sum()) for b in model.buffers if b.data is not None)  # every page
-    assert np.isfinite(total)
-    touched = _resident_kib(address)
-    assert touched * 1024 >= len(model.source_data) * 0.9
+    address = _all_weights_read(model)
     in_file = TemporaryModelFile(model)
     try:
         assert _resident_kib(address) <= 64  # from ~1 MiB: the pages are the file's cache again
@@ -151,11 +159,7 @@ def test_writing_the_model_for_litert_gives_its_read_pages_back(tmp_path: Path) 
         in_file.close()
 
 
-@pytest.mark.skipif(
-    not sys.platform.startswith("linux"),
-    reason="reads /proc/self/smaps, which only Linux has; the pages are dropped elsewhere too "
-    "where madvise exists, the figures cannot be read",
-)
+@LINUX_ONLY
 @pytest.mark.usefixtures("mapped")
 def test_a_plan_gives_back_the_pages_of_the_weights_it_quantized(tmp_path: Path) -> None:
     # Each candidate plan of a search reads every float weight: kept resident, they were a
@@ -167,10 +171,7 @@ def test_a_plan_gives_back_the_pages_of_the_weights_it_quantized(tmp_path: Path)
     options = QuantizeOptions(calibration="minmax", bias_correction=True)
     calibrated = calibrate_loaded(model, Dataset.from_arrays([samples]), options)
     planner = calibrated.planners[0]
-    largest = max((b.data for b in planner.model.buffers if b.data is not None), key=len)
-    address = largest.__array_interface__["data"][0]
-    assert np.isfinite(sum(float(b.data.sum()) for b in model.buffers if b.data is not None))
-    assert _resident_kib(address) * 1024 >= len(model.source_data) * 0.9
+    address = _all_weights_read(planner.model)
     plan = planner.plan(calibrated.collected[0].statistics, calibrated.start)
     assert len(plan.weights) == LAYERS
     assert _resident_kib(address) <= 64
