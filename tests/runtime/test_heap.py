@@ -76,8 +76,9 @@ print(round(held - kept), round(kept - resident_mib()))
 
 @pytest.mark.skipif(
     platform.libc_ver()[0] != "glibc",
-    reason="qtool hands freed heap memory back through glibc's malloc_trim(3); on another C "
-    "library (musl, say) it has no such call and keeps the memory, so there is nothing to check",
+    reason="qtool hands freed heap memory back through glibc's malloc_trim(3); another C "
+    "library (musl, say) has no such call, so a run there keeps its freed heap until it ends "
+    "(the process's peak is the same) and there is nothing to check",
 )
 def test_freed_heap_goes_back_to_the_system_between_runs_only() -> None:
     out = subprocess.run(

@@ -16,7 +16,7 @@
  *
  * Only the CPython API (the buffer protocol): no numpy headers at build time.
  */
-#include "_native.h"
+#include "native_lanes.h"
 
 /* A C-contiguous buffer of `length` items of the struct format `kind` ("f": float32, "q":
  * int64), writable if asked. */

@@ -13,7 +13,7 @@
  * does this kernel, each product and sum rounded on its own (built with -ffp-contract=off, so
  * that no multiply and add are fused).
  */
-#include "_native.h"
+#include "native_lanes.h"
 
 #define ROW_FLOATS 4096 /* floats of one group's row buffer (16 KB), or one pixel's */
 

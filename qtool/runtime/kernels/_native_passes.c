@@ -1,7 +1,7 @@
 /* The numpy engine's one-pass kernels (_native.c has the Python side): a convolution's bias
  * and clamp, PRELU, MAX_POOL_2D and RESIZE_BILINEAR, each as the numpy code it stands in for
  * computes it. */
-#include "_native.h"
+#include "native_lanes.h"
 
 /* values[r, k] = clamp(values[r, k] + bias[k]) (no bias: the clamp alone), in place. */
 VECTOR_CLONES
