@@ -88,8 +88,9 @@ class Cancelled(Exception):
     """Raised in a worker whose run was abandoned because another chunk failed."""
 
 
-class OrderedObservation:
-    """Delivers (tensor, value) pairs of `chunks` chunks to observers in serial order."""
+class _ChunkedObservation:
+    """What both orderings share: the observers, which chunks are finished, the bound on the
+    bytes queued ahead of the front chunk (`_front`), and giving up the run."""
 
     def __init__(
         self,
@@ -100,13 +101,50 @@ class OrderedObservation:
         self._observers = list(observers)
         self._chunks = chunks
         self._max_pending = max_pending_bytes
-        self._queues: list[deque[tuple[int, np.ndarray]]] = [deque() for _ in range(chunks)]
         self._finished = [False] * chunks
-        self._turn = 0  # the chunk whose tensors observers see now
         self._pending_bytes = 0
         self._failed = False
         self._state = threading.Condition()
+
+    def _front(self) -> int:
+        """The chunk that never waits for the queue to drain (so the run always moves on)."""
+        raise NotImplementedError
+
+    def _admit(self, chunk: int, value: np.ndarray) -> None:
+        """Count `value` as queued, once `chunk` may queue it: a chunk other than the front
+        waits while more than the pending-bytes limit is queued. Called holding the state
+        lock; raises Cancelled once aborted."""
+        while (
+            chunk != self._front() and self._pending_bytes > self._max_pending and not self._failed
+        ):
+            self._state.wait()
+        if self._failed:
+            raise Cancelled
+        self._pending_bytes += value.nbytes
+
+    def abort(self) -> None:
+        """Give up the run: every waiting and later call that waits raises Cancelled."""
+        with self._state:
+            self._failed = True
+            self._state.notify_all()
+
+
+class OrderedObservation(_ChunkedObservation):
+    """Delivers (tensor, value) pairs of `chunks` chunks to observers in serial order."""
+
+    def __init__(
+        self,
+        observers: Sequence[Observer],
+        chunks: int,
+        max_pending_bytes: int = _PENDING_BYTES,
+    ) -> None:
+        super().__init__(observers, chunks, max_pending_bytes)
+        self._queues: list[deque[tuple[int, np.ndarray]]] = [deque() for _ in range(chunks)]
+        self._turn = 0  # the chunk whose tensors observers see now
         self._delivering = threading.Lock()  # held by the one thread calling observers
+
+    def _front(self) -> int:
+        return self._turn
 
     def emit(self, chunk: int, tensor: int, value: np.ndarray) -> None:
         """Queue one tensor value of `chunk` and deliver whatever is in turn. A chunk ahead of
@@ -115,14 +153,8 @@ class OrderedObservation:
         if not self._observers:
             return
         with self._state:
-            while (
-                chunk != self._turn and self._pending_bytes > self._max_pending and not self._failed
-            ):
-                self._state.wait()
-            if self._failed:
-                raise Cancelled
+            self._admit(chunk, value)
             self._queues[chunk].append((tensor, value))
-            self._pending_bytes += value.nbytes
         self._deliver()
 
     def finish(self, chunk: int) -> None:
@@ -142,12 +174,6 @@ class OrderedObservation:
                 self._state.wait()
             if self._failed:
                 raise Cancelled
-
-    def abort(self) -> None:
-        """Give up the run: every waiting and later `emit` or `wait_observed` raises Cancelled."""
-        with self._state:
-            self._failed = True
-            self._state.notify_all()
 
     def _next(self) -> tuple[int, np.ndarray] | None:
         """The next pair to deliver, advancing the turn past finished chunks; None when none
@@ -190,7 +216,7 @@ class OrderedObservation:
             return bool(self._queues[self._turn]) or self._finished[self._turn]
 
 
-class TensorOrderedObservation:
+class TensorOrderedObservation(_ChunkedObservation):
     """Delivers (tensor, value) pairs of `chunks` chunks to observers that keep their
     statistics tensor by tensor (`tensors_apart`): each tensor's values in chunk order, one
     call at a time, but different tensors on whichever threads produce them, at once.
@@ -210,17 +236,14 @@ class TensorOrderedObservation:
         chunks: int,
         max_pending_bytes: int = _PENDING_BYTES,
     ) -> None:
-        self._observers = list(observers)
-        self._chunks = chunks
-        self._max_pending = max_pending_bytes
+        super().__init__(observers, chunks, max_pending_bytes)
         self._next: dict[int, int] = {}  # tensor -> the chunk whose value it takes next
         self._queued: dict[int, dict[int, np.ndarray]] = {}  # tensor -> chunk -> value
         self._busy: set[int] = set()  # tensors some thread is observing
-        self._finished = [False] * chunks
         self._lowest = 0  # the lowest unfinished chunk
-        self._pending_bytes = 0
-        self._failed = False
-        self._state = threading.Condition()
+
+    def _front(self) -> int:
+        return self._lowest
 
     def emit(self, chunk: int, tensor: int, value: np.ndarray) -> None:
         """Queue one value of `chunk` and observe what is in turn for its tensor; raises
@@ -228,16 +251,8 @@ class TensorOrderedObservation:
         if not self._observers:
             return
         with self._state:
-            while (
-                chunk != self._lowest
-                and self._pending_bytes > self._max_pending
-                and not self._failed
-            ):
-                self._state.wait()
-            if self._failed:
-                raise Cancelled
+            self._admit(chunk, value)
             self._queued.setdefault(tensor, {})[chunk] = value
-            self._pending_bytes += value.nbytes
         self._deliver(tensor)
 
     def finish(self, chunk: int) -> None:
@@ -252,12 +267,6 @@ class TensorOrderedObservation:
             waiting = [t for t, queued in self._queued.items() if queued]
         for tensor in waiting:
             self._deliver(tensor)
-
-    def abort(self) -> None:
-        """Give up the run: every waiting and later `emit` raises Cancelled."""
-        with self._state:
-            self._failed = True
-            self._state.notify_all()
 
     def _take(self, tensor: int) -> np.ndarray | None:
         """The tensor's value in turn (its next chunk's, past finished chunks that never
