@@ -60,7 +60,10 @@ def test_threads_change_nothing_observers_or_outputs_see(name: str) -> None:
     assert [shape[0] for _, shape, _ in runs[1][0][::tensors_per_chunk]] == [3] * 7 + [2]
 
 
-def test_an_observer_error_stops_the_run_and_is_raised() -> None:
+@pytest.mark.parametrize("apart", [False, True], ids=["serial order", "per tensor"])
+def test_an_observer_error_stops_the_run_and_is_raised(apart: bool) -> None:
+    # Both orderings (OrderedObservation, and TensorOrderedObservation for an observer that
+    # keeps tensors apart) stop at the first failure.
     model = load_model(MODELS / "cnn.tflite")
     seen = []
 
@@ -69,6 +72,7 @@ def test_an_observer_error_stops_the_run_and_is_raised() -> None:
         if len(seen) == 25:
             raise ValueError("observer gave up")
 
+    failing.tensors_apart = apart
     with pytest.raises(ValueError, match="observer gave up"):
         Engine(model, threads=2).run([_samples("cnn", 40)], [failing], chunk=2)
     assert len(seen) == 25  # nothing was delivered after the failure
@@ -206,18 +210,3 @@ def test_per_tensor_order_waits_for_chunks_that_never_produce_a_tensor() -> None
     order.finish(1)
     order.finish(2)
     assert seen == [(0, 0), (1, 1), (1, 2)]
-
-
-def test_a_per_tensor_observer_error_stops_the_run() -> None:
-    model = load_model(MODELS / "cnn.tflite")
-    seen = []
-
-    def failing(tensor: int, value: np.ndarray) -> None:
-        seen.append(tensor)
-        if len(seen) == 25:
-            raise ValueError("observer gave up")
-
-    failing.tensors_apart = True
-    with pytest.raises(ValueError, match="observer gave up"):
-        Engine(model, threads=2).run([_samples("cnn", 40)], [failing], chunk=2)
-    assert len(seen) == 25
