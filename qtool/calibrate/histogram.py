@@ -127,12 +127,17 @@ class Histogram:
         return self.min > self.max
 
     def add(
-        self, samples: np.ndarray, channels: int = 1, unit_sums: np.ndarray | None = None
+        self,
+        samples: np.ndarray,
+        channels: int = 1,
+        unit_sums: np.ndarray | None = None,
+        classes: tuple | None = None,
     ) -> bool:
         """Fold in values shaped (samples, elements per sample); non-finite values are skipped.
-        Returns whether every value was finite. `unit_sums` (only where `one_pass` exists):
-        float64 per element of a sample, to which every sample's `MeanObserver` units are
-        added in the same pass."""
+        Returns whether every value was finite. Only where `one_pass` exists, one of:
+        `unit_sums`, float64 per element of a sample, to which every sample's `MeanObserver`
+        units are added in the same pass; `classes`, the kernel's argument for units added per
+        class of positions (`MeanObserver.class_target`)."""
         values = np.asarray(samples, dtype=np.float32)
         if not values.size:
             return True
@@ -141,7 +146,7 @@ class Histogram:
             self._raw = np.zeros(BINS, np.int64)
         if one_pass is not None:
             low, high, every_finite = one_pass(
-                np.ascontiguousarray(values), *values.shape, stride, self._raw, unit_sums
+                np.ascontiguousarray(values), *values.shape, stride, self._raw, unit_sums, classes
             )
             if low > high:  # no finite value
                 return False

@@ -7,8 +7,8 @@ split or the order).
 - `MinMaxObserver`: the global min/max of each tensor (TensorFlow's calibration rule).
 - `HistogramObserver`: exact min/max plus a histogram on a fixed grid (`histogram.py`), from
   which every calibration method of `ranges.py` reads its range.
-- `MeanObserver`: the per-element sum of a tensor over samples, for bias correction (the mean
-  input of a layer).
+- `MeanObserver`: the sum of a tensor over samples, per element or per class of positions
+  (`mean_classes.py`), for bias correction (the mean input of a layer).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from qtool.calibrate.histogram import Histogram
+from qtool.calibrate.mean_classes import ClassSums, PositionClasses
 
 
 class RangeObserver(abc.ABC):
@@ -127,13 +128,17 @@ class HistogramObserver(RangeObserver):
         self.histograms: dict[int, Histogram] = {}
 
     def update(
-        self, tensor_index: int, value: np.ndarray, unit_sums: np.ndarray | None = None
+        self,
+        tensor_index: int,
+        value: np.ndarray,
+        unit_sums: np.ndarray | None = None,
+        classes: tuple | None = None,
     ) -> bool:
-        """Fold in a chunk of samples; returns whether every value was finite. `unit_sums`:
-        as `Histogram.add`'s, for `rows(tensor_index, value)` samples."""
+        """Fold in a chunk of samples; returns whether every value was finite. `unit_sums`,
+        `classes`: as `Histogram.add`'s, for `rows(tensor_index, value)` samples."""
         rows = self.rows(tensor_index, value)
         histogram = self.histograms.setdefault(tensor_index, Histogram())
-        return histogram.add(rows, self.channels.get(tensor_index, 1), unit_sums)
+        return histogram.add(rows, self.channels.get(tensor_index, 1), unit_sums, classes)
 
     def rows(self, tensor_index: int, value: np.ndarray) -> np.ndarray:
         """A chunk's values as (samples, elements per sample)."""
@@ -171,7 +176,9 @@ class HistogramObserver(RangeObserver):
 
 
 class MeanObserver:
-    """The per-element sum of each observed tensor over samples, and the sample count.
+    """The sum of each observed tensor over samples, per element or, for a tensor with
+    `classes`, per class of positions and channel (what bias correction reads alike: see
+    `mean_classes.py`), and the sample count.
 
     Sums are kept in fixed point (int64 multiples of `RESOLUTION`), so they add exactly and in
     any order: shards merge to the single-process result bit for bit, as histograms do. Each
@@ -180,7 +187,7 @@ class MeanObserver:
     which is exact for such integers, then added in int64. Chunks known to be finite and within
     the limit add row by row into a float64 sum left open across chunks (up to `BLOCK` samples):
     no clipping, no check for NaN, no conversion per chunk (a third of the cost on
-    pose_detection's layer inputs).
+    pose_detection's layer inputs). Class sums are 128-bit integers (`ClassSums`).
     """
 
     kind = "mean"
@@ -188,9 +195,16 @@ class MeanObserver:
     _LIMIT = 2.0**22
     BLOCK = 128  # samples per float64 sum: 128 * 2^(22 + 24) < 2^53
 
-    def __init__(self, tensors: Iterable[int], sample_shapes: Mapping[int, tuple[int, ...]]):
+    def __init__(
+        self,
+        tensors: Iterable[int],
+        sample_shapes: Mapping[int, tuple[int, ...]],
+        classes: Mapping[int, PositionClasses] | None = None,
+    ):
         self.tensors = frozenset(tensors)
         self.sample_shapes = dict(sample_shapes)
+        self.classes = dict(classes or {})
+        self._class_sums: dict[int, ClassSums] = {}
         self._sums: dict[int, np.ndarray] = {}
         self.counts: dict[int, int] = {}
         self._open: dict[int, tuple[np.ndarray, int]] = {}  # float64 sum, its sample count
@@ -198,9 +212,15 @@ class MeanObserver:
 
     @property
     def sums(self) -> dict[int, np.ndarray]:
-        """Per tensor, the int64 sum of its values in units of `RESOLUTION`."""
+        """Per tensor summed element by element, the int64 sum of its values in units of
+        `RESOLUTION`."""
         self.close()
         return self._sums
+
+    @property
+    def summed(self) -> frozenset[int]:
+        """The tensors with sums, per element or per class."""
+        return frozenset(self.sums) | frozenset(self._class_sums)
 
     def close(self) -> None:
         """Add every sum left open into the int64 sums."""
@@ -221,12 +241,36 @@ class MeanObserver:
             return
         rows = value.reshape(-1, *self.sample_shapes[tensor_index])
         clip = magnitude is None or not magnitude <= self._LIMIT
-        if finite and not clip and rows.dtype == np.float32 and len(rows) <= self.BLOCK:
+        if tensor_index in self.classes:
+            classes = self.classes[tensor_index]
+            sums = self._class_sums_of(tensor_index)
+            for start in range(0, len(rows), self.BLOCK):
+                totals = self._block_sum(rows[start : start + self.BLOCK], clip)
+                classes.add_positions(sums, totals)
+        elif finite and not clip and rows.dtype == np.float32 and len(rows) <= self.BLOCK:
             self._add_open(tensor_index, rows)
         else:
             for start in range(0, len(rows), self.BLOCK):
                 self._add(tensor_index, self._block_sum(rows[start : start + self.BLOCK], clip))
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
+
+    def class_target(self, tensor_index: int, rows: np.ndarray) -> tuple | None:
+        """For a tensor summed per class: the one-pass kernel's `classes` argument, to which
+        the caller adds the units of `rows` (samples, elements); counted as added. None for
+        rows that are not samples of the tensor's shape."""
+        classes = self.classes[tensor_index]
+        if rows.shape[1] != classes.of_position.size * classes.channels:
+            return None
+        sums = self._class_sums_of(tensor_index)
+        self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
+        return classes.of_position, classes.channels, sums.high, sums.low
+
+    def _class_sums_of(self, tensor_index: int) -> ClassSums:
+        sums = self._class_sums.get(tensor_index)
+        if sums is None:
+            classes = self.classes[tensor_index]
+            sums = self._class_sums[tensor_index] = ClassSums(classes.count * classes.channels)
+        return sums
 
     def open_sum(self, tensor_index: int, rows: np.ndarray) -> np.ndarray | None:
         """The float64 sum (C order, a sample's shape) to which the caller adds the units of
@@ -293,15 +337,22 @@ class MeanObserver:
 
     def mean(self, tensor_index: int) -> np.ndarray | None:
         """The mean (read-only), computed once per sample count: every plan of a quantization
-        asks for it, per layer."""
-        if tensor_index not in self.sums:
+        asks for it, per layer. A tensor summed per class has each element at its class's
+        mean."""
+        count = self.counts.get(tensor_index)
+        if not count or (tensor_index not in self.sums and tensor_index not in self._class_sums):
             return None
-        count = self.counts[tensor_index]
         known = self._means.get(tensor_index)
         if known is not None and known[0] == count:
             return known[1]
-        total = self.sums[tensor_index].astype(np.float64) * self.RESOLUTION
-        mean = (total / count).astype(np.float32)
+        if tensor_index in self._class_sums:
+            classes = self.classes[tensor_index]
+            per_class = self._class_sums[tensor_index].floats().reshape(classes.count, -1)
+            per_class = per_class * self.RESOLUTION / (count * classes.sizes[:, None])
+            mean = classes.expand(per_class).reshape(self.sample_shapes[tensor_index])
+        else:
+            mean = self.sums[tensor_index].astype(np.float64) * self.RESOLUTION / count
+        mean = mean.astype(np.float32)
         mean.setflags(write=False)
         self._means[tensor_index] = (count, mean)
         return mean
@@ -310,8 +361,24 @@ class MeanObserver:
         """Add another shard's sums and sample counts (exact: the sums are integers). Sums left
         open on both sides add in float64 while they hold at most `BLOCK` samples together:
         closing them converts every element to int64 (0.2 s of a quantization of
-        palm_detection_full, whose folds merge into the fitting fold's statistics)."""
+        palm_detection_full, whose folds merge into the fitting fold's statistics). A tensor
+        summed per element on one side and per class on the other (statistics of an older
+        qtool) is summed per class; ValueError where both sum it over different classes."""
+        for t in other._class_sums.keys() | self._class_sums.keys():
+            theirs, mine = other.classes.get(t), self.classes.get(t)
+            if t in other._class_sums:
+                if t in self._class_sums and not _same_classes(theirs, mine):
+                    raise ValueError(f"the statistics of tensor {t} pool different positions")
+                if t not in self._class_sums:
+                    self._to_classes(t, theirs)
+                self._class_sums_of(t).add(other._class_sums[t])
+            elif t in other.sums:
+                self._add_integers(t, mine.reduce_integers(other.sums[t]))
+            self.counts[t] = self.counts.get(t, 0) + other.counts.get(t, 0)
+            self.sample_shapes.setdefault(t, other.sample_shapes[t])
         for t in other._sums.keys() | other._open.keys():
+            if t in self._class_sums:
+                continue  # added above
             total, count = other._open.get(t, (None, 0))
             mine, held = self._open.get(t, (None, 0))
             if total is not None and (mine is None or held + count <= self.BLOCK):
@@ -324,24 +391,65 @@ class MeanObserver:
             self.counts[t] = self.counts.get(t, 0) + other.counts[t]
             self.sample_shapes.setdefault(t, other.sample_shapes[t])
 
+    def _to_classes(self, tensor_index: int, classes: PositionClasses) -> None:
+        """Sum a tensor per class of `classes` from now on, its element sums so far included."""
+        self.classes[tensor_index] = classes
+        self._means.pop(tensor_index, None)
+        per_element = self.sums.pop(tensor_index, None)
+        self._class_sums[tensor_index] = ClassSums(classes.count * classes.channels)
+        if per_element is not None:
+            self._add_integers(tensor_index, classes.reduce_integers(per_element))
+
+    def _add_integers(self, tensor_index: int, values: list[int]) -> None:
+        have = self._class_sums_of(tensor_index).integers()
+        self._class_sums[tensor_index] = ClassSums.from_integers(
+            [a + b for a, b in zip(have, values, strict=True)]
+        )
+
     def state(self) -> dict[str, Any]:
         """{"kind", "means": {tensor index: {"count", "shape", "sum"}}}, JSON-ready; the sums in
-        units of RESOLUTION."""
-        return {
-            "kind": self.kind,
-            "means": {
-                str(t): {"count": self.counts[t], "shape": list(s.shape), "sum": s.ravel().tolist()}
-                for t, s in sorted(self.sums.items())
-            },
+        units of RESOLUTION, per element or, with "classes" (each position's class) and
+        "channels", per class and channel."""
+        means: dict[str, Any] = {
+            str(t): {"count": self.counts[t], "shape": list(s.shape), "sum": s.ravel().tolist()}
+            for t, s in self.sums.items()
         }
+        for t, sums in self._class_sums.items():
+            classes = self.classes[t]
+            means[str(t)] = {
+                "count": self.counts[t],
+                "shape": list(self.sample_shapes[t]),
+                "classes": classes.of_position.tolist(),
+                "channels": classes.channels,
+                "sum": sums.integers(),
+            }
+        return {"kind": self.kind, "means": dict(sorted(means.items(), key=lambda i: int(i[0])))}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> MeanObserver:
-        """The observer a `state()` describes."""
+        """The observer a `state()` describes; ValueError where its parts do not agree."""
         means = state["means"]
-        shapes = {int(t): tuple(m["shape"]) for t, m in means.items()}
+        shapes = {int(t): tuple(int(d) for d in m["shape"]) for t, m in means.items()}
         observer = cls(shapes, shapes)
-        for t, m in means.items():
-            observer.sums[int(t)] = np.asarray(m["sum"], np.int64).reshape(m["shape"])
-            observer.counts[int(t)] = int(m["count"])
+        for key, m in means.items():
+            t = int(key)
+            observer.counts[t] = int(m["count"])
+            if "classes" not in m:
+                observer.sums[t] = np.asarray(m["sum"], np.int64).reshape(shapes[t])
+                continue
+            classes = PositionClasses.checked(m["classes"], m["channels"])
+            if classes.of_position.size * classes.channels != int(np.prod(shapes[t])):
+                raise ValueError(f"the classes of tensor {t} do not fit its shape")
+            sums = ClassSums.from_integers(list(m["sum"]))
+            if sums.low.size != classes.count * classes.channels:
+                raise ValueError(
+                    f"tensor {t} has {sums.low.size} class sums, not "
+                    f"{classes.count * classes.channels}"
+                )
+            observer.classes[t] = classes
+            observer._class_sums[t] = sums
         return observer
+
+
+def _same_classes(a: PositionClasses, b: PositionClasses) -> bool:
+    return a.channels == b.channels and np.array_equal(a.of_position, b.of_position)

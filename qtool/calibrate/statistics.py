@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from qtool.calibrate.histogram import Histogram, one_pass
+from qtool.calibrate.mean_classes import position_classes
 from qtool.calibrate.observers import HistogramObserver, MeanObserver
 from qtool.calibrate.ranges import MINMAX, Method
 from qtool.errors import DataError
@@ -29,7 +30,10 @@ from qtool.runtime.state import state_tensors
 from qtool.spec import weighted_operands
 
 STATISTICS_FORMAT = "qtool-calibration-statistics"
-STATISTICS_VERSION = 1
+# Version 2 sums layer inputs per class of positions (mean_classes.py); version 1 files, summed
+# per element, still load and merge.
+STATISTICS_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 
 
 def model_fingerprint(model: Model) -> str:
@@ -134,6 +138,13 @@ class SubgraphStatistics:
         if tensor_index not in self.means.tensors:
             self.histograms.update(tensor_index, value)
             return True
+        if tensor_index in self.means.classes:
+            rows = self.histograms.rows(tensor_index, value)
+            target = self.means.class_target(tensor_index, rows)
+            if target is None:
+                return False
+            self.histograms.update(tensor_index, value, classes=target)
+            return True
         sums = self.means.open_sum(tensor_index, self.histograms.rows(tensor_index, value))
         if sums is None:
             return False
@@ -232,11 +243,15 @@ def _subgraph_statistics(
     elements = {t: int(np.prod(shape, dtype=np.int64)) for t, shape in shapes.items()}
     channels = {t: (shape[-1] if shape else 1) for t, shape in shapes.items()}
     corrected = corrected_inputs(model, subgraph_index)
+    mean_shapes = {t: sample_shape(model, subgraph_index, t, batched) for t in corrected}
+    classes = {
+        t: found
+        for t, shape in mean_shapes.items()
+        if (found := position_classes(model, subgraph_index, t, shape)) is not None
+    }
     return SubgraphStatistics(
         HistogramObserver(shapes, elements, channels),
-        MeanObserver(
-            corrected, {t: sample_shape(model, subgraph_index, t, batched) for t in corrected}
-        ),
+        MeanObserver(corrected, mean_shapes, classes),
     )
 
 
@@ -293,7 +308,10 @@ class CalibrationStatistics:
             raise DataError("the statistics come from different models and cannot be merged")
         for s, stats in other.subgraphs.items():
             if s in self.subgraphs:
-                self.subgraphs[s].merge(stats)
+                try:
+                    self.subgraphs[s].merge(stats)
+                except ValueError as exc:
+                    raise DataError(f"the statistics cannot be merged: {exc}") from None
             else:
                 self.subgraphs[s] = stats
 
@@ -314,7 +332,7 @@ class CalibrationStatistics:
         malformed data."""
         if state.get("format") != STATISTICS_FORMAT:
             raise DataError("not a qtool calibration statistics file")
-        if state.get("version") != STATISTICS_VERSION:
+        if state.get("version") not in _READABLE_VERSIONS:
             raise DataError(f"statistics format version {state.get('version')} is not supported")
         try:
             subgraphs = {int(s): _from_state(raw) for s, raw in state["subgraphs"].items()}

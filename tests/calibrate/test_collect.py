@@ -206,7 +206,7 @@ def _state(statistics) -> tuple:
             t: (h.min, h.max, h.counts.tobytes())
             for t, h in statistics.histograms.histograms.items()
         },
-        {t: s.tobytes() for t, s in statistics.means.sums.items()},
+        statistics.means.state(),
     )
 
 

@@ -84,7 +84,7 @@ def test_statistics_observed_apart_are_those_of_one_thread(monkeypatch) -> None:
                     t: (h.min, h.max, h.counts.tobytes())
                     for t, h in statistics.histograms.histograms.items()
                 },
-                {t: s.tobytes() for t, s in statistics.means.sums.items()},
+                statistics.means.state(),
             )
         )
     assert found[0] == found[1]

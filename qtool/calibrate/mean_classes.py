@@ -1,0 +1,235 @@
+"""Which positions of a layer input bias correction may pool into one mean.
+
+Bias correction (qtool/quantize/bias_correction.py) needs, for each layer with weights, the
+mean over samples and output positions of the layer applied to its input with the weights'
+rounding error as weights. That mean is linear in the input, and an input position enters it
+through the kernel taps that read it: two positions read by the same taps enter it alike. So
+the mean over samples of each input element is more than bias correction can use; the mean of
+each *class* of positions (the same set of taps, per channel) gives the same correction, and
+expanding the class means back over their positions gives an input on which the layer's own
+kernel computes it exactly as before.
+
+The classes are few: a FULLY_CONNECTED layer or a 1x1 unstrided convolution reads every
+position through its one tap (one class); a k x k convolution with stride s has a class per
+border row and column pattern and per phase of the stride (palm_detection_full's 5 x 5
+depthwise layers: 25 classes of 9,216 positions). Calibration then adds each element into its
+class's sum, which stays in the first-level cache, instead of into a per-element sum of the
+tensor's size in memory: half of what observing palm_detection_full's layer inputs cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from qtool.errors import ModelError
+from qtool.model import Model, Operator
+from qtool.runtime.kernels.conv import out_size_and_padding
+from qtool.spec import weighted_operands
+
+_PIECE = 512  # values below 2^53 added in int64: 512 * 2^53 = 2^62
+_SPATIAL = {"CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOptions"}
+
+
+@dataclass(frozen=True)
+class PositionClasses:
+    """The class of every position of a sample (positions: the elements of a sample's shape
+    without its last axis, in C order; the last axis holds `channels`)."""
+
+    of_position: np.ndarray  # int32, one class per position
+    count: int
+    channels: int
+
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        """How many positions each class holds."""
+        return np.bincount(self.of_position, minlength=self.count)
+
+    @cached_property
+    def _order(self) -> np.ndarray:
+        return np.argsort(self.of_position, kind="stable")
+
+    def add_positions(self, sums: ClassSums, totals: np.ndarray) -> None:
+        """Add int64 totals per position and channel, each below 2^53 in magnitude, to their
+        classes' sums: in int64 over at most `_PIECE` positions at a time (no overflow)."""
+        ordered = totals.reshape(-1, self.channels)[self._order]
+        bounds = np.concatenate([[0], np.cumsum(self.sizes)])
+        pieces = [
+            (start, k)
+            for k in range(self.count)
+            for start in range(int(bounds[k]), int(bounds[k + 1]), _PIECE)
+        ]
+        partials = np.add.reduceat(ordered, [start for start, _ in pieces], axis=0)
+        for (_, k), partial in zip(pieces, partials, strict=True):
+            sums.add_int64(partial, k * self.channels)
+
+    def reduce_integers(self, per_position: np.ndarray) -> list[int]:
+        """Exact per-element integer sums (positions x channels) added up per class."""
+        ordered = per_position.astype(object).reshape(-1, self.channels)[self._order]
+        bounds = np.concatenate([[0], np.cumsum(self.sizes)[:-1]])
+        return np.add.reduceat(ordered, bounds, axis=0).reshape(-1).tolist()
+
+    def expand(self, class_means: np.ndarray) -> np.ndarray:
+        """Per position and channel: the mean of its class ((count, channels) in)."""
+        return class_means.reshape(self.count, self.channels)[self.of_position]
+
+    @classmethod
+    def checked(cls, of_position: object, channels: object) -> PositionClasses:
+        """Classes read from a file: ValueError unless every position has a class, the classes
+        are numbered from 0 without gaps, and channels is positive."""
+        found = np.asarray(of_position)
+        if found.ndim != 1 or not found.size or found.dtype.kind not in "iu":
+            raise ValueError("position classes must be a non-empty list of integers")
+        if not isinstance(channels, int) or channels < 1:
+            raise ValueError("channels must be a positive integer")
+        count = int(found.max()) + 1
+        if found.min() < 0 or np.unique(found).size != count:
+            raise ValueError("position classes must number every class from 0")
+        return cls(found.astype(np.int32), count, channels)
+
+
+def position_classes(
+    model: Model, subgraph_index: int, tensor_index: int, sample_shape: tuple[int, ...]
+) -> PositionClasses | None:
+    """The classes of a layer input's positions that every layer reading it agrees on; None
+    where some reader needs each element's own mean (a layer of another kind, or shapes that
+    do not fit), and where classes would save nothing."""
+    if len(sample_shape) < 1 or min(sample_shape, default=1) < 1:
+        return None
+    subgraph = model.subgraphs[subgraph_index]
+    readers = [
+        op
+        for op in subgraph.operators
+        if (operands := weighted_operands(model.op_type(op))) is not None
+        and operands.activation < len(op.inputs)
+        and op.inputs[operands.activation] == tensor_index
+    ]
+    channels = sample_shape[-1]
+    positions = int(np.prod(sample_shape[:-1], dtype=np.int64))
+    keys: list[np.ndarray] = []
+    for op in readers:
+        key = _tap_key(model, subgraph_index, op, sample_shape)
+        if key is None:
+            return None
+        keys.append(key)
+    if not keys:
+        return None
+    # Positions alike for every reader share a class: the distinct rows of the keys' columns.
+    _, of_position = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
+    of_position = of_position.reshape(-1).astype(np.int32)
+    count = int(of_position.max()) + 1
+    if count * 2 > positions:
+        return None  # nearly an element each: per-element sums cost no more
+    return PositionClasses(of_position, count, channels)
+
+
+def _tap_key(
+    model: Model, subgraph_index: int, op: Operator, sample_shape: tuple[int, ...]
+) -> np.ndarray | None:
+    """Per position, a number that differs between positions some tap of `op` reads
+    differently (int64; None where the op's reading is not understood)."""
+    op_type = model.op_type(op)
+    subgraph = model.subgraphs[subgraph_index]
+    weights = subgraph.tensors[op.inputs[weighted_operands(op_type).weights]].shape
+    positions = int(np.prod(sample_shape[:-1], dtype=np.int64))
+    if op_type == "FULLY_CONNECTED":
+        # Each row of `channels` inputs is multiplied by the same weights: one class.
+        if len(weights) != 2 or weights[1] != sample_shape[-1]:
+            return None
+        return np.zeros(positions, np.int64)
+    table = _SPATIAL.get(op_type)
+    if table is None or len(sample_shape) < 3 or len(weights) != 4:
+        return None
+    height, width = sample_shape[-3], sample_shape[-2]
+    padding = op.option("padding", table)
+    rows = _axis_key(
+        padding,
+        height,
+        weights[1],
+        op.option("stride_h", table),
+        op.option("dilation_h_factor", table),
+    )
+    columns = _axis_key(
+        padding,
+        width,
+        weights[2],
+        op.option("stride_w", table),
+        op.option("dilation_w_factor", table),
+    )
+    if rows is None or columns is None:
+        return None
+    plane = rows[:, None] * (int(columns.max()) + 1) + columns[None, :]
+    # Leading axes (a declared batch of several) repeat the plane: the mean is over them too.
+    return np.tile(plane.reshape(-1), positions // (height * width))
+
+
+def _axis_key(
+    padding: int, size: int, kernel: int, stride: int, dilation: int
+) -> np.ndarray | None:
+    """Per index along one spatial axis, the bit set of the kernel taps that read it."""
+    if kernel < 1 or stride < 1 or dilation < 1 or kernel > 62:
+        return None
+    try:
+        out, before = out_size_and_padding(padding, size, kernel, stride, dilation)
+    except ModelError:  # a padding this reading does not know
+        return None
+    if out < 1:
+        return None
+    key = np.zeros(size, np.int64)
+    outputs = np.arange(out)
+    for tap in range(kernel):
+        read = outputs * stride + tap * dilation - before
+        read = read[(read >= 0) & (read < size)]
+        key[read] |= 1 << tap
+    return key
+
+
+class ClassSums:
+    """Exact integer sums, one per class and channel, as 128-bit integers: a signed `high` and
+    an unsigned `low` word each (`high * 2^64 + low`), which the C kernel adds into in place.
+    A class of an image-sized layer input takes thousands of values a sample, each up to 2^46
+    units: no 64-bit integer would hold a calibration's sum."""
+
+    def __init__(self, size: int) -> None:
+        self.high = np.zeros(size, np.int64)
+        self.low = np.zeros(size, np.uint64)
+
+    def add_int64(self, values: np.ndarray, start: int = 0) -> None:
+        """Add int64 `values` to the sums from index `start` on."""
+        values = np.asarray(values, np.int64).reshape(-1)
+        stop = start + values.size
+        low = self.low[start:stop]
+        total = low + values.view(np.uint64)  # wraps modulo 2^64: the carry says where
+        self.high[start:stop] += (total < low).astype(np.int64) - (values < 0)
+        low[...] = total
+
+    def add(self, other: ClassSums) -> None:
+        """Add another set of sums of the same size."""
+        total = self.low + other.low
+        self.high += other.high + (total < self.low)
+        self.low = total
+
+    def floats(self) -> np.ndarray:
+        """The sums as float64 (rounded to 53 bits)."""
+        return self.high.astype(np.float64) * 2.0**64 + self.low.astype(np.float64)
+
+    def integers(self) -> list[int]:
+        """The sums as Python integers (exact)."""
+        return [(int(h) << 64) + int(lo) for h, lo in zip(self.high, self.low, strict=True)]
+
+    @classmethod
+    def from_integers(cls, values: list[int]) -> ClassSums:
+        """Sums of Python integers; ValueError for a value that is not a 128-bit integer."""
+        sums = cls(len(values))
+        for k, value in enumerate(values):
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not -(2**127) <= value < 2**127
+            ):
+                raise ValueError("a class sum is not a 128-bit integer")
+            sums.high[k] = value >> 64
+            sums.low[k] = value & (2**64 - 1)
+        return sums
