@@ -19,6 +19,7 @@ tensor's size in memory: half of what observing palm_detection_full's layer inpu
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -35,17 +36,46 @@ _SPATIAL = {"CONV_2D": "Conv2DOptions", "DEPTHWISE_CONV_2D": "DepthwiseConv2DOpt
 
 @dataclass(frozen=True)
 class PositionClasses:
-    """The class of every position of a sample (positions: the elements of a sample's shape
-    without its last axis, in C order; the last axis holds `channels`)."""
+    """The class of every position of a sample, on a grid: a sample's positions (its shape
+    without the last axis, which holds `channels`) in C order are rows of columns (an image:
+    its rows, each of its columns; positions all alike: one column), and a position's class is
+    `row_class * column_classes + column_class`. The kernel adds a row of a sample (all its
+    columns and channels) at once."""
 
-    of_position: np.ndarray  # int32, one class per position
-    count: int
+    row_class: np.ndarray  # int32, per row
+    column_class: np.ndarray  # int32, per column
     channels: int
+
+    @cached_property
+    def column_classes(self) -> int:
+        """How many column classes there are."""
+        return int(self.column_class.max()) + 1
+
+    @cached_property
+    def count(self) -> int:
+        """How many classes there are."""
+        return (int(self.row_class.max()) + 1) * self.column_classes
+
+    @cached_property
+    def of_position(self) -> np.ndarray:
+        """The class of each position (int32, C order)."""
+        grid = self.row_class[:, None] * self.column_classes + self.column_class[None, :]
+        return grid.reshape(-1).astype(np.int32)
 
     @cached_property
     def sizes(self) -> np.ndarray:
         """How many positions each class holds."""
         return np.bincount(self.of_position, minlength=self.count)
+
+    def kernel_argument(self, sums: ClassSums) -> tuple:
+        """The one-pass kernel's `classes` argument that adds to `sums` (`_observe.c`)."""
+        targets = self.column_classes * self.channels
+        return self.row_class, self._column_target, targets, sums.high, sums.low
+
+    @cached_property
+    def _column_target(self) -> np.ndarray:
+        channel = np.arange(self.channels, dtype=np.int32)
+        return (self.column_class[:, None] * self.channels + channel[None, :]).reshape(-1)
 
     @cached_property
     def _order(self) -> np.ndarray:
@@ -76,93 +106,121 @@ class PositionClasses:
         return class_means.reshape(self.count, self.channels)[self.of_position]
 
     @classmethod
-    def checked(cls, of_position: object, channels: object) -> PositionClasses:
-        """Classes read from a file: ValueError unless every position has a class, the classes
-        are numbered from 0 without gaps, and channels is positive."""
-        found = np.asarray(of_position)
-        if found.ndim != 1 or not found.size or found.dtype.kind not in "iu":
-            raise ValueError("position classes must be a non-empty list of integers")
-        if not isinstance(channels, int) or channels < 1:
+    def checked(cls, row_class: object, column_class: object, channels: object) -> PositionClasses:
+        """Classes read from a file: ValueError unless the row and column classes are numbered
+        from 0 without gaps and channels is positive."""
+        grid = [_dense(row_class, "row"), _dense(column_class, "column")]
+        if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
             raise ValueError("channels must be a positive integer")
-        count = int(found.max()) + 1
-        if found.min() < 0 or np.unique(found).size != count:
-            raise ValueError("position classes must number every class from 0")
-        return cls(found.astype(np.int32), count, channels)
+        return cls(grid[0], grid[1], channels)
+
+
+def _dense(classes: object, what: str) -> np.ndarray:
+    found = np.asarray(classes)
+    if found.ndim != 1 or not found.size or found.dtype.kind not in "iu":
+        raise ValueError(f"{what} classes must be a non-empty list of integers")
+    if found.min() < 0 or np.unique(found).size != int(found.max()) + 1:
+        raise ValueError(f"{what} classes must number every class from 0")
+    return found.astype(np.int32)
 
 
 def position_classes(
-    model: Model, subgraph_index: int, tensor_index: int, sample_shape: tuple[int, ...]
-) -> PositionClasses | None:
-    """The classes of a layer input's positions that every layer reading it agrees on; None
-    where some reader needs each element's own mean (a layer of another kind, or shapes that
-    do not fit), and where classes would save nothing."""
-    if len(sample_shape) < 1 or min(sample_shape, default=1) < 1:
-        return None
+    model: Model, subgraph_index: int, sample_shapes: Mapping[int, tuple[int, ...]]
+) -> dict[int, PositionClasses]:
+    """For each layer input of `sample_shapes`, the classes of its positions that every layer
+    reading it agrees on; left out where some reader needs each element's own mean (a layer
+    of another kind, or shapes that do not fit), and where classes would save nothing."""
     subgraph = model.subgraphs[subgraph_index]
-    readers = [
-        op
-        for op in subgraph.operators
-        if (operands := weighted_operands(model.op_type(op))) is not None
-        and operands.activation < len(op.inputs)
-        and op.inputs[operands.activation] == tensor_index
-    ]
-    channels = sample_shape[-1]
-    positions = int(np.prod(sample_shape[:-1], dtype=np.int64))
-    keys: list[np.ndarray] = []
-    for op in readers:
-        key = _tap_key(model, subgraph_index, op, sample_shape)
-        if key is None:
-            return None
-        keys.append(key)
-    if not keys:
+    readers: dict[int, list[Operator]] = {t: [] for t in sample_shapes}
+    for op in subgraph.operators:
+        operands = weighted_operands(model.op_type(op))
+        if operands is not None and operands.activation < len(op.inputs):
+            readers.get(op.inputs[operands.activation], []).append(op)
+    found = {}
+    for t, shape in sample_shapes.items():
+        classes = _classes(model, subgraph_index, readers[t], tuple(shape))
+        if classes is not None:
+            found[t] = classes
+    return found
+
+
+def _classes(
+    model: Model, subgraph_index: int, readers: list[Operator], sample_shape: tuple[int, ...]
+) -> PositionClasses | None:
+    if not readers or not sample_shape or min(sample_shape) < 1:
         return None
-    # Positions alike for every reader share a class: the distinct rows of the keys' columns.
-    _, of_position = np.unique(np.stack(keys, axis=1), axis=0, return_inverse=True)
-    of_position = of_position.reshape(-1).astype(np.int32)
-    count = int(of_position.max()) + 1
-    if count * 2 > positions:
+    positions = int(np.prod(sample_shape[:-1], dtype=np.int64))
+    # Per reader: a key per row and per column of the plane (None: every position alike).
+    planes = []
+    for op in readers:
+        try:
+            keys = _tap_keys(model, subgraph_index, op, sample_shape)
+        except _Unread:
+            return None
+        if keys is not None:
+            planes.append(keys)
+    if not planes:
+        # Every position alike: an image's rows are the grid's rows (long rows to add), other
+        # shapes a position per row.
+        rows, columns = positions, 1
+        if len(sample_shape) >= 3:
+            rows, columns = positions // sample_shape[-2], sample_shape[-2]
+        row_class, column_class = np.zeros(rows, np.int32), np.zeros(columns, np.int32)
+    else:
+        # Rows alike for every reader share a row class; columns likewise; a position's class
+        # is the pair (every pair occurs: the plane is every row with every column). Leading
+        # axes (a declared batch of several) repeat the plane's rows: the mean is over them.
+        plane_rows = _numbered(np.stack([r for r, _ in planes], axis=1))
+        row_class = np.tile(plane_rows, positions // (plane_rows.size * sample_shape[-2]))
+        column_class = _numbered(np.stack([c for _, c in planes], axis=1))
+    classes = PositionClasses(
+        row_class.astype(np.int32), column_class.astype(np.int32), sample_shape[-1]
+    )
+    if classes.count * 2 > positions:
         return None  # nearly an element each: per-element sums cost no more
-    return PositionClasses(of_position, count, channels)
+    return classes
 
 
-def _tap_key(
+def _numbered(keys: np.ndarray) -> np.ndarray:
+    """Each row's number among the distinct rows of `keys`, from 0."""
+    return np.unique(keys, axis=0, return_inverse=True)[1].reshape(-1)
+
+
+class _Unread(Exception):
+    """A reader whose way of reading its input is not understood: per-element means."""
+
+
+def _tap_keys(
     model: Model, subgraph_index: int, op: Operator, sample_shape: tuple[int, ...]
-) -> np.ndarray | None:
-    """Per position, a number that differs between positions some tap of `op` reads
-    differently (int64; None where the op's reading is not understood)."""
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """For a spatial layer, per row and per column of its input plane, the bit set of the
+    kernel taps that read it; None for a layer that reads every position alike
+    (FULLY_CONNECTED); `_Unread` where the op's reading is not understood."""
     op_type = model.op_type(op)
     subgraph = model.subgraphs[subgraph_index]
     weights = subgraph.tensors[op.inputs[weighted_operands(op_type).weights]].shape
-    positions = int(np.prod(sample_shape[:-1], dtype=np.int64))
     if op_type == "FULLY_CONNECTED":
-        # Each row of `channels` inputs is multiplied by the same weights: one class.
+        # Each row of `channels` inputs is multiplied by the same weights.
         if len(weights) != 2 or weights[1] != sample_shape[-1]:
-            return None
-        return np.zeros(positions, np.int64)
+            raise _Unread
+        return None
     table = _SPATIAL.get(op_type)
     if table is None or len(sample_shape) < 3 or len(weights) != 4:
-        return None
-    height, width = sample_shape[-3], sample_shape[-2]
+        raise _Unread
     padding = op.option("padding", table)
-    rows = _axis_key(
-        padding,
-        height,
-        weights[1],
-        op.option("stride_h", table),
-        op.option("dilation_h_factor", table),
-    )
-    columns = _axis_key(
-        padding,
-        width,
-        weights[2],
-        op.option("stride_w", table),
-        op.option("dilation_w_factor", table),
-    )
-    if rows is None or columns is None:
-        return None
-    plane = rows[:, None] * (int(columns.max()) + 1) + columns[None, :]
-    # Leading axes (a declared batch of several) repeat the plane: the mean is over them too.
-    return np.tile(plane.reshape(-1), positions // (height * width))
+    keys = []
+    for axis, kernel, name in ((-3, weights[1], "h"), (-2, weights[2], "w")):
+        key = _axis_key(
+            padding,
+            sample_shape[axis],
+            kernel,
+            op.option(f"stride_{name}", table),
+            op.option(f"dilation_{name}_factor", table),
+        )
+        if key is None:
+            raise _Unread
+        keys.append(key)
+    return keys[0], keys[1]
 
 
 def _axis_key(

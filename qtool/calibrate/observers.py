@@ -263,7 +263,7 @@ class MeanObserver:
             return None
         sums = self._class_sums_of(tensor_index)
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
-        return classes.of_position, classes.channels, sums.high, sums.low
+        return classes.kernel_argument(sums)
 
     def _class_sums_of(self, tensor_index: int) -> ClassSums:
         sums = self._class_sums.get(tensor_index)
@@ -408,8 +408,8 @@ class MeanObserver:
 
     def state(self) -> dict[str, Any]:
         """{"kind", "means": {tensor index: {"count", "shape", "sum"}}}, JSON-ready; the sums in
-        units of RESOLUTION, per element or, with "classes" (each position's class) and
-        "channels", per class and channel."""
+        units of RESOLUTION, per element or, with "row_classes", "column_classes" and
+        "channels" (`PositionClasses`), per class and channel."""
         means: dict[str, Any] = {
             str(t): {"count": self.counts[t], "shape": list(s.shape), "sum": s.ravel().tolist()}
             for t, s in self.sums.items()
@@ -419,7 +419,8 @@ class MeanObserver:
             means[str(t)] = {
                 "count": self.counts[t],
                 "shape": list(self.sample_shapes[t]),
-                "classes": classes.of_position.tolist(),
+                "row_classes": classes.row_class.tolist(),
+                "column_classes": classes.column_class.tolist(),
                 "channels": classes.channels,
                 "sum": sums.integers(),
             }
@@ -434,10 +435,10 @@ class MeanObserver:
         for key, m in means.items():
             t = int(key)
             observer.counts[t] = int(m["count"])
-            if "classes" not in m:
+            if "row_classes" not in m:
                 observer.sums[t] = np.asarray(m["sum"], np.int64).reshape(shapes[t])
                 continue
-            classes = PositionClasses.checked(m["classes"], m["channels"])
+            classes = PositionClasses.checked(m["row_classes"], m["column_classes"], m["channels"])
             if classes.of_position.size * classes.channels != int(np.prod(shapes[t])):
                 raise ValueError(f"the classes of tensor {t} do not fit its shape")
             sums = ClassSums.from_integers(list(m["sum"]))
@@ -452,4 +453,8 @@ class MeanObserver:
 
 
 def _same_classes(a: PositionClasses, b: PositionClasses) -> bool:
-    return a.channels == b.channels and np.array_equal(a.of_position, b.of_position)
+    return (
+        a.channels == b.channels
+        and np.array_equal(a.row_class, b.row_class)
+        and np.array_equal(a.column_class, b.column_class)
+    )

@@ -244,11 +244,7 @@ def _subgraph_statistics(
     channels = {t: (shape[-1] if shape else 1) for t, shape in shapes.items()}
     corrected = corrected_inputs(model, subgraph_index)
     mean_shapes = {t: sample_shape(model, subgraph_index, t, batched) for t in corrected}
-    classes = {
-        t: found
-        for t, shape in mean_shapes.items()
-        if (found := position_classes(model, subgraph_index, t, shape)) is not None
-    }
+    classes = position_classes(model, subgraph_index, mean_shapes)
     return SubgraphStatistics(
         HistogramObserver(shapes, elements, channels),
         MeanObserver(corrected, mean_shapes, classes),

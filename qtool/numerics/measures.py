@@ -23,6 +23,9 @@ output far from its threshold tolerates more noise, one that hovers at it none.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,16 +65,63 @@ def sample_sqnr(reference: np.ndarray, test: np.ndarray, centre: float = 0.0) ->
     """Each sample's SQNR (dB) of `test` against `reference` (samples along axis 0), the signal
     measured from `centre` (a decision threshold; 0 for the plain SQNR)."""
     ref, got = _rows(reference), _rows(test)
-    return _row_sqnr((ref - centre) ** 2, (ref - got) ** 2)
+    return _row_sqnr(np.sum((ref - centre) ** 2, axis=1), (ref - got) ** 2)
 
 
-def _row_sqnr(signal_squares: np.ndarray, noise_squares: np.ndarray) -> np.ndarray:
-    """Each row's SQNR (dB) from the squares of its signal and of its noise."""
-    signal = np.sum(signal_squares, axis=1)
+def _row_sqnr(signal: np.ndarray, noise_squares: np.ndarray) -> np.ndarray:
+    """Each row's SQNR (dB) from the sum of its signal's squares and the squares of its
+    noise."""
     noise = np.sum(noise_squares, axis=1)
     return np.array(
         [sqnr_from_sums(float(s), float(n)) for s, n in zip(signal, noise, strict=True)]
     )
+
+
+@dataclass(frozen=True)
+class _ReferenceTerms:
+    """What a chunk's measures read from the reference alone. A choice measures every
+    candidate against the same reference outputs: computed once per reference array
+    (pose_landmark_full's mask, 16 samples: the sigmoid of 1M values, half of a measure)."""
+
+    power: float  # the sum of the reference's squares
+    judged: np.ndarray | None  # a logit's probability (float64), compared in its place
+    fitting: float  # the sum of the fitting signal's squares
+    fitting_rows: np.ndarray | None  # ... per sample
+    magnitude: float  # the sum of |judged reference|
+    above: np.ndarray | None  # decisions: the judged reference above the threshold
+
+
+_TERMS: dict[tuple[int, str], tuple[weakref.ref, _ReferenceTerms]] = {}
+_TERMS_KEPT = 16  # references whose terms are kept (the folds' outputs, a few each)
+_TERMS_LOCK = threading.Lock()
+
+
+def _reference_terms(reference: np.ndarray, kind: str) -> _ReferenceTerms:
+    """The terms of `reference` for an output of `kind`, remembered while the array lives."""
+    key = (id(reference), kind)
+    with _TERMS_LOCK:
+        known = _TERMS.get(key)
+    if known is not None and known[0]() is reference:
+        return known[1]
+    ref = np.asarray(reference, np.float64)
+    judged = sigmoid(ref) if kind == LOGITS else ref
+    centre = THRESHOLD if kind in DECIDED else 0.0
+    signal = (judged - centre) ** 2 if kind in DECIDED else ref**2
+    rows = (ref.shape[0], -1) if ref.shape[:1] and ref.shape[0] else None
+    terms = _ReferenceTerms(
+        power=float(np.sum(ref**2)),
+        judged=judged if kind == LOGITS else None,
+        fitting=float(np.sum(signal)),
+        fitting_rows=None if rows is None else np.sum(signal.reshape(rows), axis=1),
+        magnitude=float(np.abs(judged).sum()),
+        above=judged > THRESHOLD if kind in DECIDED else None,
+    )
+    with _TERMS_LOCK:
+        while len(_TERMS) >= _TERMS_KEPT:
+            del _TERMS[next(iter(_TERMS))]  # the oldest
+        with contextlib.suppress(TypeError):  # an object without weak references: not kept
+            _TERMS[key] = (weakref.ref(reference), terms)
+    return terms
 
 
 @dataclass
@@ -103,33 +153,31 @@ class OutputMeasures:
     def add(self, reference: np.ndarray, test: np.ndarray, detected: np.ndarray | None = None):
         """Add one chunk of samples (axis 0) of the float reference and the quantized output."""
         # Each difference and square computed once (an output of pose_landmark_full is 2.6M
-        # values a chunk): the same arrays summed the same way as one computation per measure.
+        # values a chunk): the same arrays summed the same way as one computation per measure;
+        # what depends on the reference alone, once per reference (`_reference_terms`).
+        terms = _reference_terms(reference, self.kind)
         ref = np.asarray(reference, np.float64)
         got = np.asarray(test, np.float64).reshape(ref.shape)
         difference = ref - got
-        signal, noise = ref**2, difference**2
-        self.sqnr.signal += float(np.sum(signal))
+        noise = difference**2
+        self.sqnr.signal += terms.power
         self.sqnr.noise += float(np.sum(noise))
-        centre = 0.0
-        if self.kind in DECIDED:
-            if self.kind == LOGITS:
-                ref, got = sigmoid(ref), sigmoid(got)
-                difference = ref - got
-                noise = difference**2
-            centre = THRESHOLD
-            signal = (ref - centre) ** 2
-        self.fitting.signal += float(np.sum(signal))
+        if self.kind == LOGITS:
+            got = sigmoid(got)
+            difference = terms.judged - got
+            noise = difference**2
+        self.fitting.signal += terms.fitting
         self.fitting.noise += float(np.sum(noise))
-        if ref.shape[:1] and ref.shape[0]:
+        if terms.fitting_rows is not None:
             rows = (ref.shape[0], -1)
-            self.per_sample.append(_row_sqnr(signal.reshape(rows), noise.reshape(rows)))
+            self.per_sample.append(_row_sqnr(terms.fitting_rows, noise.reshape(rows)))
         error = np.abs(difference)
         self.elements += ref.size
         self.largest_error = max(self.largest_error, float(error.max(initial=0.0)))
         self.abs_error += float(error.sum())
-        self.abs_reference += float(np.abs(ref).sum())
+        self.abs_reference += terms.magnitude
         if self.kind in DECIDED:
-            above, got_above = ref > THRESHOLD, got > THRESHOLD
+            above, got_above = terms.above, got > THRESHOLD
             self.agree += int(np.sum(above == got_above))
             self.intersection += int(np.sum(above & got_above))
             self.union += int(np.sum(above | got_above))

@@ -85,8 +85,7 @@ def test_class_means_give_the_per_element_means_correction(name: str) -> None:
     weights = layer.random_weights(rng)
     model = layer.model(weights, rng.normal(0, 1, layer.output_shape[-1]))
     t = model.subgraphs[0].operators[0].inputs[0]
-    classes = position_classes(model, 0, t, layer.input_shape)
-    assert classes is not None
+    classes = position_classes(model, 0, {t: layer.input_shape})[t]
     positions = int(np.prod(layer.input_shape[:-1]))
     assert classes.count * 2 <= positions  # the point: far fewer sums than elements
     x = structured_inputs(rng, layer.input_shape)
@@ -109,23 +108,27 @@ def test_layers_the_classes_do_not_know_keep_per_element_means() -> None:
     layer = LAYERS["TRANSPOSE_CONV"]
     model = layer.model(layer.random_weights(np.random.default_rng(0)), None)
     t = model.subgraphs[0].operators[0].inputs[2]
-    assert position_classes(model, 0, t, layer.input_shape) is None
+    assert position_classes(model, 0, {t: layer.input_shape}) == {}
 
 
 @pytest.mark.parametrize(
-    "rows,shape,count",
+    "rows,grid,channels,count",
     [
-        (3, (6, 5, 4), 5),
-        (300, (4, 4, 3), 2),  # more than a class's float64 run (128) in one call
-        (2, (5, 3, 2100), 4),  # a position wider than the kernel's block of columns
-        (1, (1, 1), 1),
+        (3, (6, 5), 4, (2, 3)),
+        (300, (4, 4), 3, (2, 1)),  # more than a row class's float64 run (128) in one call
+        (2, (5, 3), 2100, (4, 2)),  # rows wider than the kernel's block of columns
+        (2, (7, 1), 5, (1, 1)),  # a position per row, all alike
+        (1, (1, 1), 1, (1, 1)),
     ],
 )
-def test_kernel_class_sums_equal_the_numpy_passes(numpy_passes, rows, shape, count) -> None:  # noqa: F811
-    rng = np.random.default_rng(rows + count)
-    positions = int(np.prod(shape[:-1]))
-    of_position = np.concatenate([np.arange(count), rng.integers(0, count, positions - count)])
-    classes = PositionClasses(of_position.astype(np.int32), count, shape[-1])
+def test_kernel_class_sums_equal_the_numpy_passes(numpy_passes, rows, grid, channels, count):  # noqa: F811
+    rng = np.random.default_rng(rows + channels)
+    row_class = np.concatenate([np.arange(count[0]), rng.integers(0, count[0], grid[0] - count[0])])
+    column_class = np.concatenate(
+        [np.arange(count[1]), rng.integers(0, count[1], grid[1] - count[1])]
+    )
+    classes = PositionClasses(row_class.astype(np.int32), column_class.astype(np.int32), channels)
+    shape = (*grid, channels)
     values = hostile(rng, (rows, *shape)).reshape(rows, -1)
     found = []
     for kernel in (True, False):
@@ -136,17 +139,17 @@ def test_kernel_class_sums_equal_the_numpy_passes(numpy_passes, rows, shape, cou
             if not len(part):
                 continue
             if kernel:
-                histogram.add(part, shape[-1], classes=means.class_target(0, part))
+                histogram.add(part, channels, classes=means.class_target(0, part))
             else:
                 means(0, part)  # no bound known: clipped, NaN as 0
         found.append(means.state())
     assert found[0] == found[1]
     # The exact sums, in Python integers.
     units = np.rint(np.clip(np.nan_to_num(values, nan=0.0), -(2.0**22), 2.0**22) * 2.0**24)
-    exact = [0] * (count * shape[-1])
-    for p, k in enumerate(of_position):
-        for c in range(shape[-1]):
-            exact[k * shape[-1] + c] += sum(int(u) for u in units[:, p * shape[-1] + c])
+    exact = [0] * (classes.count * channels)
+    for p, k in enumerate(classes.of_position):
+        for c in range(channels):
+            exact[k * channels + c] += sum(int(u) for u in units[:, p * channels + c])
     assert found[0]["means"]["0"]["sum"] == exact
 
 
@@ -192,20 +195,21 @@ def test_older_per_element_statistics_merge_into_class_sums(tmp_path) -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        lambda m: m.update(classes=[0, 2, 2]),  # a class number skipped
-        lambda m: m.update(classes=[]),
+        lambda m: m.update(row_classes=[0, 2, 2]),  # a class number skipped
+        lambda m: m.update(column_classes=[]),
+        lambda m: m.update(row_classes=[0.5] * len(m["row_classes"])),
         lambda m: m.update(channels=0),
         lambda m: m.update(sum=m["sum"][:-1]),
         lambda m: m.update(sum=[2**130] * len(m["sum"])),
         lambda m: m.update(sum=[True] * len(m["sum"])),
-        lambda m: m.update(classes=m["classes"][:-1]),
+        lambda m: m.update(column_classes=m["column_classes"][:-1]),
     ],
 )
 def test_malformed_class_sums_are_refused(change) -> None:
     model, values = recorded("cnn")
     state = statistics_of(model, values, slice(0, 4)).state()
     means = state["subgraphs"]["0"]["means"]
-    change(next(m for m in means.values() if "classes" in m))
+    change(next(m for m in means.values() if "row_classes" in m))
     with pytest.raises(DataError, match="malformed calibration statistics"):
         CalibrationStatistics.from_state(state)
 
@@ -216,7 +220,9 @@ def test_statistics_pooling_other_positions_do_not_merge() -> None:
     theirs = statistics_of(model, values, slice(4, 8))
     classes = theirs.subgraphs[0].means.classes
     t, found = next(iter(classes.items()))
-    classes[t] = PositionClasses(np.zeros_like(found.of_position), 1, found.channels)
+    classes[t] = PositionClasses(
+        np.zeros_like(found.row_class), np.zeros_like(found.column_class), found.channels
+    )
     theirs.subgraphs[0].means._class_sums[t] = ClassSums(found.channels)
     with pytest.raises(DataError, match="pool different positions"):
         mine.merge(theirs)
@@ -225,8 +231,13 @@ def test_statistics_pooling_other_positions_do_not_merge() -> None:
 def test_the_kernel_refuses_classes_that_do_not_fit() -> None:
     values = np.zeros((1, 12), np.float32)
     high, low = np.zeros(6, np.int64), np.zeros(6, np.uint64)
-    with pytest.raises(ValueError, match="do not agree"):
-        KERNEL(values, 1, 12, 1, None, None, (np.array([0, 1, 2, 3], np.int32), 3, high, low))
-    with pytest.raises(ValueError, match="multiple of channels"):
-        KERNEL(values, 1, 12, 1, None, None, (np.zeros(4, np.int32), 5, high, low))
+    rows, columns = np.array([0, 1, 2, 3], np.int32), np.array([0, 1, 2], np.int32)
+    with pytest.raises(ValueError, match="do not agree"):  # row class 3 of 2 (6 / 3 targets)
+        KERNEL(values, 1, 12, 1, None, None, (rows, columns, 3, high, low))
+    with pytest.raises(ValueError, match="do not agree"):  # target 5 of 3
+        KERNEL(values, 1, 12, 1, None, None, (rows % 2, columns + 3, 3, high, low))
+    with pytest.raises(ValueError, match="do not fit"):  # 12 values are not rows of 5
+        KERNEL(values, 1, 12, 1, None, None, (np.zeros(5, np.int32), columns, 3, high, low))
+    with pytest.raises(ValueError, match="int32"):
+        KERNEL(values, 1, 12, 1, None, None, (rows.astype(np.int64), columns, 3, high, low))
     assert histogram_module.one_pass is KERNEL
