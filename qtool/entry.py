@@ -31,6 +31,11 @@ def main() -> None:
     for name in HANDLED_SIGNALS:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), _stop)
+    # Before numpy loads OpenBLAS (a user's own setting stands): qtool's engines and LiteRT take
+    # the cores, the numpy engine runs each product on one thread (5x faster than two on a
+    # 2-core machine, bench/speed.py), and an idle OpenBLAS thread spins after any product:
+    # 12% of `qtool quantize`'s CPU on pose_landmark_full (perf), its LiteRT children's too.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from qtool.cli import main as run
     from qtool.heap import tune_heap_for_runs
 

@@ -51,6 +51,7 @@ from qtool.model import Model
 from qtool.prepare import prepare_float_model
 from qtool.runtime import Engine
 from qtool.runtime.litert import XnnpackRunner
+from qtool.runtime.parallel import single_threaded_blas
 from qtool.runtime.state import keeps_state
 
 FOLD_WINDOW = 128  # samples among which the folds are chosen (later ones all calibrate)
@@ -471,6 +472,7 @@ def from_statistics(
     return Collected(statistics, statistics, estimate, estimate, statistics, calibration, None)
 
 
+@single_threaded_blas()  # as quantize_loaded: LiteRT and the observers take the cores
 def calibration_statistics(
     model: Model,
     data: Mapping[int, Dataset],

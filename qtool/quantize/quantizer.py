@@ -67,6 +67,7 @@ from qtool.quantize.user_metric import as_metric
 from qtool.quantize.weight_plan import FULL, WeightSettings
 from qtool.quantize.weight_quantizer import WeightRun, quantize_weight_mode
 from qtool.runtime.litert import litert_available
+from qtool.runtime.parallel import single_threaded_blas
 from qtool.runtime.state import keeps_state
 from qtool.targets import load_target
 from qtool.weight_spec import default_min_weight_elements
@@ -241,6 +242,7 @@ def analyze_loaded(
     return diagnose_calibrated(calibrate_loaded(model, data, options, progress, holdout))
 
 
+@single_threaded_blas()  # why: the docstring
 def quantize_loaded(
     model: Model,
     data: Dataset | Mapping[int, Dataset] | None,
@@ -259,6 +261,10 @@ def quantize_loaded(
     accuracy. Subgraphs without data (e.g. control-flow bodies) stay float and are named in the
     warnings. `measure_layer_sqnr` fills `layer_sqnr` (one more simulated run, for pictures);
     `search_progress` gets a line per candidate of a target search.
+
+    numpy's BLAS runs on one thread meanwhile: LiteRT, its children and the observers take the
+    cores, and OpenBLAS's idle threads spin after each product (12% of the process tree's CPU
+    on pose_landmark_full, measured with perf).
     """
     if options.mode != FULL:
         return quantize_weight_mode(
