@@ -425,23 +425,26 @@ static PyObject *observe(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "total and classes exclude each other");
         return NULL;
     }
-    Py_buffer values, counts = {0}, total = {0}, row_view = {0}, column_view = {0}, high = {0},
-              low = {0};
+    /* Every buffer starts empty: releasing an empty one does nothing, so one exit releases
+     * what was taken, whatever failed. */
+    Py_buffer values = {0}, counts = {0}, total = {0}, row_view = {0}, column_view = {0},
+              high = {0}, low = {0};
     class_sums classes = {0};
-    if (read_buffer(values_object, &values, 0, "f", 4, rows * per, "values") < 0) return NULL;
+    PyObject *result = NULL;
+    if (read_buffer(values_object, &values, 0, "f", 4, rows * per, "values") < 0) goto done;
     if (with_counts && read_buffer(counts_object, &counts, 1, "lq", 8, BINS, "counts") < 0)
-        goto fail_values;
+        goto done;
     if (with_total && read_buffer(total_object, &total, 1, "d", 8, per, "total") < 0)
-        goto fail_counts;
+        goto done;
     if (with_classes) {
         if (read_classes(classes_object, per, &row_view, &column_view, &high, &low, &classes) <
             0)
-            goto fail_counts;
+            goto done;
         classes.open = PyMem_Calloc(classes.row_classes * classes.width, sizeof(int64_t));
         classes.run = PyMem_Calloc(classes.row_classes, sizeof(int));
         if (!classes.open || !classes.run) {
             PyErr_NoMemory();
-            goto fail_classes;
+            goto done;
         }
     }
     const float *data = (const float *)values.buf;
@@ -490,34 +493,19 @@ static PyObject *observe(PyObject *self, PyObject *args) {
     }
     Py_END_ALLOW_THREADS
 
-    PyObject *result = Py_BuildValue("(ddO)", (double)lo, (double)hi,
-                                     nonfinite ? Py_False : Py_True);
-    if (with_classes) {
-        PyMem_Free(classes.open);
-        PyMem_Free(classes.run);
-        PyBuffer_Release(&row_view);
-        PyBuffer_Release(&column_view);
-        PyBuffer_Release(&high);
-        PyBuffer_Release(&low);
-    }
-    if (with_total) PyBuffer_Release(&total);
-    if (with_counts) PyBuffer_Release(&counts);
-    PyBuffer_Release(&values);
-    return result;
+    result = Py_BuildValue("(ddO)", (double)lo, (double)hi, nonfinite ? Py_False : Py_True);
 
-fail_classes:
+done:
     PyMem_Free(classes.open);
     PyMem_Free(classes.run);
     PyBuffer_Release(&row_view);
     PyBuffer_Release(&column_view);
     PyBuffer_Release(&high);
     PyBuffer_Release(&low);
-fail_counts:
-    if (with_total) PyBuffer_Release(&total);
-    if (with_counts) PyBuffer_Release(&counts);
-fail_values:
+    PyBuffer_Release(&total);
+    PyBuffer_Release(&counts);
     PyBuffer_Release(&values);
-    return NULL;
+    return result;
 }
 
 static PyMethodDef methods[] = {

@@ -20,7 +20,9 @@ from tests.calibrate.test_statistics import recorded, statistics_of
 from tests.quantize.layers import LAYERS, Layer
 
 
-def conv(op_type: str, size, channels, kernel, stride, padding, dilation=1, depthwise=False):
+def conv(
+    op_type: str, size, channels, kernel, stride, padding, dilation=1, depthwise=False, multiplier=1
+):
     """A one-layer model's geometry (output size as TFLite computes it)."""
     effective = (kernel - 1) * dilation + 1
     out = [
@@ -38,10 +40,10 @@ def conv(op_type: str, size, channels, kernel, stride, padding, dilation=1, dept
         return Layer(
             op_type,
             (*size, channels),
-            (1, kernel, kernel, channels),
-            (*out, channels),
+            (1, kernel, kernel, channels * multiplier),
+            (*out, channels * multiplier),
             "DepthwiseConv2DOptions",
-            {**options, "depth_multiplier": 1},
+            {**options, "depth_multiplier": multiplier},
             axis=3,
         )
     return Layer(
@@ -64,6 +66,9 @@ GEOMETRIES = {
     "depthwise 5x5 s1": conv("DEPTHWISE_CONV_2D", (12, 12), 3, 5, 1, Padding.SAME, depthwise=True),
     "depthwise 3x3 s2 even": conv(
         "DEPTHWISE_CONV_2D", (10, 10), 2, 3, 2, Padding.SAME, depthwise=True
+    ),
+    "depthwise 3x3 s1, multiplier 2": conv(
+        "DEPTHWISE_CONV_2D", (9, 7), 2, 3, 1, Padding.SAME, depthwise=True, multiplier=2
     ),
     "fully connected": Layer(
         "FULLY_CONNECTED", (5, 6), (4, 6), (5, 4), "FullyConnectedOptions", {"keep_num_dims": True}
