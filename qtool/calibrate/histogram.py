@@ -108,7 +108,9 @@ class Histogram:
     the cost of a small tensor's chunk)."""
 
     def __init__(self) -> None:
-        self._counts = np.zeros(BINS, np.int64)  # value order
+        # Value order; made when first read (a statistics set makes one histogram per tensor,
+        # most of them read once: no array of zeros to fault in and add to first).
+        self._counts: np.ndarray | None = None
         self._raw: np.ndarray | None = None  # bit-pattern order, not yet in _counts
         self.min = float("inf")
         self.max = float("-inf")
@@ -117,8 +119,14 @@ class Histogram:
     def counts(self) -> np.ndarray:
         """The count of every bin, in value order (ordinals 0..BINS-1)."""
         if self._raw is not None:
-            self._counts += _ordinal_counts(self._raw)  # inf/NaN patterns fall in zeroed bins
+            ordered = _ordinal_counts(self._raw)  # inf/NaN patterns fall in zeroed bins
+            if self._counts is None:
+                self._counts = ordered
+            else:
+                self._counts += ordered
             self._raw = None
+        if self._counts is None:
+            self._counts = np.zeros(BINS, np.int64)
         return self._counts
 
     @property

@@ -21,6 +21,7 @@ the tensor's size in memory: the statistics are kilobytes a tensor (palm_detecti
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -104,8 +105,13 @@ class PositionClasses:
         return np.add.reduceat(ordered, bounds, axis=0).reshape(-1).tolist()
 
     def expand(self, class_means: np.ndarray) -> np.ndarray:
-        """Per position and channel: the mean of its class ((count, channels) in)."""
+        """Per position and channel: the mean of its class ((count, channels) in), in its
+        dtype."""
         return class_means.reshape(self.count, self.channels)[self.of_position]
+
+    def __deepcopy__(self, memo: dict) -> PositionClasses:
+        # Never changed once made: copies of statistics share it, and what it has cached.
+        return self
 
     @classmethod
     def checked(cls, row_class: object, column_class: object, channels: object) -> PositionClasses:
@@ -225,6 +231,7 @@ def _tap_keys(
     return keys[0], keys[1]
 
 
+@functools.cache  # a model asks for the same few axes many times; the keys are read-only
 def _axis_key(
     padding: int, size: int, kernel: int, stride: int, dilation: int
 ) -> np.ndarray | None:
@@ -243,6 +250,7 @@ def _axis_key(
         read = outputs * stride + tap * dilation - before
         read = read[(read >= 0) & (read < size)]
         key[read] |= 1 << tap
+    key.setflags(write=False)
     return key
 
 

@@ -349,10 +349,12 @@ class MeanObserver:
             classes = self.classes[tensor_index]
             per_class = self._class_sums[tensor_index].floats().reshape(classes.count, -1)
             per_class = per_class * self.RESOLUTION / (count * classes.sizes[:, None])
-            mean = classes.expand(per_class).reshape(self.sample_shapes[tensor_index])
+            # Rounded to float32 before the expansion: the same values, half the bytes written.
+            mean = classes.expand(per_class.astype(np.float32))
+            mean = mean.reshape(self.sample_shapes[tensor_index])
         else:
             mean = self.sums[tensor_index].astype(np.float64) * self.RESOLUTION / count
-        mean = mean.astype(np.float32)
+            mean = mean.astype(np.float32)
         mean.setflags(write=False)
         self._means[tensor_index] = (count, mean)
         return mean
