@@ -175,8 +175,18 @@ class Histogram:
         return every_finite
 
     def merge(self, other: Histogram) -> None:
-        """Add another histogram's counts and widen min/max to include its (exact, in any order)."""
-        np.add(self.counts, other.counts, out=self.counts)
+        """Add another histogram's counts and widen min/max to include its (exact, in any order).
+        Counts not yet in value order add as they are (no reordering per merge)."""
+        if other._raw is not None:
+            if self._raw is None:
+                self._raw = other._raw.copy()
+            else:
+                self._raw += other._raw
+        if other._counts is not None:
+            if self._counts is None:
+                self._counts = other._counts.copy()
+            else:
+                self._counts += other._counts
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)
 
     def state(self) -> dict[str, Any]:

@@ -455,7 +455,7 @@ class MeanObserver:
 
 
 def _same_classes(a: PositionClasses, b: PositionClasses) -> bool:
-    return (
+    return a is b or (
         a.channels == b.channels
         and np.array_equal(a.row_class, b.row_class)
         and np.array_equal(a.column_class, b.column_class)
