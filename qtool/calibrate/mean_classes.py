@@ -49,6 +49,11 @@ class PositionClasses:
     column_class: np.ndarray  # int32, per column
     channels: int
 
+    def __post_init__(self) -> None:
+        # Shared by every statistics set of a model (and cached across models): never written.
+        self.row_class.setflags(write=False)
+        self.column_class.setflags(write=False)
+
     @cached_property
     def column_classes(self) -> int:
         """How many column classes there are."""
@@ -157,16 +162,23 @@ def _classes(
 ) -> PositionClasses | None:
     if not readers or not sample_shape or min(sample_shape) < 1:
         return None
+    try:
+        readings = tuple(_reading(model, subgraph_index, op, sample_shape) for op in readers)
+    except _Unread:
+        return None
+    return _grid_classes(readings, sample_shape)
+
+
+@functools.cache  # every statistics set of a model asks again (PositionClasses never changes)
+def _grid_classes(
+    readings: tuple[tuple[tuple[int, ...], tuple[int, ...]] | None, ...],
+    sample_shape: tuple[int, ...],
+) -> PositionClasses | None:
+    """The classes of a sample's positions for readers that read them as `readings` say (per
+    reader, the (padding, size, kernel, stride, dilation) of its rows and of its columns; None
+    for one that reads every position alike)."""
     positions = int(np.prod(sample_shape[:-1], dtype=np.int64))
-    # Per reader: a key per row and per column of the plane (None: every position alike).
-    planes = []
-    for op in readers:
-        try:
-            keys = _tap_keys(model, subgraph_index, op, sample_shape)
-        except _Unread:
-            return None
-        if keys is not None:
-            planes.append(keys)
+    planes = [tuple(_axis_key(*axis) for axis in reading) for reading in readings if reading]
     if not planes:
         # Every position alike: an image's rows are the grid's rows (long rows to add), other
         # shapes a position per row.
@@ -198,12 +210,12 @@ class _Unread(Exception):
     """A reader whose way of reading its input is not understood: per-element means."""
 
 
-def _tap_keys(
+def _reading(
     model: Model, subgraph_index: int, op: Operator, sample_shape: tuple[int, ...]
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """For a spatial layer, per row and per column of its input plane, the bit set of the
-    kernel taps that read it; None for a layer that reads every position alike
-    (FULLY_CONNECTED); `_Unread` where the op's reading is not understood."""
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """How `op` reads its input's rows and columns: the (padding, size, kernel, stride,
+    dilation) of each axis of a spatial layer; None for a layer that reads every position
+    alike (FULLY_CONNECTED); `_Unread` where the op's reading is not understood."""
     op_type = model.op_type(op)
     subgraph = model.subgraphs[subgraph_index]
     weights = subgraph.tensors[op.inputs[weighted_operands(op_type).weights]].shape
@@ -215,20 +227,20 @@ def _tap_keys(
     table = _SPATIAL.get(op_type)
     if table is None or len(sample_shape) < 3 or len(weights) != 4:
         raise _Unread
-    padding = op.option("padding", table)
-    keys = []
+    padding = int(op.option("padding", table))
+    axes = []
     for axis, kernel, name in ((-3, weights[1], "h"), (-2, weights[2], "w")):
-        key = _axis_key(
+        geometry = (
             padding,
-            sample_shape[axis],
-            kernel,
-            op.option(f"stride_{name}", table),
-            op.option(f"dilation_{name}_factor", table),
+            int(sample_shape[axis]),
+            int(kernel),
+            int(op.option(f"stride_{name}", table)),
+            int(op.option(f"dilation_{name}_factor", table)),
         )
-        if key is None:
+        if _axis_key(*geometry) is None:
             raise _Unread
-        keys.append(key)
-    return keys[0], keys[1]
+        axes.append(geometry)
+    return axes[0], axes[1]
 
 
 @functools.cache  # a model asks for the same few axes many times; the keys are read-only

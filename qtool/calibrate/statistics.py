@@ -86,6 +86,12 @@ class SubgraphStatistics:
     calls: dict[int, SubgraphStatistics] = field(default_factory=dict)
     _pending: dict[int, list[np.ndarray]] = field(default_factory=dict, repr=False)
     _pending_bytes: dict[int, int] = field(default_factory=dict, repr=False)
+    # Ranges by method, with the count of changes they were computed at: the auto choice plans
+    # each method with and without bias correction, on the same statistics.
+    _ranges: dict[Method, tuple[int, dict[int, tuple[float, float]]]] = field(
+        default_factory=dict, repr=False
+    )
+    _changes: int = field(default=0, repr=False)
 
     # With the one-pass kernel a call costs little beyond its Python: grouping copies more
     # than it saves above 64 KB (palm_detection_full: 0.81 -> 0.71 s of 128 samples' calls).
@@ -106,6 +112,7 @@ class SubgraphStatistics:
     def __call__(self, tensor_index: int, value: np.ndarray) -> None:
         if tensor_index not in self.tensors:
             return
+        self._changes += 1
         if value.nbytes >= self.GROUP_BYTES:
             self._fold(tensor_index, value)
             return
@@ -176,6 +183,7 @@ class SubgraphStatistics:
         """Add the statistics of another shard of the same subgraph (exact)."""
         self.flush()
         other.flush()
+        self._changes += 1
         self.histograms.merge(other.histograms)
         self.means.merge(other.means)
         self.samples += other.samples
@@ -187,9 +195,15 @@ class SubgraphStatistics:
 
     def ranges(self, method: Method = MINMAX) -> dict[int, tuple[float, float]]:
         """The (low, high) range `method` picks for every tensor with a finite value (min/max by
-        default)."""
+        default); computed once per method until the statistics change."""
         self.flush()
-        return {t: method.range(h) for t, h in self.histograms.histograms.items() if not h.empty}
+        known = self._ranges.get(method)
+        if known is None or known[0] != self._changes:
+            found = {
+                t: method.range(h) for t, h in self.histograms.histograms.items() if not h.empty
+            }
+            known = self._ranges[method] = (self._changes, found)
+        return dict(known[1])
 
     def histogram(self, t: int) -> Histogram | None:
         """Tensor t's histogram; None when no value of t was observed."""
