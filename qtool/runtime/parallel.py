@@ -105,18 +105,15 @@ class _ChunkedObservation:
         self._pending_bytes = 0
         self._failed = False
         self._state = threading.Condition()
-
-    def _front(self) -> int:
-        """The chunk that never waits for the queue to drain (so the run always moves on)."""
-        raise NotImplementedError
+        # The chunk that never waits for the queue to drain, so the run always moves on: each
+        # ordering moves it (the chunk whose turn it is, the lowest unfinished one).
+        self._front = 0
 
     def _admit(self, chunk: int, value: np.ndarray) -> None:
         """Count `value` as queued, once `chunk` may queue it: a chunk other than the front
         waits while more than the pending-bytes limit is queued. Called holding the state
         lock; raises Cancelled once aborted."""
-        while (
-            chunk != self._front() and self._pending_bytes > self._max_pending and not self._failed
-        ):
+        while chunk != self._front and self._pending_bytes > self._max_pending and not self._failed:
             self._state.wait()
         if self._failed:
             raise Cancelled
@@ -139,12 +136,9 @@ class OrderedObservation(_ChunkedObservation):
         max_pending_bytes: int = _PENDING_BYTES,
     ) -> None:
         super().__init__(observers, chunks, max_pending_bytes)
+        # `_front` is the chunk whose tensors observers see now.
         self._queues: list[deque[tuple[int, np.ndarray]]] = [deque() for _ in range(chunks)]
-        self._turn = 0  # the chunk whose tensors observers see now
         self._delivering = threading.Lock()  # held by the one thread calling observers
-
-    def _front(self) -> int:
-        return self._turn
 
     def emit(self, chunk: int, tensor: int, value: np.ndarray) -> None:
         """Queue one tensor value of `chunk` and deliver whatever is in turn. A chunk ahead of
@@ -170,7 +164,7 @@ class OrderedObservation(_ChunkedObservation):
         """Return once observers have seen all of a finished chunk (its values may then be
         overwritten)."""
         with self._state:
-            while self._turn <= chunk and not self._failed:
+            while self._front <= chunk and not self._failed:
                 self._state.wait()
             if self._failed:
                 raise Cancelled
@@ -179,16 +173,16 @@ class OrderedObservation(_ChunkedObservation):
         """The next pair to deliver, advancing the turn past finished chunks; None when none
         is ready."""
         with self._state:
-            while self._turn < self._chunks and not self._failed:
-                queue = self._queues[self._turn]
+            while self._front < self._chunks and not self._failed:
+                queue = self._queues[self._front]
                 if queue:
                     tensor, value = queue.popleft()
                     self._pending_bytes -= value.nbytes
                     self._state.notify_all()
                     return tensor, value
-                if not self._finished[self._turn]:
+                if not self._finished[self._front]:
                     return None
-                self._turn += 1
+                self._front += 1
                 self._state.notify_all()
             return None
 
@@ -211,9 +205,9 @@ class OrderedObservation(_ChunkedObservation):
 
     def _ready(self) -> bool:
         with self._state:
-            if self._failed or self._turn >= self._chunks:
+            if self._failed or self._front >= self._chunks:
                 return False
-            return bool(self._queues[self._turn]) or self._finished[self._turn]
+            return bool(self._queues[self._front]) or self._finished[self._front]
 
 
 class TensorOrderedObservation(_ChunkedObservation):
@@ -237,13 +231,10 @@ class TensorOrderedObservation(_ChunkedObservation):
         max_pending_bytes: int = _PENDING_BYTES,
     ) -> None:
         super().__init__(observers, chunks, max_pending_bytes)
+        # `_front` is the lowest unfinished chunk.
         self._next: dict[int, int] = {}  # tensor -> the chunk whose value it takes next
         self._queued: dict[int, dict[int, np.ndarray]] = {}  # tensor -> chunk -> value
         self._busy: set[int] = set()  # tensors some thread is observing
-        self._lowest = 0  # the lowest unfinished chunk
-
-    def _front(self) -> int:
-        return self._lowest
 
     def emit(self, chunk: int, tensor: int, value: np.ndarray) -> None:
         """Queue one value of `chunk` and observe what is in turn for its tensor; raises
@@ -261,8 +252,8 @@ class TensorOrderedObservation(_ChunkedObservation):
             if self._finished[chunk]:
                 return
             self._finished[chunk] = True
-            while self._lowest < self._chunks and self._finished[self._lowest]:
-                self._lowest += 1
+            while self._front < self._chunks and self._finished[self._front]:
+                self._front += 1
             self._state.notify_all()
             waiting = [t for t, queued in self._queued.items() if queued]
         for tensor in waiting:
