@@ -76,6 +76,11 @@ class EvaluationSet:
 
     def __post_init__(self) -> None:
         refuse_nonfinite(self.reference, self.source)
+        for values in self.reference:
+            # Every candidate is measured against these: read-only, so that what the measures
+            # derive from them is computed once (qtool.numerics.measures).
+            if isinstance(values, np.ndarray):
+                values.setflags(write=False)
 
     @property
     def samples(self) -> int:

@@ -119,11 +119,8 @@ class Histogram:
     def counts(self) -> np.ndarray:
         """The count of every bin, in value order (ordinals 0..BINS-1)."""
         if self._raw is not None:
-            ordered = _ordinal_counts(self._raw)  # inf/NaN patterns fall in zeroed bins
-            if self._counts is None:
-                self._counts = ordered
-            else:
-                self._counts += ordered
+            # inf/NaN patterns fall in zeroed bins
+            self._counts = _added(self._counts, _ordinal_counts(self._raw), copy=False)
             self._raw = None
         if self._counts is None:
             self._counts = np.zeros(BINS, np.int64)
@@ -178,15 +175,9 @@ class Histogram:
         """Add another histogram's counts and widen min/max to include its (exact, in any order).
         Counts not yet in value order add as they are (no reordering per merge)."""
         if other._raw is not None:
-            if self._raw is None:
-                self._raw = other._raw.copy()
-            else:
-                self._raw += other._raw
+            self._raw = _added(self._raw, other._raw)
         if other._counts is not None:
-            if self._counts is None:
-                self._counts = other._counts.copy()
-            else:
-                self._counts += other._counts
+            self._counts = _added(self._counts, other._counts)
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)
 
     def state(self) -> dict[str, Any]:
@@ -211,6 +202,15 @@ class Histogram:
         first = int(state["first_bin"])
         histogram.counts[first : first + counts.size] = counts
         return histogram
+
+
+def _added(total: np.ndarray | None, more: np.ndarray, copy: bool = True) -> np.ndarray:
+    """`total` with `more` added in place; `more` itself (a copy unless `copy` is False) where
+    there is no total yet."""
+    if total is None:
+        return more.copy() if copy else more
+    total += more
+    return total
 
 
 def counts_below(histogram: Histogram, values: np.ndarray | float) -> np.ndarray:

@@ -254,6 +254,16 @@ class MeanObserver:
                 self._add(tensor_index, self._block_sum(rows[start : start + self.BLOCK], clip))
         self.counts[tensor_index] = self.counts.get(tensor_index, 0) + len(rows)
 
+    def kernel_target(self, tensor_index: int, rows: np.ndarray) -> dict[str, Any] | None:
+        """Where the one-pass kernel adds the units of `rows` (samples, elements) of a layer
+        input: `Histogram.add`'s `classes` or `unit_sums` argument, by name; counted as added.
+        None where the numpy passes must fold them (`class_target`, `open_sum`)."""
+        if tensor_index in self.classes:
+            target = self.class_target(tensor_index, rows)
+            return None if target is None else {"classes": target}
+        sums = self.open_sum(tensor_index, rows)
+        return None if sums is None else {"unit_sums": sums}
+
     def class_target(self, tensor_index: int, rows: np.ndarray) -> tuple | None:
         """For a tensor summed per class: the one-pass kernel's `classes` argument, to which
         the caller adds the units of `rows` (samples, elements); counted as added. None for

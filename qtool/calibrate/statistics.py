@@ -145,17 +145,11 @@ class SubgraphStatistics:
         if tensor_index not in self.means.tensors:
             self.histograms.update(tensor_index, value)
             return True
-        if tensor_index in self.means.classes:
-            rows = self.histograms.rows(tensor_index, value)
-            target = self.means.class_target(tensor_index, rows)
-            if target is None:
-                return False
-            self.histograms.update(tensor_index, value, classes=target)
-            return True
-        sums = self.means.open_sum(tensor_index, self.histograms.rows(tensor_index, value))
-        if sums is None:
+        rows = self.histograms.rows(tensor_index, value)
+        target = self.means.kernel_target(tensor_index, rows)
+        if target is None:
             return False
-        self.histograms.update(tensor_index, value, sums)
+        self.histograms.update(tensor_index, value, **target)
         return True
 
     def _flush_tensor(self, tensor_index: int) -> None:

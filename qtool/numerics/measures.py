@@ -23,7 +23,6 @@ output far from its threshold tolerates more noise, one that hovers at it none.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -97,10 +96,12 @@ _TERMS_LOCK = threading.Lock()
 
 
 def _reference_terms(reference: np.ndarray, kind: str) -> _ReferenceTerms:
-    """The terms of `reference` for an output of `kind`, remembered while the array lives."""
+    """The terms of `reference` for an output of `kind`; remembered while the array lives if it
+    is read-only (an evaluation set's: nothing can change it meanwhile)."""
+    kept = isinstance(reference, np.ndarray) and not reference.flags.writeable
     key = (id(reference), kind)
     with _TERMS_LOCK:
-        known = _TERMS.get(key)
+        known = _TERMS.get(key) if kept else None
     if known is not None and known[0]() is reference:
         return known[1]
     ref = np.asarray(reference, np.float64)
@@ -116,10 +117,10 @@ def _reference_terms(reference: np.ndarray, kind: str) -> _ReferenceTerms:
         magnitude=float(np.abs(judged).sum()),
         above=judged > THRESHOLD if kind in DECIDED else None,
     )
-    with _TERMS_LOCK:
-        while len(_TERMS) >= _TERMS_KEPT:
-            del _TERMS[next(iter(_TERMS))]  # the oldest
-        with contextlib.suppress(TypeError):  # an object without weak references: not kept
+    if kept:
+        with _TERMS_LOCK:
+            while len(_TERMS) >= _TERMS_KEPT:
+                del _TERMS[next(iter(_TERMS))]  # the oldest
             _TERMS[key] = (weakref.ref(reference), terms)
     return terms
 
